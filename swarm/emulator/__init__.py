@@ -1,0 +1,11 @@
+"""The engine emulator: SGLang's and TensorRT-LLM's APIs over a model of an engine.
+
+Place in the map (DESIGN.md, "The emulator"): a separate program, started by
+``swarm emulate`` or in process by ``swarm run`` and the tests. Figures from it are always
+labelled as the emulator's.
+"""
+
+from swarm.emulator.config import EmulatorConfig
+from swarm.emulator.server import EmulatorThread, RunningEmulator, start_emulator
+
+__all__ = ["EmulatorConfig", "EmulatorThread", "RunningEmulator", "start_emulator"]

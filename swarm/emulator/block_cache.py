@@ -1,0 +1,128 @@
+"""Block prefix cache that reuses only full blocks (TensorRT-LLM's KV block reuse model).
+
+Place in the map (DESIGN.md, "The emulator"): the prefix cache of the ``trtllm`` profile.
+A prompt is cut into blocks of ``block_tokens`` (32 by default); block *i* is identified by
+its tokens and the identity of block *i-1*, so a block matches only when the whole prefix up
+to it matches. Cached tokens are ``matched_full_blocks * block_tokens``; a trailing partial
+block is never reused. When more than ``capacity_tokens // block_tokens`` blocks are stored,
+unreferenced leaf blocks (no stored child) are evicted, least recently used first.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+
+_ROOT = 0
+
+
+class _Block:
+    __slots__ = ("key", "parent", "children", "last_access", "lock")
+
+    def __init__(self, key: tuple[int, tuple[str, ...]], parent: int) -> None:
+        self.key = key
+        self.parent = parent
+        self.children = 0
+        self.last_access = 0
+        self.lock = 0
+
+
+class BlockCache:
+    """Prefix cache at block granularity. See the module docstring for the model."""
+
+    def __init__(self, capacity_tokens: int | None = None, block_tokens: int = 32) -> None:
+        if block_tokens < 1:
+            raise ValueError("block_tokens must be >= 1")
+        self.block_tokens = block_tokens
+        self.capacity_tokens = capacity_tokens
+        self.capacity_blocks = None if capacity_tokens is None else capacity_tokens // block_tokens
+        self._blocks: dict[int, _Block] = {}
+        self._ids: dict[tuple[int, tuple[str, ...]], int] = {}
+        self._next_id = 1
+        self._tick = 0
+        self.evicted_tokens = 0
+
+    @property
+    def size_tokens(self) -> int:
+        return len(self._blocks) * self.block_tokens
+
+    def _chain(self, tokens: Sequence[str]) -> list[int]:
+        """Stored block ids matching the prompt's leading full blocks."""
+        out: list[int] = []
+        parent = _ROOT
+        b = self.block_tokens
+        for i in range(len(tokens) // b):
+            bid = self._ids.get((parent, tuple(tokens[i * b : (i + 1) * b])))
+            if bid is None:
+                break
+            out.append(bid)
+            parent = bid
+        return out
+
+    def match(self, tokens: Sequence[str]) -> int:
+        chain = self._chain(tokens)
+        for bid in chain:
+            self._tick += 1
+            self._blocks[bid].last_access = self._tick
+        return len(chain) * self.block_tokens
+
+    def lock(self, tokens: Sequence[str]) -> list[int]:
+        chain = self._chain(tokens)
+        for bid in chain:
+            self._blocks[bid].lock += 1
+        return chain
+
+    def unlock(self, handle: list[int]) -> None:
+        for bid in handle:
+            block = self._blocks.get(bid)
+            if block is not None:
+                block.lock -= 1
+
+    def insert(self, tokens: Sequence[str]) -> int:
+        """Store the full blocks of ``tokens``; return how many tokens were new."""
+        parent = _ROOT
+        b = self.block_tokens
+        added = 0
+        for i in range(len(tokens) // b):
+            key = (parent, tuple(tokens[i * b : (i + 1) * b]))
+            bid = self._ids.get(key)
+            if bid is None:
+                bid = self._next_id
+                self._next_id += 1
+                self._ids[key] = bid
+                self._blocks[bid] = _Block(key, parent)
+                if parent != _ROOT:
+                    self._blocks[parent].children += 1
+                added += b
+            self._tick += 1
+            self._blocks[bid].last_access = self._tick
+            parent = bid
+        if self.capacity_blocks is not None and len(self._blocks) > self.capacity_blocks:
+            self.evict((len(self._blocks) - self.capacity_blocks) * b)
+        return added
+
+    def evict(self, tokens_needed: int) -> int:
+        blocks_needed = -(-tokens_needed // self.block_tokens)
+        heap = [
+            (blk.last_access, bid)
+            for bid, blk in self._blocks.items()
+            if blk.children == 0 and blk.lock == 0
+        ]
+        heapq.heapify(heap)
+        freed = 0
+        while heap and freed < blocks_needed:
+            _, bid = heapq.heappop(heap)
+            blk = self._blocks.pop(bid)
+            del self._ids[blk.key]
+            freed += 1
+            if blk.parent != _ROOT:
+                parent = self._blocks[blk.parent]
+                parent.children -= 1
+                if parent.children == 0 and parent.lock == 0:
+                    heapq.heappush(heap, (parent.last_access, blk.parent))
+        self.evicted_tokens += freed * self.block_tokens
+        return freed * self.block_tokens
+
+    def reset(self) -> None:
+        self._blocks.clear()
+        self._ids.clear()

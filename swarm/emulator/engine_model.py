@@ -1,0 +1,314 @@
+"""The emulator's engine model: prefix cache, KV admission and continuous batching.
+
+Place in the map (DESIGN.md, "The emulator"): the part of ``swarm emulate`` that decides how
+many prompt tokens are cached and when each token comes out. The HTTP server turns the token
+stream into each engine's wire format.
+
+Cache. ``sglang`` uses a token-level radix cache (``RadixCache``), ``trtllm`` reuses full
+32-token blocks only (``BlockCache``). A request's cached tokens are the cache match of its
+prompt, capped at ``prompt_tokens - 1`` (an engine always computes at least the last prompt
+token; for blocks, the cap is rounded down to whole blocks). The prompt enters the cache
+when the request is admitted, and prompt + generated tokens when it finishes, so a child
+whose prompt repeats its parent's output hits those tokens too. (A real engine inserts the
+prompt after its prefill step; the difference only shows for identical prefixes that arrive
+within one step of each other.)
+
+Timing. ``batch`` runs one step loop, as continuous-batching engines do. Each step admits
+waiting requests, first come first served, while their KV reservation (uncached prompt tokens
+plus max tokens) fits ``kv_capacity_tokens``; it lasts
+
+    step_s = (a + b * prefill_tokens_in_step + c * running_sequences) / 1000
+
+with a, b, c = ``step_base_ms``, ``prefill_ms_per_token``, ``decode_ms_per_seq``, and only
+uncached prompt tokens count as prefill. At the end of a step every admitted request emits
+its first token and every running one its next token. ``fixed`` ignores load: each request
+emits its first token ``first_token_ms`` after arrival and one more every ``token_ms``
+(scheduled on absolute times, so delays do not accumulate). ``zero`` emits everything at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import collections
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+from swarm.emulator.block_cache import BlockCache
+from swarm.emulator.config import EmulatorConfig
+from swarm.emulator.radix_cache import RadixCache
+from swarm.emulator.tokens import output_words
+
+log = logging.getLogger(__name__)
+
+#: Histogram bucket upper bounds in seconds, for the Prometheus latency metrics.
+LATENCY_BUCKETS_S: tuple[float, ...] = (
+    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)
+
+
+class PromptTooLong(ValueError):
+    pass
+
+
+@dataclass
+class Histogram:
+    counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_S) + 1))
+    total: float = 0.0
+    n: int = 0
+
+    def observe(self, value_s: float) -> None:
+        self.counts[bisect.bisect_left(LATENCY_BUCKETS_S, value_s)] += 1
+        self.total += value_s
+        self.n += 1
+
+
+@dataclass
+class EngineStats:
+    """Counters for ``/metrics`` (cumulative since start)."""
+
+    requests_total: int = 0
+    requests_finished: int = 0
+    prompt_tokens_total: int = 0
+    cached_tokens_total: int = 0
+    generation_tokens_total: int = 0
+    ttft: Histogram = field(default_factory=Histogram)
+    e2e: Histogram = field(default_factory=Histogram)
+    queue: Histogram = field(default_factory=Histogram)
+    tpot: Histogram = field(default_factory=Histogram)
+
+
+class Generation:
+    """One request inside the engine. Iterate ``tokens()`` to receive generated words."""
+
+    __slots__ = (
+        "prompt", "max_new", "cached_tokens", "output", "_pending", "_event", "finished",
+        "cancelled", "arrived_s", "first_token_s", "reserved", "_lock_handle", "_words",
+        "_model", "admitted_s",
+    )
+
+    def __init__(self, model: EngineModel, prompt: list[str], max_new: int, arrived_s: float):
+        self._model = model
+        self.prompt = prompt
+        self.max_new = max_new
+        self.cached_tokens = 0
+        self.output: list[str] = []
+        self._pending: list[str] = []
+        self._event = asyncio.Event()
+        self.finished = False
+        self.cancelled = False
+        self.arrived_s = arrived_s
+        self.admitted_s: float | None = None
+        self.first_token_s: float | None = None
+        self.reserved = 0
+        self._lock_handle: object = None
+        self._words = output_words(prompt, max_new)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.prompt)
+
+    def _emit(self, now_s: float) -> None:
+        word = self._words[len(self.output)]
+        self.output.append(word)
+        self._pending.append(word)
+        if self.first_token_s is None:
+            self.first_token_s = now_s
+        if len(self.output) >= self.max_new:
+            self.finished = True
+        self._event.set()
+
+    async def tokens(self) -> AsyncIterator[list[str]]:
+        """Yield lists of newly generated words as they come out, until the request finishes."""
+        if self._model.config.timing != "batch":
+            async for words in self._model._timed_tokens(self):
+                yield words
+            return
+        try:
+            while True:
+                if not self._pending:
+                    if self.finished:
+                        return
+                    self._event.clear()
+                    await self._event.wait()
+                words, self._pending = self._pending, []
+                if words:
+                    yield words
+        finally:
+            if not self.finished:
+                self.cancelled = True
+
+
+class EngineModel:
+    """Cache + scheduler of one emulated engine. Create inside the server's event loop."""
+
+    def __init__(self, config: EmulatorConfig) -> None:
+        self.config = config
+        self.cache: RadixCache | BlockCache
+        if config.engine == "sglang":
+            self.cache = RadixCache(config.cache_capacity_tokens)
+        else:
+            self.cache = BlockCache(config.cache_capacity_tokens, config.block_tokens)
+        self.stats = EngineStats()
+        self.waiting: collections.deque[Generation] = collections.deque()
+        self.running: list[Generation] = []
+        self.kv_used = 0
+        self._wake = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.config.timing == "batch" and self._loop_task is None:
+            self._loop_task = asyncio.get_running_loop().create_task(self._step_loop())
+
+    async def stop(self) -> None:
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            try:
+                await self._loop_task
+            except asyncio.CancelledError:
+                pass
+            self._loop_task = None
+
+    # -- cache accounting ----------------------------------------------------------------------
+
+    def _cached_for(self, prompt: Sequence[str]) -> int:
+        matched = self.cache.match(prompt)
+        cap = max(len(prompt) - 1, 0)
+        block = getattr(self.cache, "block_tokens", 1)
+        if block > 1:
+            cap = cap // block * block
+        return min(matched, cap)
+
+    def flush_cache(self) -> bool:
+        """Drop the prefix cache; refused (False) while requests are in flight, as SGLang does."""
+        if self.running or self.waiting:
+            return False
+        self.cache.reset()
+        return True
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def submit(self, prompt: list[str], max_new: int | None) -> Generation:
+        if len(prompt) > self.config.max_prompt_tokens:
+            raise PromptTooLong(
+                f"prompt has {len(prompt)} tokens, more than the maximum {self.config.max_prompt_tokens}"
+            )
+        gen = Generation(self, prompt, max_new or self.config.default_max_tokens, time.monotonic())
+        self.stats.requests_total += 1
+        if self.config.timing == "batch":
+            need = len(prompt) + gen.max_new
+            if need > self.config.kv_capacity_tokens:
+                raise PromptTooLong(
+                    f"prompt plus max tokens ({need}) exceed the KV capacity "
+                    f"({self.config.kv_capacity_tokens} tokens)"
+                )
+            self.waiting.append(gen)
+            self._wake.set()
+        else:
+            self._admit(gen, time.monotonic())
+        return gen
+
+    def _admit(self, gen: Generation, now_s: float, cached: int | None = None) -> None:
+        gen.cached_tokens = self._cached_for(gen.prompt) if cached is None else cached
+        self.cache.insert(gen.prompt)
+        gen._lock_handle = self.cache.lock(gen.prompt)
+        gen.admitted_s = now_s
+        st = self.stats
+        st.prompt_tokens_total += len(gen.prompt)
+        st.cached_tokens_total += gen.cached_tokens
+        st.queue.observe(now_s - gen.arrived_s)
+
+    def _finish(self, gen: Generation, now_s: float) -> None:
+        self.cache.unlock(gen._lock_handle)  # type: ignore[arg-type]
+        gen._lock_handle = []
+        if gen.output:
+            self.cache.insert(gen.prompt + gen.output)
+        st = self.stats
+        st.requests_finished += 1
+        st.generation_tokens_total += len(gen.output)
+        if gen.first_token_s is not None:
+            st.ttft.observe(gen.first_token_s - gen.arrived_s)
+            if len(gen.output) > 1:
+                st.tpot.observe((now_s - gen.first_token_s) / (len(gen.output) - 1))
+        st.e2e.observe(now_s - gen.arrived_s)
+
+    async def _timed_tokens(self, gen: Generation) -> AsyncIterator[list[str]]:
+        """Token stream of the ``fixed`` and ``zero`` timings (no shared step loop)."""
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        try:
+            if cfg.timing == "zero":
+                now = time.monotonic()
+                for _ in range(gen.max_new):
+                    gen._emit(now)
+                words, gen._pending = gen._pending, []
+                yield words
+                return
+            for i in range(gen.max_new):
+                due = start + (cfg.first_token_ms + i * cfg.token_ms) / 1000.0
+                delay = due - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                gen._emit(time.monotonic())
+                gen._pending.clear()
+                yield [gen.output[-1]]
+        finally:
+            self._finish(gen, time.monotonic())
+
+    async def _step_loop(self) -> None:
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        clock = loop.time
+        while True:
+            if not self.running and not self.waiting:
+                self._wake.clear()
+                await self._wake.wait()
+            step_start = clock()
+            admitted: list[Generation] = []
+            prefill = 0
+            while self.waiting:
+                gen = self.waiting[0]
+                if gen.cancelled:
+                    self.waiting.popleft()
+                    continue
+                cached = self._cached_for(gen.prompt)
+                need = len(gen.prompt) - cached + gen.max_new
+                if self.kv_used + need > cfg.kv_capacity_tokens and (self.running or admitted):
+                    break
+                self.waiting.popleft()
+                self._admit(gen, time.monotonic(), cached)
+                gen.reserved = need
+                self.kv_used += need
+                prefill += len(gen.prompt) - gen.cached_tokens
+                admitted.append(gen)
+            batch = len(self.running) + len(admitted)
+            step_s = (
+                cfg.step_base_ms + cfg.prefill_ms_per_token * prefill + cfg.decode_ms_per_seq * batch
+            ) / 1000.0
+            delay = step_start + step_s - clock()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            now = time.monotonic()
+            still: list[Generation] = []
+            for gen in self.running + admitted:
+                if gen.cancelled:
+                    self._release(gen, now)
+                    continue
+                gen._emit(now)
+                if gen.finished:
+                    self._release(gen, now)
+                else:
+                    still.append(gen)
+            self.running = still
+
+    def _release(self, gen: Generation, now_s: float) -> None:
+        self.kv_used -= gen.reserved
+        gen.reserved = 0
+        gen.finished = True
+        self._finish(gen, now_s)
+        gen._event.set()

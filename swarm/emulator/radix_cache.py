@@ -1,0 +1,156 @@
+"""Token-level radix prefix cache with LRU eviction of unreferenced leaves (SGLang's model).
+
+Place in the map (DESIGN.md, "The emulator"): the prefix cache of the ``sglang`` profile.
+A compressed radix tree over token sequences: each edge holds a run of tokens; a request's
+cached tokens are the length of the longest path from the root that matches its prompt, at
+token granularity. Inserting a sequence adds only the tokens not already present. When the
+tree holds more than ``capacity_tokens``, leaves that no running request references are
+evicted, least recently used first, until it fits (a leaf's parent may then become a leaf
+and be evicted in turn). ``capacity_tokens=None`` means unbounded.
+
+Access times come from a logical counter, so eviction order is deterministic.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+
+
+class _Node:
+    __slots__ = ("key", "children", "parent", "last_access", "lock")
+
+    def __init__(self, key: list[str], parent: _Node | None) -> None:
+        self.key = key
+        self.children: dict[str, _Node] = {}
+        self.parent = parent
+        self.last_access = 0
+        self.lock = 0
+
+
+def _common_prefix(edge: list[str], tokens: Sequence[str], start: int) -> int:
+    """Length of the common prefix of ``edge`` and ``tokens[start:]``."""
+    n = min(len(edge), len(tokens) - start)
+    if edge[:n] == tokens[start : start + n]:
+        return n
+    i = 0
+    while i < n and edge[i] == tokens[start + i]:
+        i += 1
+    return i
+
+
+class RadixCache:
+    """Prefix cache at token granularity. See the module docstring for the model."""
+
+    block_tokens = 1
+
+    def __init__(self, capacity_tokens: int | None = None) -> None:
+        if capacity_tokens is not None and capacity_tokens < 1:
+            raise ValueError("capacity_tokens must be >= 1 or None")
+        self.capacity_tokens = capacity_tokens
+        self.root = _Node([], None)
+        self.size_tokens = 0
+        self.evicted_tokens = 0
+        self._tick = 0
+
+    def _touch(self, node: _Node) -> None:
+        self._tick += 1
+        node.last_access = self._tick
+
+    def _walk(self, tokens: Sequence[str]) -> tuple[int, list[_Node]]:
+        """Matched length and the nodes on the matched path (last may be partially matched)."""
+        node = self.root
+        pos = 0
+        path: list[_Node] = []
+        while pos < len(tokens):
+            child = node.children.get(tokens[pos])
+            if child is None:
+                break
+            n = _common_prefix(child.key, tokens, pos)
+            pos += n
+            path.append(child)
+            if n < len(child.key):
+                break
+            node = child
+        return pos, path
+
+    def match(self, tokens: Sequence[str]) -> int:
+        """Number of leading tokens of ``tokens`` present in the cache (marks them used)."""
+        matched, path = self._walk(tokens)
+        for node in path:
+            self._touch(node)
+        return matched
+
+    def lock(self, tokens: Sequence[str]) -> list[_Node]:
+        """Protect the matched path of ``tokens`` from eviction; returns a handle for unlock."""
+        _, path = self._walk(tokens)
+        for node in path:
+            node.lock += 1
+        return path
+
+    def unlock(self, handle: list[_Node]) -> None:
+        for node in handle:
+            node.lock -= 1
+
+    def insert(self, tokens: Sequence[str]) -> int:
+        """Add ``tokens`` as a path; return how many tokens were new. May evict others."""
+        node = self.root
+        pos = 0
+        added = 0
+        while pos < len(tokens):
+            self._touch(node)
+            child = node.children.get(tokens[pos])
+            if child is None:
+                leaf = _Node(list(tokens[pos:]), node)
+                node.children[tokens[pos]] = leaf
+                self._touch(leaf)
+                added = len(tokens) - pos
+                break
+            n = _common_prefix(child.key, tokens, pos)
+            if n < len(child.key):
+                # split the edge: child keeps its tail under a new middle node
+                middle = _Node(child.key[:n], node)
+                middle.lock = child.lock
+                middle.last_access = child.last_access
+                node.children[tokens[pos]] = middle
+                child.key = child.key[n:]
+                child.parent = middle
+                middle.children[child.key[0]] = child
+                child = middle
+            pos += n
+            node = child
+        else:
+            self._touch(node)
+        self.size_tokens += added
+        if self.capacity_tokens is not None and self.size_tokens > self.capacity_tokens:
+            self.evict(self.size_tokens - self.capacity_tokens)
+        return added
+
+    def evict(self, tokens_needed: int) -> int:
+        """Evict unreferenced leaves, LRU first, until ``tokens_needed`` are freed (or none left)."""
+        heap: list[tuple[int, int, _Node]] = []
+        stack = [self.root]
+        while stack:
+            n = stack.pop()
+            if n.children:
+                stack.extend(n.children.values())
+            elif n is not self.root and n.lock == 0:
+                heap.append((n.last_access, id(n), n))
+        heapq.heapify(heap)
+        freed = 0
+        while heap and freed < tokens_needed:
+            _, _, leaf = heapq.heappop(heap)
+            parent = leaf.parent
+            assert parent is not None
+            del parent.children[leaf.key[0]]
+            freed += len(leaf.key)
+            if parent is not self.root and not parent.children and parent.lock == 0:
+                heapq.heappush(heap, (parent.last_access, id(parent), parent))
+        self.size_tokens -= freed
+        self.evicted_tokens += freed
+        return freed
+
+    def reset(self) -> None:
+        """Drop everything (``/flush_cache``)."""
+        self.root = _Node([], None)
+        self.size_tokens = 0

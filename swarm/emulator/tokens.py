@@ -1,0 +1,46 @@
+"""The emulator's tokenizer and its text generator.
+
+Place in the map (DESIGN.md, "The emulator"): a token is a whitespace-separated word, so the
+prompt token count of any text is ``len(text.split())``, exact and knowable by the client. For
+chat requests the tokens are the words of every message's content in order (no template
+tokens), so a chat prompt and the same parts joined into one completions prompt count alike.
+
+Generated text is a deterministic sequence of words from a fixed vocabulary, seeded by the
+prompt, so the same prompt always gets the same answer (replays and A/B runs see identical
+outputs) and a child that repeats its parent's output in its prompt hits the cached tokens.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections.abc import Iterable
+
+_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "ch", "st")
+_VOWELS = ("a", "e", "i", "o", "u", "ai", "ou")
+_CODAS = ("", "n", "r", "s", "l", "x")
+
+#: 784 distinct pronounceable words (onset + vowel + coda).
+VOCAB: tuple[str, ...] = tuple(o + v + c for o in _ONSETS for v in _VOWELS for c in _CODAS)
+
+
+def tokenize(text: str) -> list[str]:
+    """Tokens of ``text``: its whitespace-separated words."""
+    return text.split()
+
+
+def tokenize_parts(parts: Iterable[str]) -> list[str]:
+    """Tokens of several prompt parts (chat message contents), concatenated."""
+    out: list[str] = []
+    for part in parts:
+        out.extend(part.split())
+    return out
+
+
+def output_words(prompt_tokens: list[str], count: int) -> list[str]:
+    """``count`` generated words, a deterministic function of the prompt."""
+    if count <= 0:
+        return []
+    tail = " ".join(prompt_tokens[-64:])
+    seed = zlib.crc32(tail.encode("utf-8")) ^ (len(prompt_tokens) << 20)
+    return random.Random(seed).choices(VOCAB, k=count)

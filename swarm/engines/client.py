@@ -1,0 +1,423 @@
+"""EngineClient: sends one request, streams the answer, returns a RequestRecord.
+
+Place in the map (DESIGN.md): the seam between the agent runtime and an engine. One
+``HttpEngineClient`` per target, all sharing the process's one aiohttp session. It never raises
+for a failed request: connection refused, an HTTP error, a stream cut mid-way, invalid JSON, a
+stall past the first-token or total timeout, or an outside cancellation each become a record
+with its own ``status`` and a truncated ``error`` text.
+
+Timing: ``sent_ns`` is the wall clock when the request is handed to the connection;
+latencies are ``perf_counter_ns`` offsets from that same instant. Every SSE event that carries
+generated text adds one entry to ``chunk_ns``; events that arrived in the same network read
+share its arrival time (they did arrive together).
+
+Cancellation: when the calling task is cancelled from outside, ``send`` returns a record with
+status ``cancelled`` instead of raising, so an interrupted run still records what was in
+flight; the caller treats that status as the end of its work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import html
+import logging
+import os
+import re
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+
+from swarm.engines.dialects import (
+    PATHS,
+    ChatMessage,
+    ChunkError,
+    StreamDecoder,
+    build_body,
+    dumps,
+    loads,
+)
+from swarm.engines.profiles import EngineProfile, check_dialect
+from swarm.engines.sse import SSEError, SSEParser
+from swarm.errors import InputError
+from swarm.record import RequestIdentity, RequestRecord, Status, truncate_error
+
+log = logging.getLogger(__name__)
+
+_perf_ns = time.perf_counter_ns
+_wall_ns = time.time_ns
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRequest:
+    """One LLM call, engine-neutral. Dialects render it (chat messages or one prompt string)."""
+
+    messages: tuple[ChatMessage, ...]
+    max_tokens: int | None
+    identity: RequestIdentity = field(default_factory=RequestIdentity)
+    scheduled_ns: int | None = None
+    stream: bool = True
+    temperature: float = 0.0
+    ignore_eos: bool = True
+    prompt_tokens_est: int | None = None
+    ideal_cached_tokens_est: int | None = None
+    block_hashes: tuple[int, ...] = ()
+    extra_body: Mapping[str, Any] | None = None
+    #: Keep the prompt parts and the output text in the record (``--record-text``, or an agent
+    #: that feeds real outputs to its children).
+    keep_text: bool = False
+
+
+class EngineClient(Protocol):
+    """Sends requests to one target. ``send`` never raises for a failed request."""
+
+    target: str
+    profile: EngineProfile
+    dialect: str
+    model: str
+
+    async def send(self, request: EngineRequest) -> RequestRecord: ...
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Limits in seconds; ``None`` disables one."""
+
+    connect_s: float | None = 10.0
+    first_token_s: float | None = 120.0
+    total_s: float | None = 600.0
+
+
+def open_http_session(
+    *, max_connections: int = 20_000, connect_timeout_s: float | None = 10.0
+) -> aiohttp.ClientSession:
+    """The one aiohttp session of a process, with a pool sized for thousands of streams.
+
+    Must be called inside a running event loop. Close it with ``await session.close()``.
+    """
+    connector = aiohttp.TCPConnector(
+        limit=max_connections,
+        limit_per_host=0,
+        keepalive_timeout=60.0,
+        ttl_dns_cache=300,
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s),
+        auto_decompress=False,
+        read_bufsize=1 << 16,
+        skip_auto_headers=("User-Agent",),
+        headers={"User-Agent": "swarm-loadgen"},
+    )
+
+
+def normalise_base_url(url: str) -> str:
+    """Validate and normalise a target URL: ``http(s)://host[:port][/prefix]`` without ``/v1``.
+
+    Raises InputError naming the URL when it is not usable.
+    """
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InputError(f"invalid URL {url!r}: expected http://HOST[:PORT]")
+    try:
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError as exc:
+        raise InputError(f"invalid URL {url!r}: {exc}") from None
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[:-3]
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def redact_url(url: str) -> str:
+    """The URL without user/password, for manifests and logs."""
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        host = parts.hostname or ""
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return url
+
+
+def api_key_from_env(variable: str | None) -> str | None:
+    """Read the API key from the environment variable named ``variable`` (never from a flag)."""
+    if not variable:
+        return None
+    value = os.environ.get(variable)
+    if not value:
+        raise InputError(f"API key variable {variable} is not set in the environment")
+    return value
+
+
+_TAG = re.compile(r"<[^>]+>")
+_SPACE = re.compile(r"\s+")
+
+
+def describe_error_body(body: bytes, content_type: str) -> str:
+    """A short human text for an HTTP error body: the JSON error message, or HTML as text."""
+    text = body.decode("utf-8", errors="replace")
+    if "json" in content_type or text.lstrip().startswith(("{", "[")):
+        try:
+            obj = loads(body)
+        except ValueError:
+            pass
+        else:
+            if isinstance(obj, dict):
+                err = obj.get("error", obj.get("detail", obj.get("message")))
+                if isinstance(err, dict):
+                    err = err.get("message", err)
+                if err is not None:
+                    return str(err)
+    if "html" in content_type or "<html" in text[:200].lower():
+        text = html.unescape(_TAG.sub(" ", text))
+    return _SPACE.sub(" ", text).strip()
+
+
+class _Watchdog:
+    """Cancels the current task when a deadline passes, remembering which one it was."""
+
+    __slots__ = ("_task", "_loop", "_first", "_total", "fired")
+
+    def __init__(self) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        self._loop = asyncio.get_running_loop()
+        self._first: asyncio.TimerHandle | None = None
+        self._total: asyncio.TimerHandle | None = None
+        self.fired: str | None = None
+
+    def _fire(self, reason: str) -> None:
+        if self.fired is None:
+            self.fired = reason
+            self._task.cancel()
+
+    def arm(self, timeouts: Timeouts) -> None:
+        if timeouts.first_token_s is not None:
+            self._first = self._loop.call_later(
+                timeouts.first_token_s,
+                self._fire,
+                f"no first token within {timeouts.first_token_s:g} s",
+            )
+        if timeouts.total_s is not None:
+            self._total = self._loop.call_later(
+                timeouts.total_s, self._fire, f"request not finished within {timeouts.total_s:g} s"
+            )
+
+    def first_token_seen(self) -> None:
+        if self._first is not None:
+            self._first.cancel()
+            self._first = None
+
+    def disarm(self) -> None:
+        self.first_token_seen()
+        if self._total is not None:
+            self._total.cancel()
+            self._total = None
+
+    def absorb(self) -> None:
+        """Our own cancellation fired: clear it from the task so the caller goes on."""
+        uncancel = getattr(self._task, "uncancel", None)
+        if uncancel is not None:
+            uncancel()
+
+
+class _Outcome(Exception):
+    """Internal: ends a request early with a status and an error text."""
+
+    def __init__(self, status: Status, error: str, http_status: int | None = None) -> None:
+        super().__init__(error)
+        self.status = status
+        self.error = error
+        self.http_status = http_status
+
+
+class HttpEngineClient:
+    """EngineClient over HTTP for one target (base URL, engine profile, dialect, model)."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        base_url: str,
+        profile: EngineProfile,
+        *,
+        target: str = "",
+        dialect: str | None = None,
+        model: str = "default",
+        timeouts: Timeouts | None = None,
+        api_key_env: str | None = None,
+        generate_cumulative: bool = True,
+    ) -> None:
+        self.session = session
+        self.base_url = normalise_base_url(base_url)
+        self.profile = profile
+        self.dialect = check_dialect(profile, dialect or profile.default_dialect)
+        self.target = target or profile.name
+        self.model = model
+        self.timeouts = timeouts or Timeouts()
+        self.generate_cumulative = generate_cumulative
+        self.url = self.base_url + PATHS[self.dialect]
+        self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        key = api_key_from_env(api_key_env)
+        if key:
+            self._headers["Authorization"] = f"Bearer {key}"
+            self._secret: str | None = key
+        else:
+            self._secret = None
+
+    def _scrub(self, text: str) -> str:
+        if self._secret and self._secret in text:
+            text = text.replace(self._secret, "[REDACTED]")
+        return truncate_error(text)
+
+    async def send(self, request: EngineRequest) -> RequestRecord:
+        body = build_body(
+            self.dialect,
+            self.profile,
+            model=self.model,
+            messages=request.messages,
+            max_tokens=request.max_tokens,
+            stream=request.stream,
+            temperature=request.temperature,
+            ignore_eos=request.ignore_eos,
+            extra_body=request.extra_body,
+        )
+        payload = dumps(body)
+        decoder = StreamDecoder(self.dialect, self.profile, cumulative=self.generate_cumulative)
+        chunk_ns: list[int] = []
+        status = Status.OK
+        error: str | None = None
+        http_status: int | None = None
+        watchdog = _Watchdog()
+        sent_wall = _wall_ns()
+        t0 = _perf_ns()
+        end = t0
+        watchdog.arm(self.timeouts)
+        try:
+            async with self.session.post(self.url, data=payload, headers=self._headers) as resp:
+                http_status = resp.status
+                if resp.status >= 400:
+                    raw = await resp.content.read(65536)
+                    text = describe_error_body(raw, resp.headers.get("Content-Type", ""))
+                    raise _Outcome(Status.HTTP_ERROR, f"HTTP {resp.status}: {text}", resp.status)
+                if request.stream:
+                    await self._read_stream(resp, decoder, chunk_ns, t0, watchdog)
+                else:
+                    raw = await resp.read()
+                    now = _perf_ns() - t0
+                    watchdog.first_token_seen()
+                    try:
+                        obj = loads(raw)
+                    except ValueError as exc:
+                        raise ChunkError(f"invalid JSON response: {raw[:200]!r}") from exc
+                    if not isinstance(obj, dict):
+                        raise ChunkError(f"response is not a JSON object: {raw[:200]!r}")
+                    if decoder.feed_object(obj):
+                        chunk_ns.append(now)
+            end = _perf_ns()
+        except _Outcome as outcome:
+            end = _perf_ns()
+            status, error, http_status = outcome.status, outcome.error, outcome.http_status
+        except asyncio.CancelledError:
+            end = _perf_ns()
+            if watchdog.fired is None:
+                status, error = Status.CANCELLED, "cancelled by the run"
+            else:
+                watchdog.absorb()
+                status, error = Status.TIMEOUT, watchdog.fired
+        except (ChunkError, SSEError) as exc:
+            end = _perf_ns()
+            status, error = Status.STREAM_ERROR, str(exc)
+        except aiohttp.ClientConnectorError as exc:
+            end = _perf_ns()
+            status, error = Status.CONNECT_ERROR, f"cannot connect to {self.base_url}: {exc.os_error}"
+        except (aiohttp.ConnectionTimeoutError, aiohttp.SocketTimeoutError) as exc:
+            end = _perf_ns()
+            kind = "connect" if isinstance(exc, aiohttp.ConnectionTimeoutError) else "read"
+            status = Status.CONNECT_ERROR if kind == "connect" else Status.TIMEOUT
+            error = f"{kind} timed out: {exc}"
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as exc:
+            end = _perf_ns()
+            status, error = Status.STREAM_ERROR, f"connection broken: {type(exc).__name__}: {exc}"
+        except aiohttp.ClientError as exc:
+            end = _perf_ns()
+            status, error = Status.STREAM_ERROR, f"{type(exc).__name__}: {exc}"
+        except OSError as exc:
+            end = _perf_ns()
+            status, error = Status.CONNECT_ERROR, f"{type(exc).__name__}: {exc}"
+        finally:
+            watchdog.disarm()
+        if error is not None:
+            error = self._scrub(error)
+            log.debug("request to %s failed: %s: %s", self.target, status.value, error)
+        identity = request.identity
+        if not identity.request_id or identity.target != self.target:
+            identity = dataclasses.replace(
+                identity,
+                request_id=identity.request_id or secrets.token_hex(8),
+                target=self.target,
+                engine=identity.engine or self.profile.name,
+            )
+        scheduled = request.scheduled_ns if request.scheduled_ns is not None else sent_wall
+        usage = decoder.usage
+        return RequestRecord(
+            identity=identity,
+            dialect=self.dialect,
+            model=self.model,
+            stream=request.stream,
+            scheduled_ns=scheduled,
+            sent_ns=sent_wall,
+            queue_ns=sent_wall - scheduled,
+            ttft_ns=chunk_ns[0] if chunk_ns else None,
+            e2e_ns=end - t0,
+            chunk_ns=tuple(chunk_ns),
+            status=status,
+            http_status=http_status,
+            error=error,
+            finish_reason=decoder.finish_reason,
+            max_tokens=request.max_tokens,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            cached_tokens=usage.cached_tokens,
+            prompt_tokens_est=request.prompt_tokens_est,
+            ideal_cached_tokens_est=request.ideal_cached_tokens_est,
+            block_hashes=request.block_hashes,
+            prompt_parts=tuple(m.content for m in request.messages) if request.keep_text else None,
+            output_text=decoder.text if request.keep_text else None,
+        )
+
+    async def _read_stream(
+        self,
+        resp: aiohttp.ClientResponse,
+        decoder: StreamDecoder,
+        chunk_ns: list[int],
+        t0: int,
+        watchdog: _Watchdog,
+    ) -> None:
+        parser = SSEParser()
+        done = False
+        feed = decoder.feed
+        async for data in resp.content.iter_any():
+            now = _perf_ns() - t0
+            for payload in parser.feed(data):
+                if payload == b"[DONE]":
+                    done = True
+                    continue
+                if feed(payload):
+                    if not chunk_ns:
+                        watchdog.first_token_seen()
+                    chunk_ns.append(now)
+        for payload in parser.close():
+            if payload == b"[DONE]":
+                done = True
+            elif feed(payload):
+                chunk_ns.append(_perf_ns() - t0)
+        if not done:
+            raise _Outcome(
+                Status.STREAM_ERROR, "stream ended without [DONE]", resp.status
+            )

@@ -1,0 +1,227 @@
+"""API dialects: how a request is written and how its streamed answer is read.
+
+Place in the map (DESIGN.md): inside the EngineClient. Three dialects:
+
+- ``openai-chat``: ``POST /v1/chat/completions`` with ``messages``; content in
+  ``choices[].delta.content`` (streamed) or ``choices[].message.content``.
+- ``openai-completions``: ``POST /v1/completions`` with one ``prompt`` string; content in
+  ``choices[].text``.
+- ``sglang-generate``: SGLang's native ``POST /generate`` with ``text`` and
+  ``sampling_params``; each streamed event carries the *cumulative* text so far (unless the
+  server runs with incremental output), and ``meta_info`` carries token counts, including
+  ``cached_tokens`` always.
+
+A decoder consumes one event payload at a time and says whether it carried generated content;
+it accumulates the text, the finish reason and the server-reported usage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+try:  # orjson is a dependency; the fallback keeps a broken install usable
+    import orjson
+
+    def loads(data: bytes | str) -> Any:
+        return orjson.loads(data)
+
+    def dumps(obj: Any) -> bytes:
+        return orjson.dumps(obj)
+
+except ImportError:  # pragma: no cover
+    import json
+
+    def loads(data: bytes | str) -> Any:
+        return json.loads(data)
+
+    def dumps(obj: Any) -> bytes:
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+
+from swarm.engines.profiles import EngineProfile
+from swarm.errors import InputError
+
+PATHS: dict[str, str] = {
+    "openai-chat": "/v1/chat/completions",
+    "openai-completions": "/v1/completions",
+    "sglang-generate": "/generate",
+}
+
+#: Separator between message contents when a dialect takes one prompt string. Siblings keep
+#: their shared prefix, because each prompt is its parent's prompt plus more parts.
+PART_SEPARATOR = "\n\n"
+
+
+class ChunkError(ValueError):
+    """A streamed event that cannot be understood (invalid JSON, or an error object)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    role: str
+    content: str
+
+
+def render_prompt(messages: tuple[ChatMessage, ...]) -> str:
+    """The single prompt string that non-chat dialects send for ``messages``."""
+    return PART_SEPARATOR.join(m.content for m in messages)
+
+
+def build_body(
+    dialect: str,
+    profile: EngineProfile,
+    *,
+    model: str,
+    messages: tuple[ChatMessage, ...],
+    max_tokens: int | None,
+    stream: bool,
+    temperature: float,
+    ignore_eos: bool,
+    extra_body: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The JSON body for one request, holding only fields the engine accepts."""
+    extras: dict[str, Any] = {}
+    if ignore_eos and "ignore_eos" in profile.extra_fields:
+        extras["ignore_eos"] = True
+    if extra_body:
+        extras.update(extra_body)
+    if dialect == "sglang-generate":
+        params: dict[str, Any] = {"temperature": temperature, **extras}
+        if max_tokens is not None:
+            params["max_new_tokens"] = max_tokens
+        return {"text": render_prompt(messages), "sampling_params": params, "stream": stream}
+    body: dict[str, Any] = {"model": model, "stream": stream, "temperature": temperature}
+    if dialect == "openai-chat":
+        body["messages"] = [{"role": m.role, "content": m.content} for m in messages]
+    else:
+        body["prompt"] = render_prompt(messages)
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    if stream and profile.stream_usage_option:
+        body["stream_options"] = {"include_usage": True}
+    unknown = set(extras) - profile.extra_fields
+    if unknown:
+        # Only fields the engine is known to accept; e.g. TensorRT-LLM answers 400 to others.
+        raise InputError(
+            f"{profile.title} does not accept request field(s) {sorted(unknown)}; "
+            f"accepted extras: {sorted(profile.extra_fields)}"
+        )
+    body.update(extras)
+    return body
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+
+
+def read_openai_usage(obj: Mapping[str, Any], profile: EngineProfile, usage: Usage) -> None:
+    """Fill ``usage`` from an OpenAI-style response object (and llama.cpp's ``timings``)."""
+    u = obj.get("usage")
+    if isinstance(u, Mapping):
+        if u.get("prompt_tokens") is not None:
+            usage.prompt_tokens = int(u["prompt_tokens"])
+        if u.get("completion_tokens") is not None:
+            usage.completion_tokens = int(u["completion_tokens"])
+        details = u.get("prompt_tokens_details")
+        if isinstance(details, Mapping) and details.get("cached_tokens") is not None:
+            usage.cached_tokens = int(details["cached_tokens"])
+        elif usage.cached_tokens is None and profile.cached_absent_means_zero:
+            usage.cached_tokens = 0
+    timings = obj.get("timings")
+    if isinstance(timings, Mapping) and timings.get("cache_n") is not None:
+        if usage.cached_tokens is None or usage.cached_tokens == 0:
+            usage.cached_tokens = int(timings["cache_n"])
+
+
+def _error_text(obj: Mapping[str, Any]) -> str | None:
+    err = obj.get("error")
+    if err is None:
+        if obj.get("object") == "error":
+            return str(obj.get("message", obj))
+        return None
+    if isinstance(err, Mapping):
+        return str(err.get("message") or err)
+    return str(err)
+
+
+@dataclass(slots=True)
+class StreamDecoder:
+    """Reads one response's events. ``feed`` returns True when an event carried content."""
+
+    dialect: str
+    profile: EngineProfile
+    cumulative: bool = True  # sglang-generate only
+    parts: list[str] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    _seen_chars: int = 0
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def feed(self, payload: bytes) -> bool:
+        try:
+            obj = loads(payload)
+        except ValueError as exc:
+            raise ChunkError(f"invalid JSON in stream event: {payload[:200]!r}") from exc
+        if not isinstance(obj, dict):
+            raise ChunkError(f"stream event is not a JSON object: {payload[:200]!r}")
+        return self.feed_object(obj)
+
+    def feed_object(self, obj: dict[str, Any]) -> bool:
+        error = _error_text(obj)
+        if error is not None:
+            raise ChunkError(f"server error in stream: {error}")
+        if self.dialect == "sglang-generate":
+            return self._feed_generate(obj)
+        content = False
+        choices = obj.get("choices")
+        if choices:
+            for choice in choices:
+                if self.dialect == "openai-chat":
+                    delta = choice.get("delta") or choice.get("message") or {}
+                    piece = delta.get("content") or delta.get("reasoning_content")
+                else:
+                    piece = choice.get("text")
+                if piece:
+                    self.parts.append(piece)
+                    content = True
+                reason = choice.get("finish_reason")
+                if reason:
+                    self.finish_reason = str(reason)
+        if "usage" in obj or "timings" in obj:
+            read_openai_usage(obj, self.profile, self.usage)
+        return content
+
+    def _feed_generate(self, obj: dict[str, Any]) -> bool:
+        text = obj.get("text")
+        content = False
+        if isinstance(text, str):
+            if self.cumulative:
+                if len(text) > self._seen_chars:
+                    self.parts.append(text[self._seen_chars :])
+                    self._seen_chars = len(text)
+                    content = True
+            elif text:
+                self.parts.append(text)
+                content = True
+        meta = obj.get("meta_info")
+        if isinstance(meta, Mapping):
+            if meta.get("prompt_tokens") is not None:
+                self.usage.prompt_tokens = int(meta["prompt_tokens"])
+            if meta.get("completion_tokens") is not None:
+                self.usage.completion_tokens = int(meta["completion_tokens"])
+            if meta.get("cached_tokens") is not None:
+                self.usage.cached_tokens = int(meta["cached_tokens"])
+            reason = meta.get("finish_reason")
+            if isinstance(reason, Mapping):
+                self.finish_reason = str(reason.get("type"))
+            elif reason:
+                self.finish_reason = str(reason)
+        return content

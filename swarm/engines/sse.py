@@ -1,0 +1,74 @@
+"""Incremental Server-Sent Events parser for streamed LLM responses.
+
+Place in the map (DESIGN.md): inside the EngineClient. Network reads arrive split at arbitrary
+byte positions; ``SSEParser.feed`` takes each read and returns the ``data`` payloads of the
+events it completed, the same events whatever the split (tested with hypothesis). It follows
+the parts of the WHATWG event-stream format that LLM servers use: lines end with LF, CRLF or CR;
+lines starting with ``:`` are comments (keep-alives); several ``data:`` lines of one event are
+joined with LF; a blank line ends an event. Other fields (``event``, ``id``, ``retry``) are
+ignored. ``[DONE]`` is an ordinary payload here; the client decides what it means.
+"""
+
+from __future__ import annotations
+
+#: A line longer than this is an error rather than a memory leak (a server gone wrong).
+DEFAULT_MAX_LINE_BYTES = 4 * 1024 * 1024
+
+
+class SSEError(ValueError):
+    """The byte stream is not a usable event stream."""
+
+
+class SSEParser:
+    """Feed bytes, get complete events' data payloads (bytes, without the ``data:`` prefix)."""
+
+    __slots__ = ("_tail", "_data", "_max_line")
+
+    def __init__(self, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
+        self._tail = b""  # bytes of an unfinished line (may end with a lone CR)
+        self._data: list[bytes] = []  # data lines of the event being built
+        self._max_line = max_line_bytes
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """Consume ``chunk``; return the payloads of every event completed by it."""
+        buf = self._tail + chunk if self._tail else chunk
+        if b"\r" in buf:
+            # A CR at the very end may be the first half of a CRLF: keep it for the next read.
+            held = buf.endswith(b"\r")
+            if held:
+                buf = buf[:-1]
+            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            if held:
+                buf += b"\r"
+        lines = buf.split(b"\n")
+        self._tail = lines.pop()
+        if len(self._tail) > self._max_line:
+            raise SSEError(f"event-stream line longer than {self._max_line} bytes")
+        events: list[bytes] = []
+        data = self._data
+        for line in lines:
+            if not line:
+                if data:
+                    events.append(data[0] if len(data) == 1 else b"\n".join(data))
+                    data = self._data = []
+                continue
+            if line[0] == 0x3A:  # ':' comment / keep-alive
+                continue
+            if line.startswith(b"data:"):
+                value = line[5:]
+                data.append(value[1:] if value[:1] == b" " else value)
+            elif line == b"data":
+                data.append(b"")
+            # other fields (event, id, retry) carry nothing the client uses
+        return events
+
+    def close(self) -> list[bytes]:
+        """End of stream: return an event left unterminated by a final blank line, if any.
+
+        Servers sometimes close without the final blank line; the event is still returned so
+        the client can judge it (e.g. a missing ``[DONE]``).
+        """
+        events = self.feed(b"\n\n") if (self._tail or self._data) else []
+        self._tail = b""
+        self._data = []
+        return events

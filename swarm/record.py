@@ -1,0 +1,173 @@
+"""The RequestRecord: one row of the trace, and its Arrow schema.
+
+Place in the map (DESIGN.md): the foundation. The EngineClient makes one RequestRecord per
+request; the TraceSink turns records into Parquet rows; analysis reads the rows back. This
+module depends on nothing else in swarm, so every other part may import it.
+
+Timing fields follow the trace contract: ``scheduled_ns`` and ``sent_ns`` are wall-clock
+anchors (``time.time_ns``, aligned to the driver's clock on a cluster); every latency
+(``queue_ns`` aside) is a ``perf_counter_ns`` delta measured in one process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+#: Bump on a rename or removal of a column; additions keep the version.
+SCHEMA_VERSION = 1
+
+
+class Status(str, enum.Enum):
+    """Outcome of one request. A failed request is a row with one of these, never a crash."""
+
+    OK = "ok"
+    HTTP_ERROR = "http_error"
+    TIMEOUT = "timeout"
+    CONNECT_ERROR = "connect_error"
+    STREAM_ERROR = "stream_error"
+    CANCELLED = "cancelled"
+
+
+#: Error texts are truncated to this many characters before they enter a record.
+MAX_ERROR_CHARS = 500
+
+
+def truncate_error(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """Return ``text`` cut to ``limit`` characters, marking the cut."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    return text[: limit - 12] + " …[truncated]"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestIdentity:
+    """Where a request sits in the swarm: who sent it, for which node of which session."""
+
+    run_id: str = ""
+    target: str = ""
+    engine: str = ""
+    worker: int = 0
+    agent_id: int = -1
+    profile: str = ""
+    topology: str = ""
+    session_id: str = ""
+    node: str = ""
+    parent_nodes: tuple[str, ...] = ()
+    depth: int = 0
+    branch: int = 0
+    role: str = ""
+    system_prompt_id: int = -1
+    request_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One request as the client saw it. Immutable once made.
+
+    Latencies are in nanoseconds. ``chunk_ns`` holds the arrival offset, from the moment the
+    request was sent, of every network read that carried generated content, so inter-token
+    latencies can be computed exactly afterwards. ``ttft_ns`` equals ``chunk_ns[0]`` when there
+    is any content; for a non-streamed request it is the time to the whole answer.
+    """
+
+    identity: RequestIdentity
+    dialect: str
+    model: str
+    stream: bool
+    scheduled_ns: int
+    sent_ns: int
+    queue_ns: int
+    ttft_ns: int | None
+    e2e_ns: int | None
+    chunk_ns: tuple[int, ...]
+    status: Status
+    http_status: int | None = None
+    error: str | None = None
+    finish_reason: str | None = None
+    max_tokens: int | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    prompt_tokens_est: int | None = None
+    ideal_cached_tokens_est: int | None = None
+    block_hashes: tuple[int, ...] = ()
+    prompt_parts: tuple[str, ...] | None = None
+    output_text: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+    def with_identity(self, **changes: Any) -> RequestRecord:
+        """A copy with some identity fields replaced (records themselves never change)."""
+        return dataclasses.replace(self, identity=dataclasses.replace(self.identity, **changes))
+
+
+_I64 = pa.int64()
+_STR = pa.string()
+
+#: Column order and types of the ``requests/*.parquet`` files. See docs/trace-schema.md.
+TRACE_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", _STR, nullable=False),
+        pa.field("target", _STR, nullable=False),
+        pa.field("engine", _STR, nullable=False),
+        pa.field("worker", pa.int32(), nullable=False),
+        pa.field("agent_id", _I64, nullable=False),
+        pa.field("profile", _STR, nullable=False),
+        pa.field("topology", _STR, nullable=False),
+        pa.field("session_id", _STR, nullable=False),
+        pa.field("node", _STR, nullable=False),
+        pa.field("parent_nodes", pa.list_(_STR), nullable=False),
+        pa.field("depth", pa.int32(), nullable=False),
+        pa.field("branch", pa.int32(), nullable=False),
+        pa.field("role", _STR, nullable=False),
+        pa.field("system_prompt_id", pa.int32(), nullable=False),
+        pa.field("request_id", _STR, nullable=False),
+        pa.field("dialect", _STR, nullable=False),
+        pa.field("model", _STR, nullable=False),
+        pa.field("stream", pa.bool_(), nullable=False),
+        pa.field("scheduled_ns", _I64, nullable=False),
+        pa.field("sent_ns", _I64, nullable=False),
+        pa.field("queue_ns", _I64, nullable=False),
+        pa.field("ttft_ns", _I64),
+        pa.field("e2e_ns", _I64),
+        pa.field("chunk_ns", pa.list_(_I64), nullable=False),
+        pa.field("max_tokens", _I64),
+        pa.field("prompt_tokens", _I64),
+        pa.field("completion_tokens", _I64),
+        pa.field("cached_tokens", _I64),
+        pa.field("prompt_tokens_est", _I64),
+        pa.field("ideal_cached_tokens_est", _I64),
+        pa.field("block_hashes", pa.list_(pa.uint64()), nullable=False),
+        pa.field("status", _STR, nullable=False),
+        pa.field("http_status", pa.int32()),
+        pa.field("error", _STR),
+        pa.field("finish_reason", _STR),
+        pa.field("prompt_parts", pa.list_(_STR)),
+        pa.field("output_text", _STR),
+    ],
+    metadata={b"swarm.schema_version": str(SCHEMA_VERSION).encode()},
+)
+
+IDENTITY_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(RequestIdentity))
+RECORD_COLUMNS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(RequestRecord) if f.name not in ("identity", "extra")
+)
+assert set(IDENTITY_COLUMNS) | set(RECORD_COLUMNS) == set(TRACE_SCHEMA.names), "schema drift"
+
+
+def record_row(record: RequestRecord) -> dict[str, Any]:
+    """The record as one trace row (column name to Python value)."""
+    row: dict[str, Any] = {name: getattr(record.identity, name) for name in IDENTITY_COLUMNS}
+    for name in RECORD_COLUMNS:
+        row[name] = getattr(record, name)
+    row["status"] = record.status.value
+    return row

@@ -1,0 +1,121 @@
+"""The run manifest: ``runs/<run_id>/manifest.json``.
+
+Place in the map (DESIGN.md): part of the trace contract. It says what was run (spec, seed,
+versions), against what (targets and what each server said about itself), by whom (workers
+and their clock offsets), and how it ended (status and counts). It is written when a run
+starts (status ``running``) and rewritten atomically when it ends, so a reader can always
+parse it. It never holds secrets: targets carry the *name* of the API-key variable only.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from swarm.record import SCHEMA_VERSION
+
+MANIFEST_NAME = "manifest.json"
+
+
+class RunStatus(str, enum.Enum):
+    RUNNING = "running"
+    COMPLETE = "complete"
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"
+
+
+class TargetInfo(BaseModel):
+    """One engine endpoint a run sent traffic to."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="label used in the trace's `target` column")
+    url: str = Field(description="base URL, credentials removed")
+    engine: str = Field(description="engine profile: sglang, trtllm, vllm, llamacpp")
+    dialect: str = Field(description="API dialect used for requests")
+    model: str = Field(default="", description="model name sent in requests")
+    emulated: bool = Field(default=False, description="true when the target is swarm's emulator")
+    api_key_env: str | None = Field(default=None, description="name of the variable holding the key")
+    server_info: dict[str, Any] = Field(default_factory=dict, description="what the server said")
+
+
+class WorkerInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    worker: int
+    host: str = ""
+    pid: int = 0
+    clock_offset_ns: int = Field(default=0, description="worker wall clock minus driver's")
+    alive: bool = True
+    sessions_cut: int = 0
+
+
+class RunManifest(BaseModel):
+    """Everything about a run that is not a request row."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    schema_version: int = SCHEMA_VERSION
+    swarm_version: str = ""
+    kind: str = Field(default="run", description="run, replay, ...")
+    created_at: str = Field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat())
+    finished_at: str | None = None
+    status: RunStatus = RunStatus.RUNNING
+    status_reason: str | None = None
+    seed: int | None = None
+    spec: dict[str, Any] = Field(default_factory=dict)
+    spec_hash: str | None = None
+    targets: list[TargetInfo] = Field(default_factory=list)
+    workers: list[WorkerInfo] = Field(default_factory=list)
+    counts: dict[str, int] = Field(default_factory=dict, description="requests by status")
+    parts: list[str] = Field(default_factory=list)
+    versions: dict[str, str] = Field(default_factory=dict)
+
+    def write(self, run_dir: str | os.PathLike[str]) -> Path:
+        """Write atomically (temp file + rename) so readers never see half a manifest."""
+        path = Path(run_dir) / MANIFEST_NAME
+        tmp = path.with_name(MANIFEST_NAME + ".tmp")
+        tmp.write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def read(cls, run_dir: str | os.PathLike[str]) -> RunManifest:
+        path = Path(run_dir) / MANIFEST_NAME
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(f"{path}: no manifest (is this a run directory?)") from exc
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON: {exc}") from exc
+        return cls.model_validate(data)
+
+
+def new_run_id(now: dt.datetime | None = None) -> str:
+    """A sortable, unique run id: ``YYYYmmdd-HHMMSS-xxxxxx``."""
+    now = now or dt.datetime.now(dt.UTC)
+    return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+
+
+def versions() -> dict[str, str]:
+    """Versions of swarm and the libraries that shape its measurements."""
+    from importlib import metadata
+
+    out: dict[str, str] = {}
+    for dist in ("swarm-loadgen", "aiohttp", "pyarrow", "numpy", "ray"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    import platform
+
+    out["python"] = platform.python_version()
+    return out

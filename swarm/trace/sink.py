@@ -1,0 +1,216 @@
+"""TraceSink: streams RequestRecords into Parquet parts in bounded batches.
+
+Place in the map (DESIGN.md): the TraceSink seam, fed by the runner (or, on a cluster, by the
+driver with batches from workers). Memory stays flat however long the run: records are
+appended column by column into a buffer of at most ``batch_rows`` rows, which is turned into
+one Arrow record batch (one Parquet row group) and written out. A part file is written under
+a ``.inprogress`` name and renamed to ``part-<writer>-<seq>.parquet`` when closed, so every
+file that carries the ``.parquet`` suffix is complete and readable; parts rotate every
+``part_rows`` rows, and at the latest every ``flush_interval_s`` seconds of wall time, which
+bounds what an abrupt kill can take away.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from swarm.record import (
+    IDENTITY_COLUMNS,
+    RECORD_COLUMNS,
+    TRACE_SCHEMA,
+    RequestRecord,
+)
+
+log = logging.getLogger(__name__)
+
+REQUESTS_DIR = "requests"
+PART_SUFFIX = ".parquet"
+INPROGRESS_SUFFIX = ".inprogress"
+
+
+class TraceSink(Protocol):
+    """Where finished RequestRecords go."""
+
+    def write(self, record: RequestRecord) -> None: ...
+
+    def write_batch(self, batch: pa.RecordBatch) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def records_to_batch(records: list[RequestRecord]) -> pa.RecordBatch:
+    """Convert records to one Arrow batch of the trace schema (used to ship them between processes)."""
+    columns = _empty_columns()
+    for record in records:
+        _append(columns, record)
+    return _columns_to_batch(columns)
+
+
+def _empty_columns() -> dict[str, list[Any]]:
+    return {name: [] for name in TRACE_SCHEMA.names}
+
+
+def _append(columns: dict[str, list[Any]], record: RequestRecord) -> None:
+    identity = record.identity
+    for name in IDENTITY_COLUMNS:
+        columns[name].append(getattr(identity, name))
+    for name in RECORD_COLUMNS:
+        columns[name].append(getattr(record, name))
+    columns["status"][-1] = record.status.value
+
+
+def _columns_to_batch(columns: dict[str, list[Any]]) -> pa.RecordBatch:
+    arrays = [pa.array(columns[f.name], type=f.type) for f in TRACE_SCHEMA]
+    return pa.RecordBatch.from_arrays(arrays, schema=TRACE_SCHEMA)
+
+
+class ParquetTraceSink:
+    """Writes records of one writer (the driver, or one worker) under ``run_dir/requests/``.
+
+    ``write`` is cheap (appends to column lists); every ``batch_rows`` rows the buffer becomes
+    one row group. Use as a context manager, or call ``close`` in a ``finally``: closing
+    flushes the buffer and closes the open part, so nothing received is lost on an interrupt.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        *,
+        writer: str = "driver",
+        batch_rows: int = 8192,
+        part_rows: int = 500_000,
+        flush_interval_s: float | None = 10.0,
+        compression: str = "zstd",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if batch_rows < 1 or part_rows < 1:
+            raise ValueError("batch_rows and part_rows must be >= 1")
+        self.directory = Path(run_dir) / REQUESTS_DIR
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.writer = writer
+        self.batch_rows = batch_rows
+        self.part_rows = part_rows
+        self.flush_interval_s = flush_interval_s
+        self.compression = compression
+        self._clock = clock
+        self._columns = _empty_columns()
+        self._buffered = 0
+        self._part_seq = 0
+        self._part_writer: pq.ParquetWriter | None = None
+        self._part_path: Path | None = None
+        self._part_rows_written = 0
+        self._unclosed_since: float | None = None  # arrival of the oldest row not in a closed part
+        self.rows_written = 0
+        self.parts: list[str] = []
+        self._closed = False
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def write(self, record: RequestRecord) -> None:
+        """Buffer one record; writes a row group when the buffer is full."""
+        if self._closed:
+            raise RuntimeError("trace sink is closed")
+        _append(self._columns, record)
+        self._buffered += 1
+        if self._unclosed_since is None:
+            self._unclosed_since = self._clock()
+        if self._buffered >= self.batch_rows:
+            self.flush()
+
+    def write_batch(self, batch: pa.RecordBatch) -> None:
+        """Write an Arrow batch of the trace schema (e.g. shipped from a worker) as it is."""
+        if self._closed:
+            raise RuntimeError("trace sink is closed")
+        if not batch.schema.equals(TRACE_SCHEMA, check_metadata=False):
+            batch = batch.select(TRACE_SCHEMA.names).cast(TRACE_SCHEMA)
+        self.flush()
+        if batch.num_rows:
+            if self._unclosed_since is None:
+                self._unclosed_since = self._clock()
+            self._write_batch(batch)
+
+    def flush(self) -> None:
+        """Write the buffered rows as one row group, and rotate the part if it is due."""
+        if self._buffered:
+            batch = _columns_to_batch(self._columns)
+            self._columns = _empty_columns()
+            self._buffered = 0
+            self._write_batch(batch)
+
+    def _write_batch(self, batch: pa.RecordBatch) -> None:
+        if self._part_writer is None:
+            self._open_part()
+        assert self._part_writer is not None
+        self._part_writer.write_batch(batch)
+        self._part_rows_written += batch.num_rows
+        self.rows_written += batch.num_rows
+        if self._part_due():
+            self._close_part()
+
+    def _part_due(self) -> bool:
+        if self._part_rows_written >= self.part_rows:
+            return True
+        return self._interval_passed()
+
+    def _interval_passed(self) -> bool:
+        return (
+            self.flush_interval_s is not None
+            and self._unclosed_since is not None
+            and self._clock() - self._unclosed_since >= self.flush_interval_s
+        )
+
+    def maybe_rotate(self) -> None:
+        """Close out rows older than ``flush_interval_s`` into a closed part (call periodically).
+
+        Bounds what an abrupt kill of the process can lose to one flush interval.
+        """
+        if self._interval_passed():
+            self.flush()
+            if self._part_writer is not None:
+                self._close_part()
+
+    # -- parts -------------------------------------------------------------------------------
+
+    def _open_part(self) -> None:
+        name = f"part-{self.writer}-{self._part_seq:05d}{PART_SUFFIX}"
+        self._part_seq += 1
+        self._part_path = self.directory / name
+        tmp = self._part_path.with_name(name + INPROGRESS_SUFFIX)
+        self._part_writer = pq.ParquetWriter(tmp, TRACE_SCHEMA, compression=self.compression)
+        self._part_rows_written = 0
+
+    def _close_part(self) -> None:
+        assert self._part_writer is not None and self._part_path is not None
+        self._part_writer.close()
+        tmp = self._part_path.with_name(self._part_path.name + INPROGRESS_SUFFIX)
+        os.replace(tmp, self._part_path)
+        self.parts.append(self._part_path.name)
+        log.debug("closed trace part %s (%d rows)", self._part_path, self._part_rows_written)
+        self._part_writer = None
+        self._part_path = None
+        self._unclosed_since = self._clock() if self._buffered else None
+
+    def close(self) -> None:
+        """Flush everything and close the open part. Safe to call more than once."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.flush()
+        finally:
+            if self._part_writer is not None:
+                self._close_part()
+
+    def __enter__(self) -> ParquetTraceSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
