@@ -42,7 +42,8 @@ def truncate_error(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     text = text.strip()
     if len(text) <= limit:
         return text
-    return text[: limit - 12] + " …[truncated]"
+    marker = " …[truncated]"
+    return text[: limit - len(marker)] + marker
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ _ROOT = 0
 
 
 class _Block:
-    __slots__ = ("key", "parent", "children", "last_access", "lock")
+    __slots__ = ("children", "key", "last_access", "lock", "parent")
 
     def __init__(self, key: tuple[int, tuple[str, ...]], parent: int) -> None:
         self.key = key
@@ -104,9 +104,7 @@ class BlockCache:
     def evict(self, tokens_needed: int) -> int:
         blocks_needed = -(-tokens_needed // self.block_tokens)
         heap = [
-            (blk.last_access, bid)
-            for bid, blk in self._blocks.items()
-            if blk.children == 0 and blk.lock == 0
+            (blk.last_access, bid) for bid, blk in self._blocks.items() if blk.children == 0 and blk.lock == 0
         ]
         heapq.heapify(heap)
         freed = 0

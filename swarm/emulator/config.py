@@ -36,9 +36,7 @@ class EmulatorConfig(BaseModel):
     prefill_ms_per_token: float = Field(
         default=0.02, ge=0, description="b: cost per uncached prompt token prefilled in a step"
     )
-    decode_ms_per_seq: float = Field(
-        default=0.05, ge=0, description="c: cost per running sequence in a step"
-    )
+    decode_ms_per_seq: float = Field(default=0.05, ge=0, description="c: cost per running sequence in a step")
     first_token_ms: float = Field(default=50.0, ge=0, description="fixed timing: time to first token")
     token_ms: float = Field(default=10.0, ge=0, description="fixed timing: time between tokens")
     kv_capacity_tokens: int = Field(

@@ -45,7 +45,21 @@ log = logging.getLogger(__name__)
 
 #: Histogram bucket upper bounds in seconds, for the Prometheus latency metrics.
 LATENCY_BUCKETS_S: tuple[float, ...] = (
-    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
 )
 
 
@@ -84,9 +98,21 @@ class Generation:
     """One request inside the engine. Iterate ``tokens()`` to receive generated words."""
 
     __slots__ = (
-        "prompt", "max_new", "cached_tokens", "output", "_pending", "_event", "finished",
-        "cancelled", "arrived_s", "first_token_s", "reserved", "_lock_handle", "_words",
-        "_model", "admitted_s",
+        "_event",
+        "_lock_handle",
+        "_model",
+        "_pending",
+        "_words",
+        "admitted_s",
+        "arrived_s",
+        "cached_tokens",
+        "cancelled",
+        "finished",
+        "first_token_s",
+        "max_new",
+        "output",
+        "prompt",
+        "reserved",
     )
 
     def __init__(self, model: EngineModel, prompt: list[str], max_new: int, arrived_s: float):

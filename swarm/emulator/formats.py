@@ -22,16 +22,46 @@ from swarm.emulator.engine_model import LATENCY_BUCKETS_S, EngineModel, Generati
 #: Fields trtllm-serve's OpenAI request models accept; anything else is refused.
 TRTLLM_COMMON_FIELDS = frozenset(
     {
-        "model", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature",
-        "top_p", "top_k", "n", "stop", "seed", "frequency_penalty", "presence_penalty",
-        "logprobs", "top_logprobs", "user", "ignore_eos", "min_tokens", "stop_token_ids",
-        "best_of", "use_beam_search", "length_penalty", "repetition_penalty", "min_p",
-        "response_format", "logit_bias", "disaggregated_params", "lora_request",
+        "model",
+        "stream",
+        "stream_options",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "top_k",
+        "n",
+        "stop",
+        "seed",
+        "frequency_penalty",
+        "presence_penalty",
+        "logprobs",
+        "top_logprobs",
+        "user",
+        "ignore_eos",
+        "min_tokens",
+        "stop_token_ids",
+        "best_of",
+        "use_beam_search",
+        "length_penalty",
+        "repetition_penalty",
+        "min_p",
+        "response_format",
+        "logit_bias",
+        "disaggregated_params",
+        "lora_request",
     }
 )
 TRTLLM_CHAT_FIELDS = TRTLLM_COMMON_FIELDS | {
-    "messages", "tools", "tool_choice", "parallel_tool_calls", "chat_template",
-    "chat_template_kwargs", "add_generation_prompt", "documents", "reasoning_effort",
+    "messages",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "chat_template",
+    "chat_template_kwargs",
+    "add_generation_prompt",
+    "documents",
+    "reasoning_effort",
 }
 TRTLLM_COMPLETION_FIELDS = TRTLLM_COMMON_FIELDS | {"prompt", "echo", "suffix"}
 
@@ -46,9 +76,7 @@ def usage(config: EmulatorConfig, gen: Generation) -> dict[str, Any]:
         "completion_tokens": len(gen.output),
         "total_tokens": gen.prompt_tokens + len(gen.output),
     }
-    if config.engine == "trtllm":
-        u["prompt_tokens_details"] = {"cached_tokens": gen.cached_tokens}
-    elif config.cache_report and gen.cached_tokens > 0:
+    if config.engine == "trtllm" or (config.cache_report and gen.cached_tokens > 0):
         u["prompt_tokens_details"] = {"cached_tokens": gen.cached_tokens}
     return u
 
@@ -94,21 +122,53 @@ def prometheus_text(config: EmulatorConfig, model: EngineModel) -> str:
         lines.append(f"{name}{{{labels}}} {value}")
 
     if config.engine == "sglang":
-        metric("sglang:prompt_tokens_total", "counter", st.prompt_tokens_total, "Number of prefill tokens processed.")
-        metric("sglang:generation_tokens_total", "counter", st.generation_tokens_total, "Number of generation tokens processed.")
-        metric("sglang:cached_tokens_total", "counter", st.cached_tokens_total, "Number of cached prompt tokens.")
+        metric(
+            "sglang:prompt_tokens_total",
+            "counter",
+            st.prompt_tokens_total,
+            "Number of prefill tokens processed.",
+        )
+        metric(
+            "sglang:generation_tokens_total",
+            "counter",
+            st.generation_tokens_total,
+            "Number of generation tokens processed.",
+        )
+        metric(
+            "sglang:cached_tokens_total", "counter", st.cached_tokens_total, "Number of cached prompt tokens."
+        )
         metric("sglang:num_requests_total", "counter", st.requests_finished, "Number of requests processed.")
         metric("sglang:num_running_reqs", "gauge", len(model.running), "The number of running requests.")
-        metric("sglang:num_queue_reqs", "gauge", len(model.waiting), "The number of requests in the waiting queue.")
+        metric(
+            "sglang:num_queue_reqs",
+            "gauge",
+            len(model.waiting),
+            "The number of requests in the waiting queue.",
+        )
         metric("sglang:token_usage", "gauge", kv_usage, "The token usage.")
         metric("sglang:cache_hit_rate", "gauge", hit_rate, "The prefix cache hit rate.")
         lines += _hist_lines("sglang:time_to_first_token_seconds", labels, st.ttft)
         lines += _hist_lines("sglang:e2e_request_latency_seconds", labels, st.e2e)
         lines += _hist_lines("sglang:inter_token_latency_seconds", labels, st.tpot)
     else:
-        metric("trtllm_request_success_total", "counter", st.requests_finished, "Count of successfully processed requests.")
-        metric("trtllm_prompt_tokens_total", "counter", st.prompt_tokens_total, "Number of prompt tokens processed.")
-        metric("trtllm_generation_tokens_total", "counter", st.generation_tokens_total, "Number of generation tokens processed.")
+        metric(
+            "trtllm_request_success_total",
+            "counter",
+            st.requests_finished,
+            "Count of successfully processed requests.",
+        )
+        metric(
+            "trtllm_prompt_tokens_total",
+            "counter",
+            st.prompt_tokens_total,
+            "Number of prompt tokens processed.",
+        )
+        metric(
+            "trtllm_generation_tokens_total",
+            "counter",
+            st.generation_tokens_total,
+            "Number of generation tokens processed.",
+        )
         metric("trtllm_kv_cache_hit_rate", "gauge", hit_rate, "KV cache block reuse rate (tokens).")
         metric("trtllm_kv_cache_utilization", "gauge", kv_usage, "KV cache utilization.")
         metric("trtllm_num_requests_running", "gauge", len(model.running), "Requests being processed.")

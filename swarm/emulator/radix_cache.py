@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 
 class _Node:
-    __slots__ = ("key", "children", "parent", "last_access", "lock")
+    __slots__ = ("children", "key", "last_access", "lock", "parent")
 
     def __init__(self, key: list[str], parent: _Node | None) -> None:
         self.key = key

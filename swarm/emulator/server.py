@@ -152,8 +152,14 @@ class _Handlers:
             else:
                 choice["text"] = text
             return _json(
-                {"id": rid, "object": obj, "created": created, "model": cfg.model,
-                 "choices": [choice], "usage": usage(cfg, gen)}
+                {
+                    "id": rid,
+                    "object": obj,
+                    "created": created,
+                    "model": cfg.model,
+                    "choices": [choice],
+                    "usage": usage(cfg, gen),
+                }
             )
         options = body.get("stream_options") or {}
         include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
@@ -162,14 +168,33 @@ class _Handlers:
         chunk_obj = obj + ".chunk" if chat else obj
         head = {"id": rid, "object": chunk_obj, "created": created, "model": cfg.model}
         if chat:
-            await resp.write(_sse({**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}]}))
+            await resp.write(
+                _sse(
+                    {
+                        **head,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "delta": {"role": "assistant", "content": ""},
+                                "logprobs": None,
+                                "finish_reason": None,
+                            }
+                        ],
+                    }
+                )
+            )
         first = True
         async for words in gen.tokens():
             for word in words:
                 piece = word if first else " " + word
                 first = False
                 if chat:
-                    choice = {"index": 0, "delta": {"content": piece}, "logprobs": None, "finish_reason": None}
+                    choice = {
+                        "index": 0,
+                        "delta": {"content": piece},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
                 else:
                     choice = {"index": 0, "text": piece, "logprobs": None, "finish_reason": None}
                 await resp.write(_sse({**head, "choices": [choice]}))
@@ -205,12 +230,24 @@ class _Handlers:
         if not body.get("stream"):
             async for _ in gen.tokens():
                 pass
-            return _json({"text": " ".join(gen.output), "meta_info": generate_meta(gen, rid, True, time.monotonic() - start)})
+            return _json(
+                {
+                    "text": " ".join(gen.output),
+                    "meta_info": generate_meta(gen, rid, True, time.monotonic() - start),
+                }
+            )
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
         async for _ in gen.tokens():
             done = gen.finished
-            await resp.write(_sse({"text": " ".join(gen.output), "meta_info": generate_meta(gen, rid, done, time.monotonic() - start)}))
+            await resp.write(
+                _sse(
+                    {
+                        "text": " ".join(gen.output),
+                        "meta_info": generate_meta(gen, rid, done, time.monotonic() - start),
+                    }
+                )
+            )
         await resp.write(_DONE)
         await resp.write_eof()
         return resp
@@ -221,7 +258,21 @@ class _Handlers:
         return web.Response(text="OK" if self.config.engine == "sglang" else "")
 
     async def models(self, request: web.Request) -> web.Response:
-        return _json({"object": "list", "data": [{"id": self.config.model, "object": "model", "created": 0, "owned_by": owned_by(self.config), "root": self.config.model, "max_model_len": self.config.max_prompt_tokens}]})
+        return _json(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.config.model,
+                        "object": "model",
+                        "created": 0,
+                        "owned_by": owned_by(self.config),
+                        "root": self.config.model,
+                        "max_model_len": self.config.max_prompt_tokens,
+                    }
+                ],
+            }
+        )
 
     def _info(self) -> dict[str, Any]:
         cfg = self.config
@@ -250,20 +301,32 @@ class _Handlers:
         return _json({"model_path": self.config.model, "is_generation": True, "emulator": True})
 
     async def version(self, request: web.Request) -> web.Response:
-        return _json({"version": f"swarm-emulator {__version__}", "emulator": True, "engine_profile": self.config.engine})
+        return _json(
+            {
+                "version": f"swarm-emulator {__version__}",
+                "emulator": True,
+                "engine_profile": self.config.engine,
+            }
+        )
 
     async def flush_cache(self, request: web.Request) -> web.Response:
         if self.model.flush_cache():
-            return web.Response(text="Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n")
+            return web.Response(
+                text="Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n"
+            )
         return web.Response(status=400, text="Cache not flushed: requests are in flight.\n")
 
     async def metrics(self, request: web.Request) -> web.Response:
         if self.config.engine == "trtllm":
             return _json(trtllm_iteration_stats(self.config, self.model))
-        return web.Response(text=prometheus_text(self.config, self.model), content_type="text/plain", charset="utf-8")
+        return web.Response(
+            text=prometheus_text(self.config, self.model), content_type="text/plain", charset="utf-8"
+        )
 
     async def prometheus(self, request: web.Request) -> web.Response:
-        return web.Response(text=prometheus_text(self.config, self.model), content_type="text/plain", charset="utf-8")
+        return web.Response(
+            text=prometheus_text(self.config, self.model), content_type="text/plain", charset="utf-8"
+        )
 
 
 @web.middleware
@@ -294,7 +357,8 @@ def build_app(config: EmulatorConfig) -> web.Application:
 
     def route(name: str) -> Any:
         async def call(request: web.Request) -> web.StreamResponse:
-            return await getattr(request.app[_HANDLERS_KEY], name)(request)  # type: ignore[no-any-return]
+            response: web.StreamResponse = await getattr(request.app[_HANDLERS_KEY], name)(request)
+            return response
 
         return call
 
@@ -343,10 +407,10 @@ async def start_emulator(config: EmulatorConfig) -> RunningEmulator:
         if exc.errno == errno.EADDRINUSE:
             raise InputError(f"port {config.port} on {config.host} is already in use") from None
         raise InputError(f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from None
-    server = site._server
     port = config.port
-    if server is not None and getattr(server, "sockets", None):
-        port = server.sockets[0].getsockname()[1]
+    for address in runner.addresses:  # the bound (host, port), also when port 0 was asked
+        port = int(address[1])
+        break
     return RunningEmulator(runner, config, port)
 
 
@@ -359,7 +423,9 @@ class EmulatorThread:
     def __init__(self, config: EmulatorConfig) -> None:
         self.config = config
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name=f"emulator-{config.engine}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name=f"emulator-{config.engine}", daemon=True
+        )
         self._server: RunningEmulator | None = None
 
     @property

@@ -181,7 +181,7 @@ def describe_error_body(body: bytes, content_type: str) -> str:
 class _Watchdog:
     """Cancels the current task when a deadline passes, remembering which one it was."""
 
-    __slots__ = ("_task", "_loop", "_first", "_total", "fired")
+    __slots__ = ("_first", "_loop", "_task", "_total", "fired")
 
     def __init__(self) -> None:
         task = asyncio.current_task()
@@ -418,6 +418,4 @@ class HttpEngineClient:
             elif feed(payload):
                 chunk_ns.append(_perf_ns() - t0)
         if not done:
-            raise _Outcome(
-                Status.STREAM_ERROR, "stream ended without [DONE]", resp.status
-            )
+            raise _Outcome(Status.STREAM_ERROR, "stream ended without [DONE]", resp.status)

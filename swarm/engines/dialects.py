@@ -133,9 +133,12 @@ def read_openai_usage(obj: Mapping[str, Any], profile: EngineProfile, usage: Usa
         elif usage.cached_tokens is None and profile.cached_absent_means_zero:
             usage.cached_tokens = 0
     timings = obj.get("timings")
-    if isinstance(timings, Mapping) and timings.get("cache_n") is not None:
-        if usage.cached_tokens is None or usage.cached_tokens == 0:
-            usage.cached_tokens = int(timings["cache_n"])
+    if (
+        isinstance(timings, Mapping)
+        and timings.get("cache_n") is not None
+        and not usage.cached_tokens  # llama.cpp: prefer cache_n when usage says nothing (or 0)
+    ):
+        usage.cached_tokens = int(timings["cache_n"])
 
 
 def _error_text(obj: Mapping[str, Any]) -> str | None:

@@ -75,8 +75,7 @@ PROFILES: dict[str, EngineProfile] = {
         info_paths=("/version",),
         cache_block_tokens=32,
         cache_report_hint=(
-            "enable KV-cache block reuse in trtllm-serve's config "
-            "(kv_cache_config: enable_block_reuse: true)"
+            "enable KV-cache block reuse in trtllm-serve's config (kv_cache_config: enable_block_reuse: true)"
         ),
     ),
     "vllm": EngineProfile(
@@ -135,7 +134,6 @@ def check_dialect(profile: EngineProfile, dialect: str) -> str:
         raise InputError(f"unknown dialect {dialect!r} (known: {', '.join(DIALECTS)})")
     if dialect not in profile.dialects:
         raise InputError(
-            f"{profile.title} does not serve the {dialect} dialect "
-            f"(it serves: {', '.join(profile.dialects)})"
+            f"{profile.title} does not serve the {dialect} dialect (it serves: {', '.join(profile.dialects)})"
         )
     return dialect

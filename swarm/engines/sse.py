@@ -22,7 +22,7 @@ class SSEError(ValueError):
 class SSEParser:
     """Feed bytes, get complete events' data payloads (bytes, without the ``data:`` prefix)."""
 
-    __slots__ = ("_tail", "_data", "_max_line")
+    __slots__ = ("_data", "_max_line", "_tail")
 
     def __init__(self, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
         self._tail = b""  # bytes of an unfinished line (may end with a lone CR)

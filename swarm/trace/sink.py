@@ -46,11 +46,11 @@ class TraceSink(Protocol):
     def close(self) -> None: ...
 
 
-def records_to_batch(records: list[RequestRecord]) -> pa.RecordBatch:
+def records_to_batch(records: list[RequestRecord], *, keep_text: bool = False) -> pa.RecordBatch:
     """Convert records to one Arrow batch of the trace schema (used to ship them between processes)."""
     columns = _empty_columns()
     for record in records:
-        _append(columns, record)
+        _append(columns, record, keep_text)
     return _columns_to_batch(columns)
 
 
@@ -58,13 +58,19 @@ def _empty_columns() -> dict[str, list[Any]]:
     return {name: [] for name in TRACE_SCHEMA.names}
 
 
-def _append(columns: dict[str, list[Any]], record: RequestRecord) -> None:
+_TEXT_COLUMNS = ("prompt_parts", "output_text")
+
+
+def _append(columns: dict[str, list[Any]], record: RequestRecord, keep_text: bool) -> None:
     identity = record.identity
     for name in IDENTITY_COLUMNS:
         columns[name].append(getattr(identity, name))
     for name in RECORD_COLUMNS:
         columns[name].append(getattr(record, name))
     columns["status"][-1] = record.status.value
+    if not keep_text:
+        for name in _TEXT_COLUMNS:
+            columns[name][-1] = None
 
 
 def _columns_to_batch(columns: dict[str, list[Any]]) -> pa.RecordBatch:
@@ -76,7 +82,7 @@ class ParquetTraceSink:
     """Writes records of one writer (the driver, or one worker) under ``run_dir/requests/``.
 
     ``write`` is cheap (appends to column lists); every ``batch_rows`` rows the buffer becomes
-    one row group. Use as a context manager, or call ``close`` in a ``finally``: closing
+    one row group. Prompt and output text are written only with ``keep_text`` (``--record-text``). Use as a context manager, or call ``close`` in a ``finally``: closing
     flushes the buffer and closes the open part, so nothing received is lost on an interrupt.
     """
 
@@ -89,6 +95,7 @@ class ParquetTraceSink:
         part_rows: int = 500_000,
         flush_interval_s: float | None = 10.0,
         compression: str = "zstd",
+        keep_text: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if batch_rows < 1 or part_rows < 1:
@@ -100,6 +107,7 @@ class ParquetTraceSink:
         self.part_rows = part_rows
         self.flush_interval_s = flush_interval_s
         self.compression = compression
+        self.keep_text = keep_text
         self._clock = clock
         self._columns = _empty_columns()
         self._buffered = 0
@@ -118,7 +126,7 @@ class ParquetTraceSink:
         """Buffer one record; writes a row group when the buffer is full."""
         if self._closed:
             raise RuntimeError("trace sink is closed")
-        _append(self._columns, record)
+        _append(self._columns, record, self.keep_text)
         self._buffered += 1
         if self._unclosed_since is None:
             self._unclosed_since = self._clock()

@@ -1,0 +1,72 @@
+"""Shared fixtures: emulators on loopback (in a thread, or as a separate process)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from swarm.emulator import EmulatorConfig, EmulatorThread
+
+
+@pytest.fixture
+def emulator() -> Iterator[Callable[..., EmulatorThread]]:
+    """Factory: ``emulator(engine="sglang", **config)`` starts one on a free loopback port."""
+    started: list[EmulatorThread] = []
+
+    def start(**overrides: Any) -> EmulatorThread:
+        cfg = EmulatorConfig(**{"port": 0, **overrides})
+        emu = EmulatorThread(cfg).start()
+        started.append(emu)
+        return emu
+
+    yield start
+    for emu in started:
+        emu.stop()
+
+
+class EmulatorProcess:
+    def __init__(self, args: list[str]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "swarm", "emulate", "--port", "0", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        match = re.search(r"listening on (http://\S+)", line)
+        if not match:
+            self.proc.kill()
+            raise RuntimeError(
+                f"emulator did not start: {line!r} {self.proc.stderr.read() if self.proc.stderr else ''}"
+            )
+        self.url = match.group(1)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@pytest.fixture
+def emulator_process() -> Iterator[Callable[..., EmulatorProcess]]:
+    """Factory: ``emulator_process("--engine", "trtllm", ...)`` runs ``swarm emulate`` as a process."""
+    started: list[EmulatorProcess] = []
+
+    def start(*args: str) -> EmulatorProcess:
+        p = EmulatorProcess(list(args))
+        started.append(p)
+        return p
+
+    yield start
+    for p in started:
+        p.stop()

@@ -1,0 +1,204 @@
+"""Failures become records with their own status and a truncated error text, never exceptions.
+
+A purpose-built misbehaving server on loopback picks its misbehaviour from the request's
+``model`` field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp import web
+
+from swarm.engines.client import EngineRequest, HttpEngineClient, Timeouts, open_http_session
+from swarm.engines.dialects import ChatMessage
+from swarm.engines.profiles import get_profile
+from swarm.record import MAX_ERROR_CHARS, RequestRecord, Status
+
+CONTENT = b'data: {"choices":[{"index":0,"delta":{"content":"tok"}}]}\n\n'
+
+
+async def misbehave(request: web.Request) -> web.StreamResponse:
+    mode = (await request.json())["model"]
+    if mode == "json500":
+        return web.json_response({"error": {"message": "engine exploded", "code": 500}}, status=500)
+    if mode == "html503":
+        return web.Response(
+            status=503,
+            text="<html><body><h1>503 Service Unavailable</h1><p>try later</p></body></html>",
+            content_type="text/html",
+        )
+    if mode == "json400":
+        return web.json_response({"object": "error", "message": "max_tokens must be positive"}, status=400)
+    if mode == "huge500":
+        return web.Response(status=500, text="x" * 10_000)
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    if mode == "cut":
+        await resp.write(CONTENT * 2)
+        await asyncio.sleep(0.05)
+        assert request.transport is not None
+        request.transport.abort()
+        return resp
+    if mode == "badjson":
+        await resp.write(CONTENT + b"data: {not json\n\n")
+        await asyncio.sleep(0.05)
+        return resp
+    if mode == "stall":
+        await resp.write(b": keep-alive\n\n")
+        await asyncio.sleep(5)
+        return resp
+    if mode == "stall_mid":
+        await resp.write(CONTENT)
+        await asyncio.sleep(5)
+        return resp
+    if mode == "nodone":
+        await resp.write(CONTENT * 3)
+        await resp.write_eof()
+        return resp
+    if mode == "errorevent":
+        await resp.write(CONTENT + b'data: {"error": {"message": "out of KV cache"}}\n\n')
+        return resp
+    if mode == "ok":
+        await resp.write(CONTENT * 3 + b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+    raise AssertionError(mode)
+
+
+@pytest.fixture
+async def bad_server() -> AsyncIterator[str]:
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", misbehave)
+    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.2)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    yield f"http://127.0.0.1:{port}"
+    await runner.cleanup()
+
+
+async def send(url: str, mode: str, timeouts: Timeouts | None = None) -> RequestRecord:
+    async with open_http_session() as session:
+        client = HttpEngineClient(session, url, get_profile("vllm"), model=mode, timeouts=timeouts)
+        return await client.send(EngineRequest(messages=(ChatMessage("user", "hi"),), max_tokens=4))
+
+
+async def test_ok_stream_is_ok(bad_server: str) -> None:
+    r = await send(bad_server, "ok")
+    assert r.status is Status.OK and len(r.chunk_ns) == 3 and r.error is None
+
+
+async def test_connection_refused() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = await send(f"http://127.0.0.1:{port}", "ok")
+    assert r.status is Status.CONNECT_ERROR
+    assert "cannot connect" in (r.error or "")
+    assert r.ttft_ns is None and r.chunk_ns == ()
+
+
+@pytest.mark.parametrize(
+    ("mode", "http", "text"),
+    [
+        ("json500", 500, "HTTP 500: engine exploded"),
+        ("html503", 503, "HTTP 503: 503 Service Unavailable try later"),
+        ("json400", 400, "HTTP 400: max_tokens must be positive"),
+    ],
+)
+async def test_http_errors(bad_server: str, mode: str, http: int, text: str) -> None:
+    r = await send(bad_server, mode)
+    assert r.status is Status.HTTP_ERROR
+    assert r.http_status == http
+    assert r.error == text
+
+
+async def test_long_error_text_is_truncated(bad_server: str) -> None:
+    r = await send(bad_server, "huge500")
+    assert r.status is Status.HTTP_ERROR
+    assert r.error is not None and len(r.error) <= MAX_ERROR_CHARS and r.error.endswith("[truncated]")
+
+
+async def test_stream_cut_midway(bad_server: str) -> None:
+    r = await send(bad_server, "cut")
+    assert r.status is Status.STREAM_ERROR
+    assert len(r.chunk_ns) == 2  # what arrived before the cut is kept
+    assert r.error
+
+
+async def test_invalid_json_chunk(bad_server: str) -> None:
+    r = await send(bad_server, "badjson")
+    assert r.status is Status.STREAM_ERROR
+    assert "invalid JSON" in (r.error or "")
+
+
+async def test_error_object_in_stream(bad_server: str) -> None:
+    r = await send(bad_server, "errorevent")
+    assert r.status is Status.STREAM_ERROR
+    assert "out of KV cache" in (r.error or "")
+
+
+async def test_stream_without_done(bad_server: str) -> None:
+    r = await send(bad_server, "nodone")
+    assert r.status is Status.STREAM_ERROR
+    assert r.error == "stream ended without [DONE]"
+    assert len(r.chunk_ns) == 3
+
+
+async def test_stall_past_first_token_timeout(bad_server: str) -> None:
+    r = await send(bad_server, "stall", Timeouts(first_token_s=0.2, total_s=3))
+    assert r.status is Status.TIMEOUT
+    assert r.error == "no first token within 0.2 s"
+    assert r.e2e_ns is not None and 0.2e9 <= r.e2e_ns < 2e9
+    # the test task itself is not left cancelled by the client's own timeout
+    await asyncio.sleep(0)
+
+
+async def test_stall_mid_stream_hits_total_timeout(bad_server: str) -> None:
+    r = await send(bad_server, "stall_mid", Timeouts(first_token_s=0.2, total_s=0.4))
+    assert r.status is Status.TIMEOUT
+    assert r.error == "request not finished within 0.4 s"
+    assert len(r.chunk_ns) == 1
+
+
+async def test_outside_cancellation_is_recorded(bad_server: str) -> None:
+    task = asyncio.create_task(send(bad_server, "stall"))
+    await asyncio.sleep(0.2)
+    task.cancel()
+    r = await task
+    assert r.status is Status.CANCELLED
+
+
+async def test_api_key_from_env_is_sent_and_never_recorded(
+    bad_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[str] = []
+
+    async def echo(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Authorization", ""))
+        return web.Response(status=401, text=f"bad key {request.headers.get('Authorization')}")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", echo)
+    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.2)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    monkeypatch.setenv("SWARM_TEST_KEY", "sk-planted-secret")
+    try:
+        async with open_http_session() as session:
+            client = HttpEngineClient(
+                session, f"http://127.0.0.1:{port}", get_profile("vllm"), api_key_env="SWARM_TEST_KEY"
+            )
+            r = await client.send(EngineRequest(messages=(ChatMessage("user", "hi"),), max_tokens=1))
+    finally:
+        await runner.cleanup()
+    assert seen == ["Bearer sk-planted-secret"]
+    assert r.status is Status.HTTP_ERROR
+    assert "sk-planted-secret" not in repr(r) and "[REDACTED]" in (r.error or "")

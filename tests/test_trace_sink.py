@@ -1,0 +1,147 @@
+"""TraceSink: Parquet parts that read back as one dataset, bounded memory, nothing lost."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from swarm.record import SCHEMA_VERSION, TRACE_SCHEMA
+from swarm.trace.manifest import RunManifest, RunStatus, new_run_id
+from swarm.trace.reader import list_parts, read_requests, unfinished_parts
+from swarm.trace.sink import ParquetTraceSink, records_to_batch
+from swarm.trace.synthetic import synthetic_record
+
+
+def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
+    records = [synthetic_record(i) for i in range(100)]
+    with ParquetTraceSink(tmp_path, batch_rows=7) as sink:
+        for r in records:
+            sink.write(r)
+    table = read_requests(tmp_path)
+    assert table.num_rows == 100
+    assert table.schema.equals(TRACE_SCHEMA, check_metadata=False)
+    rows = {row["request_id"]: row for row in table.to_pylist()}
+    for r in records:
+        row = rows[r.identity.request_id]
+        assert row["status"] == r.status.value
+        assert row["chunk_ns"] == list(r.chunk_ns)
+        assert row["block_hashes"] == list(r.block_hashes)
+        assert row["ttft_ns"] == r.ttft_ns and row["cached_tokens"] == r.cached_tokens
+        assert row["parent_nodes"] == list(r.identity.parent_nodes)
+    meta = pq.read_schema(list_parts(tmp_path)[0]).metadata
+    assert meta[b"swarm.schema_version"] == str(SCHEMA_VERSION).encode()
+
+
+def test_text_is_written_only_when_asked(tmp_path: Path) -> None:
+    import dataclasses
+
+    rec = dataclasses.replace(synthetic_record(0), prompt_parts=("sys", "task"), output_text="answer")
+    with ParquetTraceSink(tmp_path / "a") as sink:
+        sink.write(rec)
+    with ParquetTraceSink(tmp_path / "b", keep_text=True) as sink:
+        sink.write(rec)
+    assert read_requests(tmp_path / "a").column("output_text").to_pylist() == [None]
+    b = read_requests(tmp_path / "b")
+    assert b.column("output_text").to_pylist() == ["answer"]
+    assert b.column("prompt_parts").to_pylist() == [["sys", "task"]]
+
+
+def test_parts_rotate_by_rows(tmp_path: Path) -> None:
+    with ParquetTraceSink(tmp_path, batch_rows=10, part_rows=25, flush_interval_s=None) as sink:
+        for i in range(100):
+            sink.write(synthetic_record(i))
+    parts = list_parts(tmp_path)
+    assert len(parts) == 4  # 30, 30, 30, 10 rows (rotation after whole batches)
+    assert read_requests(tmp_path).num_rows == 100
+
+
+def test_flush_interval_closes_parts_on_a_virtual_clock(tmp_path: Path) -> None:
+    now = [0.0]
+    sink = ParquetTraceSink(tmp_path, batch_rows=1000, flush_interval_s=5.0, clock=lambda: now[0])
+    for i in range(10):
+        sink.write(synthetic_record(i))
+    sink.maybe_rotate()
+    assert list_parts(tmp_path) == []  # nothing due yet
+    now[0] = 5.0
+    sink.maybe_rotate()
+    assert read_requests(tmp_path).num_rows == 10  # rows older than the interval are closed out
+    sink.write(synthetic_record(10))
+    now[0] = 7.0
+    sink.maybe_rotate()
+    assert read_requests(tmp_path).num_rows == 10
+    sink.close()
+    assert read_requests(tmp_path).num_rows == 11
+
+
+def test_interrupted_writer_leaves_readable_parts(tmp_path: Path) -> None:
+    with pytest.raises(KeyboardInterrupt), ParquetTraceSink(tmp_path, batch_rows=16) as sink:
+        for i in range(50):
+            sink.write(synthetic_record(i))
+        raise KeyboardInterrupt
+    assert unfinished_parts(tmp_path) == []
+    assert read_requests(tmp_path).num_rows == 50
+
+
+def test_write_batch_from_another_process_format(tmp_path: Path) -> None:
+    batch = records_to_batch([synthetic_record(i) for i in range(20)])
+    with ParquetTraceSink(tmp_path) as sink:
+        sink.write(synthetic_record(99))
+        sink.write_batch(batch)
+    table = read_requests(tmp_path)
+    assert table.num_rows == 21
+
+
+def test_manifest_round_trip(tmp_path: Path) -> None:
+    m = RunManifest(run_id=new_run_id(), seed=7)
+    m.write(tmp_path)
+    m.status = RunStatus.COMPLETE
+    m.counts = {"ok": 3}
+    m.write(tmp_path)
+    back = RunManifest.read(tmp_path)
+    assert back.status is RunStatus.COMPLETE and back.counts == {"ok": 3} and back.seed == 7
+
+
+def test_empty_run_reads_as_empty_table(tmp_path: Path) -> None:
+    ParquetTraceSink(tmp_path).close()
+    assert read_requests(tmp_path).num_rows == 0
+
+
+MILLION = """
+import resource, sys
+import psutil
+from swarm.trace.sink import ParquetTraceSink
+from swarm.trace.synthetic import synthetic_record
+sink = ParquetTraceSink(sys.argv[1], part_rows=250_000, flush_interval_s=None)
+for i in range(2000):
+    sink.write(synthetic_record(i))
+base = psutil.Process().memory_info().rss
+for i in range(2000, 1_000_000):
+    sink.write(synthetic_record(i))
+sink.close()
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(peak - base)
+"""
+
+
+@pytest.mark.slow
+def test_a_million_records_with_flat_memory(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", MILLION, str(tmp_path)], capture_output=True, text=True, check=True
+    )
+    growth = int(out.stdout.strip())
+    assert growth < 300 * 2**20, f"peak RSS grew by {growth / 2**20:.0f} MB"
+    parts = list_parts(tmp_path)
+    assert len(parts) == 4
+    assert pq.ParquetDataset([str(p) for p in parts]).read(columns=["request_id"]).num_rows == 1_000_000
+    con = duckdb.connect()
+    n, ok = con.execute(
+        f"SELECT count(*), count(*) FILTER (WHERE status = 'ok') FROM read_parquet('{tmp_path}/requests/*.parquet')"
+    ).fetchone()
+    assert n == 1_000_000 and ok == 900_000
+    assert isinstance(read_requests(tmp_path, columns=["ttft_ns"]), pa.Table)
