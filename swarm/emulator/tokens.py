@@ -5,8 +5,8 @@ prompt token count of any text is ``len(text.split())``, exact and knowable by t
 chat requests the tokens are the words of every message's content in order (no template
 tokens), so a chat prompt and the same parts joined into one completions prompt count alike.
 
-Generated text is a deterministic sequence of words from a fixed vocabulary, seeded by the
-prompt, so the same prompt always gets the same answer (replays and A/B runs see identical
+Generated text is a deterministic sequence of capitalised words from a fixed vocabulary,
+seeded by the prompt, so the same prompt always gets the same answer (replays and A/B runs see identical
 outputs) and a child that repeats its parent's output in its prompt hits the cached tokens.
 """
 
@@ -20,8 +20,9 @@ _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z",
 _VOWELS = ("a", "e", "i", "o", "u", "ai", "ou")
 _CODAS = ("", "n", "r", "s", "l", "x")
 
-#: 784 distinct pronounceable words (onset + vowel + coda).
-VOCAB: tuple[str, ...] = tuple(o + v + c for o in _ONSETS for v in _VOWELS for c in _CODAS)
+#: 672 distinct pronounceable words (onset + vowel + coda), capitalised so they never equal
+#: the lowercase words of swarm's synthesised prompts.
+VOCAB: tuple[str, ...] = tuple((o + v + c).capitalize() for o in _ONSETS for v in _VOWELS for c in _CODAS)
 
 
 def tokenize(text: str) -> list[str]:

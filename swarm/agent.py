@@ -1,0 +1,284 @@
+"""Agent programs: one topology instance walked against one engine.
+
+Place in the map (DESIGN.md, "Agent program"): an ``AgentRun`` issues a node when its
+dependencies are resolved (context parents, ``after`` parents, and the beam group it waits
+for), runs sibling branches concurrently as asyncio tasks, sleeps the node's think time
+before a call and its tool time after one, and feeds each parent's output into its children:
+the engine's real output (``context: live``) or the Workload's stand-in
+(``context: synthetic``).
+
+Node states: ``done`` (answered, alive), ``cut`` (answered, but its branch ends: beam not
+kept, or early stop), ``failed`` (the request failed: the branch is aborted), ``pruned`` (never
+sent, because every context parent is dead), ``skipped`` (never sent, because the run
+stopped: duration, request limit, interrupt). A node with several context parents runs while
+at least one is alive, with the dead ones left out of its prompt.
+
+A prompt is, as chat messages: the system prompt; the task; for each alive context ancestor in
+topological order its instruction (user), its output (assistant) and, after a tool call, the
+tool result (user); then the node's own instruction (user).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from swarm.engines.client import EngineClient, EngineRequest
+from swarm.engines.dialects import ChatMessage
+from swarm.prefix import PrefixIndex, block_hashes
+from swarm.record import RequestIdentity, RequestRecord, Status
+from swarm.tokenizer import Tokenizer
+from swarm.workload import AgentPlan
+
+log = logging.getLogger(__name__)
+
+ALIVE = "done"
+DEAD = frozenset({"cut", "failed", "pruned", "skipped"})
+
+
+class RequestGate:
+    """Global limits on sending: an in-flight cap, a request count, a deadline, a stop switch."""
+
+    def __init__(
+        self,
+        max_in_flight: int = 0,
+        max_requests: int | None = None,
+        deadline_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._sem = asyncio.Semaphore(max_in_flight) if max_in_flight > 0 else None
+        self.max_requests = max_requests
+        self.deadline_s = deadline_s
+        self._clock = clock
+        self.issued = 0
+        self.stopped = False
+        self.stop_reason: str | None = None
+
+    def stop(self, reason: str) -> None:
+        if not self.stopped:
+            self.stopped, self.stop_reason = True, reason
+
+    def _check(self) -> bool:
+        if self.stopped:
+            return False
+        if self.deadline_s is not None and self._clock() >= self.deadline_s:
+            self.stop("duration reached")
+            return False
+        if self.max_requests is not None and self.issued >= self.max_requests:
+            self.stop("request limit reached")
+            return False
+        return True
+
+    async def acquire(self) -> bool:
+        """Wait for a slot; False when the run no longer sends."""
+        if not self._check():
+            return False
+        if self._sem is not None:
+            await self._sem.acquire()
+            if not self._check():
+                self._sem.release()
+                return False
+        self.issued += 1
+        return True
+
+    def release(self) -> None:
+        if self._sem is not None:
+            self._sem.release()
+
+
+@dataclass
+class AgentEnv:
+    """What all agents of one target share."""
+
+    client: EngineClient
+    tokenizer: Tokenizer
+    index: PrefixIndex
+    gate: RequestGate
+    on_record: Callable[[RequestRecord], None]
+    context: str = "synthetic"
+    stream: bool = True
+    run_id: str = ""
+    worker: int = 0
+    #: wall-clock ns of a perf_counter_ns reading, for scheduled_ns (driver-aligned on a cluster)
+    wall_at: Callable[[int], int] = field(default=lambda perf_ns: time.time_ns() - time.perf_counter_ns() + perf_ns)
+    in_flight: list[int] = field(default_factory=lambda: [0])
+
+
+class AgentRun:
+    """Runs one AgentPlan; ``await run(start_perf_ns)`` returns when every branch has ended."""
+
+    def __init__(self, plan: AgentPlan, env: AgentEnv) -> None:
+        self.plan = plan
+        self.env = env
+        t = plan.topology
+        self.template = t
+        self.state: dict[str, str] = {}
+        self.turns: dict[str, list[str]] = {}
+        self._deps: dict[str, int] = {}
+        for n in t.order:
+            self._deps[n] = t.graph.in_degree(n) + (1 if t.gate(n) else 0)
+        self._groups = {g.name: g for g in t.beams}
+        self._member_of: dict[str, list[str]] = {}
+        for g in t.beams:
+            for m in (*g.candidates, *g.scorers):
+                self._member_of.setdefault(m, []).append(g.name)
+        self._gated: dict[str, list[str]] = {}
+        for n in t.order:
+            gate = t.gate(n)
+            if gate:
+                self._gated.setdefault(gate, []).append(n)
+        self._decided: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._idle = asyncio.Event()
+        self.records = 0
+        self.cancelled = False
+
+    async def run(self, start_perf_ns: int) -> None:
+        roots = [n for n in self.template.order if self._deps[n] == 0]
+        for n in roots:
+            self._launch(n, start_perf_ns)
+        if self._tasks:
+            await self._idle.wait()
+
+    # -- scheduling ----------------------------------------------------------------------------
+
+    def _launch(self, node: str, ready_perf_ns: int) -> None:
+        parents = self.template.context_parents(node)
+        if parents and all(self.state.get(p) != ALIVE for p in parents):
+            self._resolve(node, "pruned")
+            return
+        if self.cancelled or self.env.gate.stopped:
+            self._resolve(node, "skipped")
+            return
+        self.state[node] = "running"
+        task = asyncio.get_running_loop().create_task(self._run_node(node, ready_perf_ns))
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("agent %s: node task failed", self.plan.session_id, exc_info=task.exception())
+        if not self._tasks:
+            self._idle.set()
+
+    def _resolve(self, node: str, state: str) -> None:
+        self.state[node] = state
+        now = time.perf_counter_ns()
+        g = self.template.graph
+        for child in g.successors(node):
+            self._dep_done(child, now)
+        for group in self._member_of.get(node, ()):
+            self._maybe_decide(group, now)
+
+    def _dep_done(self, node: str, now: int) -> None:
+        self._deps[node] -= 1
+        if self._deps[node] == 0:
+            self._launch(node, now)
+
+    def _maybe_decide(self, name: str, now: int) -> None:
+        group = self._groups[name]
+        if name in self._decided:
+            return
+        members = (*group.candidates, *group.scorers)
+        if any(self.state.get(m) not in DEAD and self.state.get(m) != ALIVE for m in members):
+            return
+        self._decided.add(name)
+        alive = [c for c in group.candidates if self.state.get(c) == ALIVE]
+        alive.sort(key=lambda c: self.plan.node(c).score, reverse=True)
+        for c in alive[group.keep :]:
+            self.state[c] = "cut"
+        for n in self._gated.get(name, ()):
+            self._dep_done(n, now)
+
+    # -- one call ------------------------------------------------------------------------------
+
+    def messages(self, node: str) -> tuple[ChatMessage, ...]:
+        plan = self.plan
+        out = [ChatMessage("system", plan.system_prompt), ChatMessage("user", plan.task)]
+        for anc in self._alive_ancestors(node):
+            turn = self.turns[anc]
+            out.append(ChatMessage("user", turn[0]))
+            out.append(ChatMessage("assistant", turn[1]))
+            if len(turn) > 2:
+                out.append(ChatMessage("user", turn[2]))
+        out.append(ChatMessage("user", plan.node(node).instruction))
+        return tuple(out)
+
+    def _alive_ancestors(self, node: str) -> list[str]:
+        t = self.template
+        seen: set[str] = set()
+        stack = [p for p in t.context_parents(node) if self.state.get(p) == ALIVE]
+        while stack:
+            n = stack.pop()
+            if n not in seen:
+                seen.add(n)
+                stack.extend(p for p in t.context_parents(n) if self.state.get(p) == ALIVE)
+        return [n for n in t.order if n in seen]
+
+    async def _run_node(self, node: str, ready_perf_ns: int) -> None:
+        env, plan = self.env, self.plan
+        np_ = plan.node(node)
+        due_perf_ns = ready_perf_ns + int(np_.think_s * 1e9)
+        delay = (due_perf_ns - time.perf_counter_ns()) / 1e9
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if not await env.gate.acquire():
+            self._resolve(node, "skipped")
+            return
+        env.in_flight[0] += 1
+        try:
+            messages = self.messages(node)
+            tokens: list[object] = []
+            for m in messages:
+                tokens.extend(env.tokenizer.encode(m.content))
+            ideal = env.index.observe(tokens)
+            parents = tuple(p for p in self.template.context_parents(node) if self.state.get(p) == ALIVE)
+            request = EngineRequest(
+                messages=messages,
+                max_tokens=np_.max_tokens,
+                identity=RequestIdentity(
+                    run_id=env.run_id,
+                    worker=env.worker,
+                    agent_id=plan.agent_id,
+                    profile=plan.profile.name,
+                    topology=self.template.name,
+                    session_id=plan.session_id,
+                    node=node,
+                    parent_nodes=parents,
+                    depth=np_.depth,
+                    branch=np_.branch,
+                    role=np_.role,
+                    system_prompt_id=plan.system_prompt_id,
+                    request_id=f"{plan.session_id}:{node}",
+                ),
+                scheduled_ns=env.wall_at(due_perf_ns),
+                stream=env.stream,
+                prompt_tokens_est=len(tokens),
+                ideal_cached_tokens_est=ideal,
+                block_hashes=block_hashes(tokens),  # type: ignore[arg-type]
+                keep_text=True,
+            )
+            record = await env.client.send(request)
+        finally:
+            env.in_flight[0] -= 1
+            env.gate.release()
+        env.on_record(record)
+        self.records += 1
+        if record.status is Status.CANCELLED:
+            self.cancelled = True
+            self._resolve(node, "failed")
+            return
+        if record.status is not Status.OK:
+            self._resolve(node, "failed")
+            return
+        output = (record.output_text or "") if env.context == "live" else np_.standin
+        turn = [np_.instruction, output]
+        if np_.tool_result is not None:
+            await asyncio.sleep(np_.tool_s)
+            turn.append(np_.tool_result)
+        self.turns[node] = turn
+        self._resolve(node, "cut" if np_.early_stop else ALIVE)

@@ -1,0 +1,67 @@
+"""Where named agent profiles and topologies come from.
+
+Place in the map (DESIGN.md, "Parts"): ``agents/`` and ``topologies/`` hold data, shipped in
+the wheel as package data (``swarm/_builtin/``) and read from the checkout in development. A
+name resolves to ``<name>.yaml`` in the user's extra folders first, then the built-in ones; a
+value that is a path to a ``.yaml`` file is loaded as it is.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from swarm.agent_profile import AgentProfile, load_profile
+from swarm.errors import InputError
+from swarm.topology import TopologyTemplate, load_topology
+
+
+def builtin_dir(kind: str) -> Path:
+    """The folder of built-in ``agents`` or ``topologies``."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "_builtin" / kind
+    if packaged.is_dir() and any(packaged.glob("*.yaml")):
+        return packaged
+    return here.parent / kind
+
+
+class Catalog:
+    def __init__(self, agent_dirs: list[Path] | None = None, topology_dirs: list[Path] | None = None) -> None:
+        self.agent_dirs = [*(agent_dirs or []), builtin_dir("agents")]
+        self.topology_dirs = [*(topology_dirs or []), builtin_dir("topologies")]
+        self._profiles: dict[str, AgentProfile] = {}
+        self._topologies: dict[str, TopologyTemplate] = {}
+
+    def _find(self, name: str, dirs: list[Path], kind: str) -> Path:
+        if name.endswith((".yaml", ".yml")):
+            p = Path(name)
+            if not p.is_file():
+                raise InputError(f"{name}: no such {kind} file")
+            return p
+        for d in dirs:
+            p = d / f"{name}.yaml"
+            if p.is_file():
+                return p
+        known = sorted({p.stem for d in dirs if d.is_dir() for p in d.glob("*.yaml")})
+        raise InputError(f"unknown {kind} {name!r} (known: {', '.join(known) or 'none'})")
+
+    def profile(self, name: str) -> AgentProfile:
+        if name not in self._profiles:
+            self._profiles[name] = load_profile(self._find(name, self.agent_dirs, "agent profile"))
+        return self._profiles[name]
+
+    def topology(self, name: str) -> TopologyTemplate:
+        if name not in self._topologies:
+            self._topologies[name] = load_topology(self._find(name, self.topology_dirs, "topology"))
+        return self._topologies[name]
+
+    def topology_names(self) -> list[str]:
+        return sorted({p.stem for d in self.topology_dirs if d.is_dir() for p in d.glob("*.yaml")})
+
+    def profile_names(self) -> list[str]:
+        return sorted({p.stem for d in self.agent_dirs if d.is_dir() for p in d.glob("*.yaml")})
+
+
+@functools.lru_cache(maxsize=1)
+def default_catalog() -> Catalog:
+    return Catalog()

@@ -1,0 +1,171 @@
+"""The runner: a workload's agents against one target, in one asyncio loop.
+
+Place in the map (DESIGN.md, "Scheduler"): the loop that sleeps. It starts each agent at its
+arrival offset (computed by the Workload's ArrivalProcess), shares one aiohttp session, one
+EngineClient, one PrefixIndex (for ``ideal_cached_tokens_est``) and one RequestGate (in-flight
+cap, request limit, duration) among the agents, and hands every record to ``on_record``.
+The same loop runs in the in-process executor and inside each Ray worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from swarm.agent import AgentEnv, AgentRun, RequestGate
+from swarm.engines.client import HttpEngineClient, Timeouts, open_http_session
+from swarm.engines.profiles import get_profile
+from swarm.live_stats import RunStats
+from swarm.prefix import PrefixIndex
+from swarm.record import RequestRecord
+from swarm.workload import Workload
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ResolvedTarget:
+    """A target with everything needed to send to it."""
+
+    name: str
+    url: str
+    engine: str
+    dialect: str
+    model: str
+    api_key_env: str | None = None
+    emulated: bool = False
+    server_info: dict[str, Any] | None = None
+
+
+@dataclass
+class TargetOutcome:
+    requests: int
+    agents_started: int
+    agents_finished: int
+    stop_reason: str | None
+    interrupted: bool
+
+
+async def run_agents(
+    workload: Workload,
+    agent_ids: Sequence[int],
+    target: ResolvedTarget,
+    on_record: Callable[[RequestRecord], None],
+    *,
+    stats: RunStats | None = None,
+    run_id: str = "",
+    worker: int = 0,
+    start_perf_ns: int | None = None,
+    wall_at: Callable[[int], int] | None = None,
+    timeouts: Timeouts | None = None,
+    stop: asyncio.Event | None = None,
+) -> TargetOutcome:
+    """Run the given agents of ``workload`` against ``target``; returns when all have ended.
+
+    ``start_perf_ns`` is the agreed start instant (perf_counter_ns of this process); agent *i*
+    starts at ``start + offset_i``. Setting ``stop`` stops new requests and cancels those in
+    flight (their records say ``cancelled``).
+    """
+    spec = workload.spec
+    stats = stats if stats is not None else RunStats()
+    loop = asyncio.get_running_loop()
+    start = start_perf_ns if start_perf_ns is not None else time.perf_counter_ns()
+    deadline = None
+    if spec.duration_s is not None:
+        deadline = time.monotonic() + (start - time.perf_counter_ns()) / 1e9 + spec.duration_s
+    gate = RequestGate(spec.max_in_flight, spec.max_requests, deadline)
+
+    def record_and_count(record: RequestRecord) -> None:
+        stats.add(record)
+        on_record(record)
+
+    async with open_http_session(connect_timeout_s=(timeouts or Timeouts()).connect_s) as session:
+        client = HttpEngineClient(
+            session,
+            target.url,
+            get_profile(target.engine),
+            target=target.name,
+            dialect=target.dialect,
+            model=target.model,
+            timeouts=timeouts,
+            api_key_env=target.api_key_env,
+        )
+        env = AgentEnv(
+            client=client,
+            tokenizer=workload.tokenizer,
+            index=PrefixIndex(),
+            gate=gate,
+            on_record=record_and_count,
+            context=spec.context,
+            stream=spec.stream,
+            run_id=run_id,
+            worker=worker,
+        )
+        if wall_at is not None:
+            env.wall_at = wall_at
+        env.in_flight = [0]
+        order = sorted(agent_ids, key=lambda i: (workload.start_offsets_s[i], i))
+        tasks: set[asyncio.Task[None]] = set()
+        finished = 0
+
+        async def one(agent_id: int, start_ns: int) -> None:
+            nonlocal finished
+            stats.agents_started += 1
+            try:
+                await AgentRun(workload.agent(agent_id), env).run(start_ns)
+            finally:
+                finished += 1
+                stats.agents_done += 1
+
+        async def launcher() -> None:
+            for agent_id in order:
+                due = start + int(workload.start_offsets_s[agent_id] * 1e9)
+                delay = (due - time.perf_counter_ns()) / 1e9
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if gate.stopped or (gate.deadline_s is not None and time.monotonic() >= gate.deadline_s):
+                    gate.stop(gate.stop_reason or "duration reached")
+                    break
+                task = loop.create_task(one(agent_id, due))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+
+        async def in_flight_sampler() -> None:
+            while True:
+                stats.in_flight = env.in_flight[0]
+                await asyncio.sleep(0.2)
+
+        sampler = loop.create_task(in_flight_sampler())
+        launch = loop.create_task(launcher())
+        interrupted = False
+        waiter = loop.create_task(stop.wait()) if stop is not None else None
+        try:
+            while not launch.done() or tasks:
+                pending = {launch, *tasks} if not launch.done() else set(tasks)
+                if waiter is not None:
+                    pending.add(waiter)
+                await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if waiter is not None and waiter.done():
+                    interrupted = True
+                    gate.stop("interrupted")
+                    launch.cancel()
+                    for t in list(tasks):
+                        t.cancel()
+                    await asyncio.gather(launch, *tasks, return_exceptions=True)
+                    break
+        finally:
+            sampler.cancel()
+            if waiter is not None:
+                waiter.cancel()
+        stats.in_flight = 0
+        return TargetOutcome(
+            requests=gate.issued,
+            agents_started=stats.agents_started,
+            agents_finished=finished,
+            stop_reason=gate.stop_reason,
+            interrupted=interrupted,
+        )

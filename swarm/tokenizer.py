@@ -1,0 +1,56 @@
+"""Tokenizers the Workload counts and hashes prompts with.
+
+Place in the map (DESIGN.md, "Workload"): ``WordTokenizer`` is the emulator's tokenizer (a
+token is a whitespace-separated word), so counts are exact against the emulator. With
+``--tokenizer tokenizer.json`` a Hugging Face ``tokenizers`` file (optional extra
+``swarm-loadgen[tokenizer]``) gives close counts for a real model. Chat prompts are counted
+part by part (each message's content), so template tokens an engine adds are not counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+from swarm.errors import InputError
+
+
+class Tokenizer(Protocol):
+    name: str
+
+    def encode(self, text: str) -> Sequence[str] | Sequence[int]: ...
+
+
+class WordTokenizer:
+    """Whitespace words: exact for swarm's emulator."""
+
+    name = "words"
+
+    def encode(self, text: str) -> list[str]:
+        return text.split()
+
+
+class HFTokenizer:
+    """A local Hugging Face ``tokenizer.json`` (needs the ``tokenizers`` package)."""
+
+    def __init__(self, path: str | Path) -> None:
+        try:
+            from tokenizers import Tokenizer as _HF
+        except ImportError:
+            raise InputError("--tokenizer needs the 'tokenizers' package: pip install 'swarm-loadgen[tokenizer]'") from None
+        p = Path(path)
+        if not p.is_file():
+            raise InputError(f"{p}: tokenizer file not found")
+        try:
+            self._tok = _HF.from_file(str(p))
+        except Exception as exc:  # the library raises a bare Exception for bad files
+            raise InputError(f"{p}: not a tokenizer.json: {exc}") from exc
+        self.name = f"hf:{p.name}"
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+
+def get_tokenizer(path: str | None) -> Tokenizer:
+    return WordTokenizer() if not path else HFTokenizer(path)

@@ -1,0 +1,207 @@
+"""The Workload: a pure function of (spec, seed) giving every agent and the text it sends.
+
+Place in the map (DESIGN.md, "Workload"): below the agent programs. It decides which agents
+exist, their profile and topology, their start offsets, which shared system prompt each
+carries, and the exact text of every prompt part that does not depend on an engine's output:
+the system prompts, each agent's task, each node's instruction, tool results, and the
+deterministic stand-in outputs used with ``context: synthetic``.
+
+Everything is derived from string-seeded RNGs (``"<seed>:agent:<id>"``,
+``"<seed>:agent:<id>:node:<name>"``), never from iteration order, so agent *i* is the same
+whichever process builds it and whichever other agents it builds: any split of agents into
+groups (workers) gives the same traffic.
+
+Each node's instruction starts with a tag naming the node (``[t.0.2]``), so the prompts of
+siblings differ from the first token after their parent's context.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from swarm.agent_profile import AgentProfile
+from swarm.arrival import ArrivalSpec
+from swarm.catalog import Catalog, default_catalog
+from swarm.textsynth import synth_text, tool_catalogue
+from swarm.tokenizer import Tokenizer, WordTokenizer
+from swarm.topology import TopologyTemplate
+
+
+class MixEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    profile: str = Field(default="math_reasoner", description="agent profile name or YAML path")
+    topology: str = Field(default="tree_of_thought", description="topology name or YAML path")
+    weight: float = Field(default=1.0, gt=0, description="relative share of agents")
+
+
+class WorkloadSpec(BaseModel):
+    """What traffic to generate. The same spec and seed give the same traffic."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seed: int = Field(default=0, description="seed of every random choice")
+    agents: int = Field(default=500, ge=1, le=10_000_000, description="agent sessions to run")
+    mix: list[MixEntry] = Field(default_factory=lambda: [MixEntry()], min_length=1)
+    system_prompts: int = Field(default=4, ge=1, le=100_000, description="distinct system prompts per profile, shared by the swarm")
+    context: Literal["synthetic", "live"] = Field(
+        default="synthetic",
+        description="synthetic: children see deterministic stand-ins of their parents' outputs "
+        "(byte-identical prompts on every engine); live: the engine's real outputs",
+    )
+    arrival: ArrivalSpec = Field(default_factory=ArrivalSpec)
+    max_in_flight: int = Field(default=0, ge=0, description="global cap on requests in flight; 0 = none")
+    duration_s: float | None = Field(default=None, gt=0, description="stop starting requests after this")
+    max_requests: int | None = Field(default=None, ge=1, description="stop after this many requests")
+    stream: bool = Field(default=True, description="stream responses")
+    tokenizer: str | None = Field(default=None, description="local HF tokenizer.json for token estimates")
+
+    def spec_hash(self) -> str:
+        """Hash of everything that shapes the traffic (two runs with equal hashes send the same)."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class NodePlan:
+    """What the Workload decides for one node of one agent."""
+
+    node: str
+    role: str
+    depth: int
+    branch: int
+    instruction: str
+    max_tokens: int
+    think_s: float
+    tool_s: float
+    tool_result: str | None
+    standin: str
+    score: float
+    early_stop: bool
+
+
+@dataclass
+class AgentPlan:
+    agent_id: int
+    session_id: str
+    profile: AgentProfile
+    topology: TopologyTemplate
+    system_prompt_id: int
+    system_prompt: str
+    task: str
+    start_s: float
+    seed: int
+    tokenizer: Tokenizer
+    _nodes: dict[str, NodePlan] = field(default_factory=dict, repr=False)
+
+    def node(self, name: str) -> NodePlan:
+        """The plan of one node (built on first use; a pure function of seed, agent and node)."""
+        plan = self._nodes.get(name)
+        if plan is None:
+            plan = self._nodes[name] = self._build_node(name)
+        return plan
+
+    def _build_node(self, name: str) -> NodePlan:
+        rng = random.Random(f"{self.seed}:agent:{self.agent_id}:node:{name}")
+        attrs = self.topology.graph.nodes[name]
+        role = str(attrs["role"])
+        prof = self.profile
+        instruction = synth_text(rng, max(2, prof.instruction_tokens.sample_int(rng, 2)), self.tokenizer, lead=f"[{name}]")
+        max_tokens = prof.output_for(role).sample_int(rng, 1)
+        think = prof.think_time_s.sample(rng)
+        tool_after = bool(attrs.get("tool_after"))
+        tool_s = prof.tool_time_s.sample(rng) if tool_after else 0.0
+        tool_result = (
+            synth_text(rng, max(3, prof.tool_result_tokens.sample_int(rng, 3)), self.tokenizer, lead="tool result :")
+            if tool_after
+            else None
+        )
+        standin = synth_text(rng, max_tokens, self.tokenizer)
+        return NodePlan(
+            node=name,
+            role=role,
+            depth=int(attrs.get("depth", 0)),
+            branch=int(attrs.get("branch", 0)),
+            instruction=instruction,
+            max_tokens=max_tokens,
+            think_s=think,
+            tool_s=tool_s,
+            tool_result=tool_result,
+            standin=standin,
+            score=rng.random(),
+            early_stop=rng.random() < prof.pruning.early_stop_p,
+        )
+
+
+class Workload:
+    """The agents of a spec. ``agent(i)`` is a pure function of (spec, seed, i)."""
+
+    def __init__(self, spec: WorkloadSpec, catalog: Catalog | None = None, tokenizer: Tokenizer | None = None) -> None:
+        from swarm.tokenizer import get_tokenizer
+
+        self.spec = spec
+        self.catalog = catalog or default_catalog()
+        self.tokenizer = tokenizer or get_tokenizer(spec.tokenizer)
+        self.profiles = [self.catalog.profile(m.profile) for m in spec.mix]
+        self.topologies = [self.catalog.topology(m.topology) for m in spec.mix]
+        weights = np.array([m.weight for m in spec.mix], dtype=float)
+        self._cum_weights = np.cumsum(weights / weights.sum())
+        rng = np.random.default_rng(np.random.SeedSequence([spec.seed, 0xA441]))
+        self.start_offsets_s = spec.arrival.offsets(spec.agents, rng)
+        self._system_prompts: dict[tuple[str, int], str] = {}
+
+    @property
+    def n_agents(self) -> int:
+        return self.spec.agents
+
+    def system_prompt(self, profile: AgentProfile, index: int) -> str:
+        """System prompt ``index`` of ``profile``'s pool (starts with its own tag)."""
+        key = (profile.name, index)
+        text = self._system_prompts.get(key)
+        if text is None:
+            sp = profile.system_prompt
+            lead = f"[system {profile.name} {index}]"
+            file = profile.system_prompt_file()
+            rng = random.Random(f"{self.spec.seed}:system:{profile.name}:{index}")
+            if file is not None:
+                text = f"{lead} {file.read_text(encoding='utf-8')}"
+            elif sp.style == "tool_catalogue":
+                text = tool_catalogue(rng, sp.tokens, sp.tools, self.tokenizer, lead=lead)
+            else:
+                text = synth_text(rng, sp.tokens, self.tokenizer, lead=lead)
+            self._system_prompts[key] = text
+        return text
+
+    def agent(self, agent_id: int) -> AgentPlan:
+        if not 0 <= agent_id < self.spec.agents:
+            raise IndexError(agent_id)
+        rng = random.Random(f"{self.spec.seed}:agent:{agent_id}")
+        mix = int(np.searchsorted(self._cum_weights, rng.random(), side="right"))
+        mix = min(mix, len(self.profiles) - 1)
+        profile, topology = self.profiles[mix], self.topologies[mix]
+        sp_id = rng.randrange(self.spec.system_prompts)
+        task = synth_text(rng, max(2, profile.task_tokens.sample_int(rng, 2)), self.tokenizer, lead=f"task {agent_id} :")
+        return AgentPlan(
+            agent_id=agent_id,
+            session_id=f"{self.spec.seed}-{agent_id}",
+            profile=profile,
+            topology=topology,
+            system_prompt_id=sp_id,
+            system_prompt=self.system_prompt(profile, sp_id),
+            task=task,
+            start_s=float(self.start_offsets_s[agent_id]),
+            seed=self.spec.seed,
+            tokenizer=self.tokenizer,
+        )
+
+
+def partition(n_agents: int, workers: int) -> list[list[int]]:
+    """Agents split across workers by session (agent id), deterministically, round-robin."""
+    return [list(range(w, n_agents, workers)) for w in range(workers)]
