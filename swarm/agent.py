@@ -103,7 +103,9 @@ class AgentEnv:
     run_id: str = ""
     worker: int = 0
     #: wall-clock ns of a perf_counter_ns reading, for scheduled_ns (driver-aligned on a cluster)
-    wall_at: Callable[[int], int] = field(default=lambda perf_ns: time.time_ns() - time.perf_counter_ns() + perf_ns)
+    wall_at: Callable[[int], int] = field(
+        default=lambda perf_ns: time.time_ns() - time.perf_counter_ns() + perf_ns
+    )
     in_flight: list[int] = field(default_factory=lambda: [0])
 
 
@@ -131,6 +133,7 @@ class AgentRun:
             if gate:
                 self._gated.setdefault(gate, []).append(n)
         self._decided: set[str] = set()
+        self._part_tokens: dict[str, list[object]] = {}  # tokens of each prompt part, computed once
         self._tasks: set[asyncio.Task[None]] = set()
         self._idle = asyncio.Event()
         self.records = 0
@@ -208,6 +211,17 @@ class AgentRun:
         out.append(ChatMessage("user", plan.node(node).instruction))
         return tuple(out)
 
+    def _prompt_tokens(self, messages: tuple[ChatMessage, ...]) -> list[object]:
+        encode = self.env.tokenizer.encode
+        cache = self._part_tokens
+        tokens: list[object] = []
+        for m in messages:
+            part = cache.get(m.content)
+            if part is None:
+                part = cache[m.content] = list(encode(m.content))
+            tokens.extend(part)
+        return tokens
+
     def _alive_ancestors(self, node: str) -> list[str]:
         t = self.template
         seen: set[str] = set()
@@ -232,9 +246,7 @@ class AgentRun:
         env.in_flight[0] += 1
         try:
             messages = self.messages(node)
-            tokens: list[object] = []
-            for m in messages:
-                tokens.extend(env.tokenizer.encode(m.content))
+            tokens = self._prompt_tokens(messages)
             ideal = env.index.observe(tokens)
             parents = tuple(p for p in self.template.context_parents(node) if self.state.get(p) == ALIVE)
             request = EngineRequest(

@@ -21,7 +21,9 @@ from swarm.topology import ROLES
 class SystemPromptSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    style: Literal["tool_catalogue", "prose"] = Field(default="prose", description="shape of synthesised text")
+    style: Literal["tool_catalogue", "prose"] = Field(
+        default="prose", description="shape of synthesised text"
+    )
     tokens: int = Field(default=1000, ge=1, le=500_000, description="length of a synthesised prompt")
     tools: int = Field(default=20, ge=1, le=1000, description="tool_catalogue: number of tools")
     file: str | None = Field(default=None, description="a text file to use instead (relative to the profile)")
@@ -42,7 +44,7 @@ class AgentProfile(BaseModel):
     task_tokens: Distribution = Field(default_factory=lambda: Constant(value=200))
     instruction_tokens: Distribution = Field(default_factory=lambda: Constant(value=20))
     output_tokens: dict[str, Distribution] = Field(
-        default_factory=lambda: {"default": Constant(value=64)},
+        default_factory=lambda: {"default": Constant(value=64)},  # type: ignore[arg-type]
         description="per node role, with 'default' for the others",
     )
     think_time_s: Distribution = Field(default_factory=lambda: Constant(value=0))

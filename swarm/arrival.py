@@ -31,7 +31,9 @@ class ArrivalSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     process: Process = Field(default="poisson", description="how agents arrive")
-    rate: float | None = Field(default=50.0, gt=0, description="agents per second (poisson, constant, gamma, ramp end)")
+    rate: float | None = Field(
+        default=50.0, gt=0, description="agents per second (poisson, constant, gamma, ramp end)"
+    )
     cv: float = Field(default=2.0, gt=0, le=20, description="gamma: coefficient of variation of the gaps")
     start_rate: float = Field(default=1.0, gt=0, description="ramp: rate at time 0")
     ramp_s: float = Field(default=30.0, gt=0, description="ramp: seconds to reach `rate`")

@@ -9,7 +9,8 @@ stderr with exit code 2 and no traceback.
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
@@ -156,6 +157,125 @@ def probe(
         console.print(f"[red]request failed:[/red] {line}")
     for line in result.advice:
         console.print(f"[yellow]advice:[/yellow] {line}")
+
+
+@app.command()
+def run(
+    spec: Annotated[
+        Path | None, typer.Option(help="run spec YAML (workload:, targets:, ...); flags override it")
+    ] = None,
+    target: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="NAME=URL of a server; repeat for several (default: the emulator in both profiles)"
+        ),
+    ] = None,
+    engine: Annotated[
+        list[str] | None,
+        typer.Option(help="engine profile per target (or one for all); detected when absent"),
+    ] = None,
+    dialect: Annotated[
+        str | None, typer.Option(help="openai-chat, openai-completions or sglang-generate")
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option(help="model name to request (default: the server's first)")
+    ] = None,
+    api_key_env: Annotated[str | None, typer.Option(help="environment variable holding the API key")] = None,
+    agents: Annotated[int | None, typer.Option(help="agent sessions (default 500)")] = None,
+    profile: Annotated[
+        str | None, typer.Option(help="agent profile name or YAML (default math_reasoner)")
+    ] = None,
+    topology: Annotated[
+        str | None, typer.Option(help="topology name or YAML (default tree_of_thought)")
+    ] = None,
+    system_prompts: Annotated[
+        int | None, typer.Option(help="distinct system prompts shared by the swarm (default 4)")
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="seed of the workload (default 0)")] = None,
+    context: Annotated[
+        str | None, typer.Option(help="synthetic (identical prompts on every engine) or live")
+    ] = None,
+    arrival: Annotated[
+        str | None,
+        typer.Option(help="all | poisson:RATE | constant:RATE | gamma:RATE,CV | ramp:START,END,SECONDS"),
+    ] = None,
+    max_in_flight: Annotated[
+        int | None, typer.Option(help="global cap on requests in flight (0 = none)")
+    ] = None,
+    duration: Annotated[float | None, typer.Option(help="stop sending after this many seconds")] = None,
+    max_requests: Annotated[int | None, typer.Option(help="stop after this many requests")] = None,
+    tokenizer: Annotated[str | None, typer.Option(help="local HF tokenizer.json for token estimates")] = None,
+    output: Annotated[str | None, typer.Option(help="folder for run folders (default runs)")] = None,
+    record_text: Annotated[
+        bool, typer.Option("--record-text", help="store prompts and outputs in the trace")
+    ] = False,
+    executor: Annotated[str | None, typer.Option(help="inprocess")] = None,
+    emulator_arg: Annotated[
+        list[str] | None,
+        typer.Option(help="extra flag for the embedded emulators, e.g. --emulator-arg=--cache-tokens=0"),
+    ] = None,
+    progress: Annotated[bool, typer.Option(help="live progress display")] = True,
+    json_out: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
+) -> None:
+    """Run an agent swarm against targets (default: the built-in emulator, sglang and trtllm profiles)."""
+    from swarm.cli_run import parse_targets, run_command
+    from swarm.specfiles import load_yaml
+
+    data: dict[str, Any] = {}
+    if spec is not None:
+        loaded = load_yaml(spec)
+        if not isinstance(loaded, dict):
+            raise InputError(f"{spec}: expected a mapping at the top level")
+        data = loaded
+    workload = dict(data.get("workload") or {})
+    for key, value in (
+        ("agents", agents), ("system_prompts", system_prompts), ("seed", seed), ("context", context),
+        ("max_in_flight", max_in_flight), ("duration_s", duration), ("max_requests", max_requests),
+        ("tokenizer", tokenizer),
+    ):  # fmt: skip
+        if value is not None:
+            workload[key] = value
+    if profile is not None or topology is not None:
+        mix = list(workload.get("mix") or [{}])
+        entry = dict(mix[0]) if len(mix) == 1 else {}
+        if profile is not None:
+            entry["profile"] = profile
+        if topology is not None:
+            entry["topology"] = topology
+        workload["mix"] = [entry]
+    if arrival is not None:
+        from swarm.arrival import parse_arrival
+
+        workload["arrival"] = parse_arrival(arrival).model_dump()
+    data["workload"] = workload
+    if target:
+        data["targets"] = parse_targets(target, engine or [], dialect, model, api_key_env)
+    elif engine:
+        parse_targets([], engine, dialect, model, api_key_env)
+    if output is not None:
+        data["output_dir"] = output
+    if record_text:
+        data["record_text"] = True
+    if executor is not None:
+        data["executor"] = executor
+    if emulator_arg:
+        data["emulator_args"] = list(emulator_arg)
+    code = run_command(data, show_progress=progress and not json_out, json_out=json_out)
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command()
+def topologies(
+    name: Annotated[str | None, typer.Argument(help="a topology to show as a tree")] = None,
+    topologies_dir: Annotated[
+        list[Path] | None, typer.Option(help="extra folder of topology YAML files")
+    ] = None,
+) -> None:
+    """List the topologies, or show one as an ASCII tree of a small instance."""
+    from swarm.cli_run import topologies_command
+
+    topologies_command(name, topologies_dir or [])
 
 
 def main() -> None:

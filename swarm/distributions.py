@@ -42,7 +42,7 @@ class _Clipped(BaseModel):
         return value
 
     def sample_int(self, rng: random.Random, floor: int = 0) -> int:
-        return max(floor, int(round(self.sample(rng))))
+        return max(floor, round(self.sample(rng)))
 
     def mean(self) -> float:
         """The mean before clipping (for docs and sanity checks)."""

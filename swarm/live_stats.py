@@ -113,5 +113,7 @@ class RunStats:
             "ttft_p99_ms": ms(self.ttft.quantile_ns(0.99)),
             "queue_p99_ms": ms(self.queue.quantile_ns(0.99)),
             "cache_hit_ratio": self.cached_tokens / self.prompt_tokens if self.prompt_tokens else None,
-            "ideal_hit_ratio": self.ideal_cached_tokens / self.prompt_tokens_est if self.prompt_tokens_est else None,
+            "ideal_hit_ratio": self.ideal_cached_tokens / self.prompt_tokens_est
+            if self.prompt_tokens_est
+            else None,
         }

@@ -23,7 +23,7 @@ BLOCK_TOKENS = 64
 
 def _token_bytes(tokens: Sequence[str] | Sequence[int]) -> bytes:
     if tokens and isinstance(tokens[0], int):
-        return array("q", tokens).tobytes()  # type: ignore[arg-type]
+        return array("q", tokens).tobytes()
     return "\x1f".join(tokens).encode("utf-8")  # type: ignore[arg-type]
 
 

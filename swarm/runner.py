@@ -145,7 +145,7 @@ async def run_agents(
         waiter = loop.create_task(stop.wait()) if stop is not None else None
         try:
             while not launch.done() or tasks:
-                pending = {launch, *tasks} if not launch.done() else set(tasks)
+                pending: set[asyncio.Future[Any]] = {launch, *tasks} if not launch.done() else set(tasks)
                 if waiter is not None:
                     pending.add(waiter)
                 await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)

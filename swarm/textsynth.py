@@ -16,8 +16,9 @@ import random
 
 from swarm.tokenizer import Tokenizer, WordTokenizer
 
-WORDS: tuple[str, ...] = tuple(dict.fromkeys(
-    """
+WORDS: tuple[str, ...] = tuple(
+    dict.fromkeys(
+        """
     the of and to in is for that on with as by at from this be or are it an was not
     which have has but all can more one will their they about if when there into other
     data system model value time state file user code function request result output input
@@ -38,7 +39,8 @@ WORDS: tuple[str, ...] = tuple(dict.fromkeys(
     observe collect analyse estimate predict sample signal noise error bias variance model
     document page line word character string array object key item element member entry
     """.split()
-))
+    )
+)
 
 
 def words(rng: random.Random, n: int) -> list[str]:
@@ -68,7 +70,9 @@ def synth_text(rng: random.Random, n_tokens: int, tokenizer: Tokenizer | None = 
     return " ".join(pool[: max(lo, len(head))])
 
 
-def tool_catalogue(rng: random.Random, n_tokens: int, tools: int, tokenizer: Tokenizer | None = None, lead: str = "") -> str:
+def tool_catalogue(
+    rng: random.Random, n_tokens: int, tools: int, tokenizer: Tokenizer | None = None, lead: str = ""
+) -> str:
     """A system prompt that reads like an agent's tool definitions, cut to ``n_tokens``."""
     parts = [lead] if lead else []
     parts.append("you are an agent with these tools . call one tool at a time .")

@@ -38,7 +38,9 @@ class HFTokenizer:
         try:
             from tokenizers import Tokenizer as _HF
         except ImportError:
-            raise InputError("--tokenizer needs the 'tokenizers' package: pip install 'swarm-loadgen[tokenizer]'") from None
+            raise InputError(
+                "--tokenizer needs the 'tokenizers' package: pip install 'swarm-loadgen[tokenizer]'"
+            ) from None
         p = Path(path)
         if not p.is_file():
             raise InputError(f"{p}: tokenizer file not found")

@@ -135,7 +135,9 @@ class ChainParams(_Params):
 def _tree(name: str, branching: int, depth: int, evaluate: bool, keep: int) -> _Builder:
     levels_total = sum(branching**level for level in range(1, depth + 1))
     if levels_total * (2 if evaluate else 1) > MAX_TEMPLATE_NODES:
-        raise ValueError(f"branching**depth is too large ({levels_total} thoughts; limit {MAX_TEMPLATE_NODES})")
+        raise ValueError(
+            f"branching**depth is too large ({levels_total} thoughts; limit {MAX_TEMPLATE_NODES})"
+        )
     b = _Builder()
     frontier = [b.node("t", "plan", 0)]
     previous_group: str | None = None
@@ -370,7 +372,9 @@ def _finish(name: str, b: _Builder, source: str, explicit: bool) -> TopologyTemp
         for gated in [n for n in g.nodes if g.nodes[n].get("gate") == group.name]:
             members = set(group.candidates) | set(group.scorers)
             if gated in members or any(m in nx.descendants(g, gated) for m in members):
-                raise InputError(f"{source}: beams.{group.name}: node {gated!r} cannot wait for its own ancestors' decision")
+                raise InputError(
+                    f"{source}: beams.{group.name}: node {gated!r} cannot wait for its own ancestors' decision"
+                )
     return TopologyTemplate(name=name, graph=g, beams=tuple(b.beams), order=order)
 
 
@@ -383,7 +387,9 @@ def build_topology(spec: TopologyFile, source: str = "<topology>") -> TopologyTe
     try:
         params = params_model.model_validate(spec.params)
     except ValidationError as exc:
-        raise InputError(format_validation_error(f"{source}: params", exc).replace(": params: ", ": params.")) from None
+        raise InputError(
+            format_validation_error(f"{source}: params", exc).replace(": params: ", ": params.")
+        ) from None
     try:
         b = builder(params)
     except ValueError as exc:

@@ -30,7 +30,7 @@ from swarm.agent_profile import AgentProfile
 from swarm.arrival import ArrivalSpec
 from swarm.catalog import Catalog, default_catalog
 from swarm.textsynth import synth_text, tool_catalogue
-from swarm.tokenizer import Tokenizer, WordTokenizer
+from swarm.tokenizer import Tokenizer
 from swarm.topology import TopologyTemplate
 
 
@@ -50,7 +50,9 @@ class WorkloadSpec(BaseModel):
     seed: int = Field(default=0, description="seed of every random choice")
     agents: int = Field(default=500, ge=1, le=10_000_000, description="agent sessions to run")
     mix: list[MixEntry] = Field(default_factory=lambda: [MixEntry()], min_length=1)
-    system_prompts: int = Field(default=4, ge=1, le=100_000, description="distinct system prompts per profile, shared by the swarm")
+    system_prompts: int = Field(
+        default=4, ge=1, le=100_000, description="distinct system prompts per profile, shared by the swarm"
+    )
     context: Literal["synthetic", "live"] = Field(
         default="synthetic",
         description="synthetic: children see deterministic stand-ins of their parents' outputs "
@@ -113,13 +115,17 @@ class AgentPlan:
         attrs = self.topology.graph.nodes[name]
         role = str(attrs["role"])
         prof = self.profile
-        instruction = synth_text(rng, max(2, prof.instruction_tokens.sample_int(rng, 2)), self.tokenizer, lead=f"[{name}]")
+        instruction = synth_text(
+            rng, max(2, prof.instruction_tokens.sample_int(rng, 2)), self.tokenizer, lead=f"[{name}]"
+        )
         max_tokens = prof.output_for(role).sample_int(rng, 1)
         think = prof.think_time_s.sample(rng)
         tool_after = bool(attrs.get("tool_after"))
         tool_s = prof.tool_time_s.sample(rng) if tool_after else 0.0
         tool_result = (
-            synth_text(rng, max(3, prof.tool_result_tokens.sample_int(rng, 3)), self.tokenizer, lead="tool result :")
+            synth_text(
+                rng, max(3, prof.tool_result_tokens.sample_int(rng, 3)), self.tokenizer, lead="tool result :"
+            )
             if tool_after
             else None
         )
@@ -143,7 +149,9 @@ class AgentPlan:
 class Workload:
     """The agents of a spec. ``agent(i)`` is a pure function of (spec, seed, i)."""
 
-    def __init__(self, spec: WorkloadSpec, catalog: Catalog | None = None, tokenizer: Tokenizer | None = None) -> None:
+    def __init__(
+        self, spec: WorkloadSpec, catalog: Catalog | None = None, tokenizer: Tokenizer | None = None
+    ) -> None:
         from swarm.tokenizer import get_tokenizer
 
         self.spec = spec
@@ -187,7 +195,9 @@ class Workload:
         mix = min(mix, len(self.profiles) - 1)
         profile, topology = self.profiles[mix], self.topologies[mix]
         sp_id = rng.randrange(self.spec.system_prompts)
-        task = synth_text(rng, max(2, profile.task_tokens.sample_int(rng, 2)), self.tokenizer, lead=f"task {agent_id} :")
+        task = synth_text(
+            rng, max(2, profile.task_tokens.sample_int(rng, 2)), self.tokenizer, lead=f"task {agent_id} :"
+        )
         return AgentPlan(
             agent_id=agent_id,
             session_id=f"{self.spec.seed}-{agent_id}",

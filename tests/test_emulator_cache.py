@@ -71,3 +71,30 @@ def test_blocks_evict_lru_leaves() -> None:
     cache.insert(words("c", 4))  # 5 blocks > 4: b's last block goes
     assert cache.match(words("b", 8)) == 4
     assert cache.match(words("a", 8)) == 8
+
+
+def _radix_tokens(cache: RadixCache) -> int:
+    total, stack = 0, list(cache.root.children.values())
+    while stack:
+        n = stack.pop()
+        total += len(n.key)
+        stack.extend(n.children.values())
+    return total
+
+
+def test_caches_stay_within_capacity_and_consistent_under_random_load() -> None:
+    import random
+
+    rng = random.Random(7)
+    radix, blocks = RadixCache(capacity_tokens=500), BlockCache(capacity_tokens=512, block_tokens=8)
+    prefixes = [words(f"p{k}", rng.randint(5, 60)) for k in range(12)]
+    for i in range(600):
+        seq = rng.choice(prefixes) + words(f"x{i}", rng.randint(1, 40))
+        for cache in (radix, blocks):
+            hit = cache.match(seq)
+            assert 0 <= hit <= len(seq)
+            cache.insert(seq)
+            assert cache.match(seq) == (len(seq) if cache is radix else len(seq) // 8 * 8)
+        assert radix.size_tokens == _radix_tokens(radix) <= 500
+        assert blocks.size_tokens <= 512
+    assert radix.evicted_tokens > 0 and blocks.evicted_tokens > 0

@@ -41,6 +41,25 @@ class BlockCache:
         self._next_id = 1
         self._tick = 0
         self.evicted_tokens = 0
+        # evictable leaf blocks by last access, with lazy deletion (see RadixCache's docstring)
+        self._heap: list[tuple[int, int]] = []
+
+    def _touch(self, bid: int) -> None:
+        self._tick += 1
+        block = self._blocks[bid]
+        block.last_access = self._tick
+        if block.children == 0:
+            self._push(bid)
+
+    def _push(self, bid: int) -> None:
+        heapq.heappush(self._heap, (self._blocks[bid].last_access, bid))
+        if len(self._heap) > 4 * len(self._blocks) + 64:
+            self._heap = [e for e in self._heap if self._evictable(*e)]
+            heapq.heapify(self._heap)
+
+    def _evictable(self, stamp: int, bid: int) -> bool:
+        block = self._blocks.get(bid)
+        return block is not None and block.children == 0 and block.lock == 0 and block.last_access == stamp
 
     @property
     def size_tokens(self) -> int:
@@ -62,8 +81,7 @@ class BlockCache:
     def match(self, tokens: Sequence[str]) -> int:
         chain = self._chain(tokens)
         for bid in chain:
-            self._tick += 1
-            self._blocks[bid].last_access = self._tick
+            self._touch(bid)
         return len(chain) * self.block_tokens
 
     def lock(self, tokens: Sequence[str]) -> list[int]:
@@ -77,6 +95,8 @@ class BlockCache:
             block = self._blocks.get(bid)
             if block is not None:
                 block.lock -= 1
+                if block.lock == 0 and block.children == 0:
+                    self._push(bid)
 
     def insert(self, tokens: Sequence[str]) -> int:
         """Store the full blocks of ``tokens``; return how many tokens were new."""
@@ -94,8 +114,7 @@ class BlockCache:
                 if parent != _ROOT:
                     self._blocks[parent].children += 1
                 added += b
-            self._tick += 1
-            self._blocks[bid].last_access = self._tick
+            self._touch(bid)
             parent = bid
         if self.capacity_blocks is not None and len(self._blocks) > self.capacity_blocks:
             self.evict((len(self._blocks) - self.capacity_blocks) * b)
@@ -103,13 +122,12 @@ class BlockCache:
 
     def evict(self, tokens_needed: int) -> int:
         blocks_needed = -(-tokens_needed // self.block_tokens)
-        heap = [
-            (blk.last_access, bid) for bid, blk in self._blocks.items() if blk.children == 0 and blk.lock == 0
-        ]
-        heapq.heapify(heap)
         freed = 0
+        heap = self._heap
         while heap and freed < blocks_needed:
-            _, bid = heapq.heappop(heap)
+            stamp, bid = heapq.heappop(heap)
+            if not self._evictable(stamp, bid):
+                continue
             blk = self._blocks.pop(bid)
             del self._ids[blk.key]
             freed += 1
@@ -117,10 +135,11 @@ class BlockCache:
                 parent = self._blocks[blk.parent]
                 parent.children -= 1
                 if parent.children == 0 and parent.lock == 0:
-                    heapq.heappush(heap, (parent.last_access, blk.parent))
+                    self._push(blk.parent)
         self.evicted_tokens += freed * self.block_tokens
         return freed * self.block_tokens
 
     def reset(self) -> None:
         self._blocks.clear()
         self._ids.clear()
+        self._heap.clear()

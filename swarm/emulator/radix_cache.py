@@ -8,7 +8,10 @@ tree holds more than ``capacity_tokens``, leaves that no running request referen
 evicted, least recently used first, until it fits (a leaf's parent may then become a leaf
 and be evicted in turn). ``capacity_tokens=None`` means unbounded.
 
-Access times come from a logical counter, so eviction order is deterministic.
+Access times come from a logical counter, so eviction order is deterministic. Evictable
+leaves sit in a heap keyed by last access, with lazy deletion: an entry is pushed whenever a
+node becomes (or, as a leaf, is touched as) a candidate, and stale entries are skipped when
+popped, so eviction costs O(log n) per leaf instead of a walk over the whole tree.
 """
 
 from __future__ import annotations
@@ -52,10 +55,23 @@ class RadixCache:
         self.size_tokens = 0
         self.evicted_tokens = 0
         self._tick = 0
+        self._heap: list[tuple[int, int, _Node]] = []
+        self._nodes = 0
 
     def _touch(self, node: _Node) -> None:
         self._tick += 1
         node.last_access = self._tick
+        if not node.children and node is not self.root:
+            self._push(node)
+
+    def _push(self, node: _Node) -> None:
+        heapq.heappush(self._heap, (node.last_access, id(node), node))
+        if len(self._heap) > 4 * self._nodes + 64:  # drop stale entries now and then
+            self._heap = [e for e in self._heap if self._evictable(e[2], e[0])]
+            heapq.heapify(self._heap)
+
+    def _evictable(self, node: _Node, stamp: int) -> bool:
+        return node.parent is not None and not node.children and node.lock == 0 and node.last_access == stamp
 
     def _walk(self, tokens: Sequence[str]) -> tuple[int, list[_Node]]:
         """Matched length and the nodes on the matched path (last may be partially matched)."""
@@ -91,6 +107,8 @@ class RadixCache:
     def unlock(self, handle: list[_Node]) -> None:
         for node in handle:
             node.lock -= 1
+            if node.lock == 0 and not node.children and node.parent is not None:
+                self._push(node)
 
     def insert(self, tokens: Sequence[str]) -> int:
         """Add ``tokens`` as a path; return how many tokens were new. May evict others."""
@@ -103,6 +121,7 @@ class RadixCache:
             if child is None:
                 leaf = _Node(list(tokens[pos:]), node)
                 node.children[tokens[pos]] = leaf
+                self._nodes += 1
                 self._touch(leaf)
                 added = len(tokens) - pos
                 break
@@ -110,6 +129,7 @@ class RadixCache:
             if n < len(child.key):
                 # split the edge: child keeps its tail under a new middle node
                 middle = _Node(child.key[:n], node)
+                self._nodes += 1
                 middle.lock = child.lock
                 middle.last_access = child.last_access
                 node.children[tokens[pos]] = middle
@@ -128,24 +148,20 @@ class RadixCache:
 
     def evict(self, tokens_needed: int) -> int:
         """Evict unreferenced leaves, LRU first, until ``tokens_needed`` are freed (or none left)."""
-        heap: list[tuple[int, int, _Node]] = []
-        stack = [self.root]
-        while stack:
-            n = stack.pop()
-            if n.children:
-                stack.extend(n.children.values())
-            elif n is not self.root and n.lock == 0:
-                heap.append((n.last_access, id(n), n))
-        heapq.heapify(heap)
         freed = 0
+        heap = self._heap
         while heap and freed < tokens_needed:
-            _, _, leaf = heapq.heappop(heap)
+            stamp, _, leaf = heapq.heappop(heap)
+            if not self._evictable(leaf, stamp):
+                continue
             parent = leaf.parent
             assert parent is not None
             del parent.children[leaf.key[0]]
+            leaf.parent = None
+            self._nodes -= 1
             freed += len(leaf.key)
             if parent is not self.root and not parent.children and parent.lock == 0:
-                heapq.heappush(heap, (parent.last_access, id(parent), parent))
+                self._push(parent)
         self.size_tokens -= freed
         self.evicted_tokens += freed
         return freed
@@ -154,3 +170,5 @@ class RadixCache:
         """Drop everything (``/flush_cache``)."""
         self.root = _Node([], None)
         self.size_tokens = 0
+        self._heap = []
+        self._nodes = 0

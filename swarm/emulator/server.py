@@ -183,21 +183,18 @@ class _Handlers:
                     }
                 )
             )
+        # one event per token, built from byte templates; tokens that came out together
+        # (a lagging reader) are sent in one write
+        prefix = b"data: " + dumps(head)[:-1] + b',"choices":[{"index":0,'
+        prefix += b'"delta":{"content":' if chat else b'"text":'
+        suffix = (b"}," if chat else b",") + b'"logprobs":null,"finish_reason":null}]}\n\n'
         first = True
         async for words in gen.tokens():
+            events = []
             for word in words:
-                piece = word if first else " " + word
+                events.append(prefix + dumps(word if first else " " + word) + suffix)
                 first = False
-                if chat:
-                    choice = {
-                        "index": 0,
-                        "delta": {"content": piece},
-                        "logprobs": None,
-                        "finish_reason": None,
-                    }
-                else:
-                    choice = {"index": 0, "text": piece, "logprobs": None, "finish_reason": None}
-                await resp.write(_sse({**head, "choices": [choice]}))
+            await resp.write(b"".join(events))
         final: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": "length"}
         if chat:
             final["delta"] = {}

@@ -66,7 +66,7 @@ class RunManifest(BaseModel):
     schema_version: int = SCHEMA_VERSION
     swarm_version: str = ""
     kind: str = Field(default="run", description="run, replay, ...")
-    created_at: str = Field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat())
+    created_at: str = Field(default_factory=lambda: dt.datetime.now(dt.timezone.utc).isoformat())
     finished_at: str | None = None
     status: RunStatus = RunStatus.RUNNING
     status_reason: str | None = None
@@ -101,7 +101,7 @@ class RunManifest(BaseModel):
 
 def new_run_id(now: dt.datetime | None = None) -> str:
     """A sortable, unique run id: ``YYYYmmdd-HHMMSS-xxxxxx``."""
-    now = now or dt.datetime.now(dt.UTC)
+    now = now or dt.datetime.now(dt.timezone.utc)
     return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
 

@@ -1,0 +1,222 @@
+"""``swarm run`` and ``swarm topologies``: flags to a RunSpec, a live view, a final summary.
+
+Place in the map (DESIGN.md): part of the CLI (the only place that knows rich's live display).
+The command builds a ``RunSpec`` from ``--spec`` and flags and calls ``swarm.run.execute_run``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from swarm.errors import InputError
+from swarm.live_stats import RunStats
+
+
+def _fmt(value: float | None, spec: str = ".1f", suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+class LiveView:
+    """What the terminal shows while a target runs (refreshed by rich's own thread)."""
+
+    def __init__(self, total_agents: int) -> None:
+        self.total_agents = total_agents
+        self.rows: list[tuple[str, RunStats, float, float | None]] = []
+        self._last: tuple[float, int] = (time.monotonic(), 0)
+        self._rate = 0.0
+
+    def start_target(self, name: str, stats: RunStats) -> None:
+        if self.rows:
+            name0, st0, t0, _ = self.rows[-1]
+            self.rows[-1] = (name0, st0, t0, time.monotonic())
+        self.rows.append((name, stats, time.monotonic(), None))
+        self._last = (time.monotonic(), 0)
+
+    def __rich__(self) -> Table:
+        table = Table(title="swarm run", expand=False)
+        for col in (
+            "target",
+            "elapsed",
+            "agents",
+            "requests",
+            "in flight",
+            "errors",
+            "out tok/s",
+            "TTFT p50",
+            "TTFT p99",
+            "cache hit",
+            "ideal",
+            "queue p99",
+        ):
+            table.add_column(col, justify="right" if col != "target" else "left")
+        now = time.monotonic()
+        for i, (name, st, t0, t1) in enumerate(self.rows):
+            snap = st.snapshot()
+            elapsed = (t1 or now) - t0
+            if i == len(self.rows) - 1 and t1 is None:
+                last_t, last_tokens = self._last
+                if now - last_t >= 1.0:
+                    self._rate = (st.completion_tokens - last_tokens) / (now - last_t)
+                    self._last = (now, st.completion_tokens)
+                rate = self._rate
+            else:
+                rate = st.completion_tokens / elapsed if elapsed > 0 else 0.0
+            table.add_row(
+                name,
+                f"{elapsed:.0f}s",
+                f"{snap['agents_done']}/{snap['agents_started']}/{self.total_agents}",
+                str(snap["requests"]),
+                str(snap["in_flight"]),
+                Text(str(snap["errors"]), style="red" if snap["errors"] else ""),
+                f"{rate:,.0f}",
+                _fmt(snap["ttft_p50_ms"], ".0f", " ms"),
+                _fmt(snap["ttft_p99_ms"], ".0f", " ms"),
+                _fmt(None if snap["cache_hit_ratio"] is None else 100 * snap["cache_hit_ratio"], ".1f", "%"),
+                _fmt(None if snap["ideal_hit_ratio"] is None else 100 * snap["ideal_hit_ratio"], ".1f", "%"),
+                _fmt(snap["queue_p99_ms"], ".0f", " ms"),
+            )
+        table.caption = "agents: done/started/total; cache hit: server-reported cached/prompt tokens; ideal: longest shared prefix"
+        return table
+
+
+def summary_table(summary: dict[str, dict[str, Any]], emulated: set[str]) -> Table:
+    table = Table(title="summary (from the trace)")
+    cols = (
+        "target",
+        "engine",
+        "requests",
+        "errors",
+        "agents",
+        "TTFT p50",
+        "TTFT p99",
+        "ITL p50",
+        "out tok/s",
+        "cache hit",
+        "ideal hit",
+        "queue p99",
+    )
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("target", "engine") else "right")
+    for name, s in summary.items():
+        engine = s["engine"] + (" (emulator)" if name in emulated else "")
+        table.add_row(
+            name,
+            engine,
+            str(s["requests"]),
+            str(s["errors"]),
+            str(s["agents"]),
+            _fmt(s["ttft_p50_ms"], ".1f", " ms"),
+            _fmt(s["ttft_p99_ms"], ".1f", " ms"),
+            _fmt(s["itl_p50_ms"], ".1f", " ms"),
+            _fmt(s["output_tokens_per_s"], ",.0f"),
+            _fmt(None if s["cache_hit_ratio"] is None else 100 * s["cache_hit_ratio"], ".1f", "%"),
+            _fmt(None if s["ideal_hit_ratio"] is None else 100 * s["ideal_hit_ratio"], ".1f", "%"),
+            _fmt(s["queue_p99_ms"], ".1f", " ms"),
+        )
+    return table
+
+
+def parse_targets(
+    targets: list[str], engines: list[str], dialect: str | None, model: str | None, api_key_env: str | None
+) -> list[dict[str, Any]]:
+    out = []
+    if engines and len(engines) not in (1, len(targets)):
+        raise InputError(
+            f"--engine given {len(engines)} times for {len(targets)} targets: give one, or one per target"
+        )
+    if engines and not targets:
+        raise InputError(
+            "--engine needs --target NAME=URL (with no target, swarm runs its emulator in both profiles)"
+        )
+    for i, t in enumerate(targets):
+        name, sep, url = t.partition("=")
+        if not sep or not name or not url:
+            raise InputError(f"--target {t!r}: expected NAME=URL, e.g. sglang=http://127.0.0.1:30000")
+        engine = engines[i if len(engines) > 1 else 0] if engines else None
+        out.append(
+            {
+                "name": name,
+                "url": url,
+                "engine": engine,
+                "dialect": dialect,
+                "model": model,
+                "api_key_env": api_key_env,
+            }
+        )
+    return out
+
+
+def run_command(spec_data: dict[str, Any], show_progress: bool, json_out: bool) -> int:
+    """Build the RunSpec, run it with a live view, print the summary; returns the exit code."""
+    import json
+
+    from swarm.run import RunSpec, execute_run, summary_rows
+    from swarm.runner import ResolvedTarget
+    from swarm.specfiles import validate
+
+    spec = validate(RunSpec, spec_data, "run spec")
+    console = Console(stderr=json_out, width=None if sys.stdout.isatty() else 160)
+    view = LiveView(spec.workload.agents)
+
+    def on_target_start(target: ResolvedTarget, stats: RunStats) -> None:
+        view.start_target(target.name, stats)
+
+    live = Live(view, console=console, refresh_per_second=2, transient=False) if show_progress else None
+    if live is not None:
+        live.start()
+    try:
+        result = execute_run(spec, on_target_start=on_target_start)
+    finally:
+        if live is not None:
+            live.stop()
+    summary = summary_rows(result.run_dir)
+    emulated = {t.name for t in result.manifest.targets if t.emulated}
+    if json_out:
+        print(
+            json.dumps(
+                {"run_dir": str(result.run_dir), "status": result.manifest.status.value, "targets": summary},
+                indent=2,
+            )
+        )
+    else:
+        console.print(summary_table(summary, emulated))
+        if emulated:
+            console.print(
+                "[dim]figures from swarm's engine emulator, a model of an engine - not measurements of one[/dim]"
+            )
+        console.print(f"trace: {result.run_dir}  (status: {result.manifest.status.value})")
+    return 130 if result.interrupted else 0
+
+
+def topologies_command(name: str | None, topologies_dir: list[Path]) -> None:
+    from swarm.catalog import Catalog
+    from swarm.topology import render_ascii
+
+    catalog = Catalog(topology_dirs=topologies_dir)
+    console = Console()
+    if name is None:
+        table = Table(title="topologies")
+        for col in ("name", "calls (template)", "description"):
+            table.add_column(col)
+        from swarm.specfiles import load_yaml
+
+        for n in catalog.topology_names():
+            t = catalog.topology(n)
+            path = next((d / f"{n}.yaml" for d in catalog.topology_dirs if (d / f"{n}.yaml").is_file()), None)
+            desc = (load_yaml(path) or {}).get("description", "") if path else ""
+            table.add_row(n, str(t.graph.number_of_nodes()), desc)
+        console.print(table)
+        console.print("show one: swarm topologies NAME")
+        return
+    t = catalog.topology(name)
+    console.print(
+        Group(Text(f"{t.name}: {t.graph.number_of_nodes()} calls in the template"), Text(render_ascii(t)))
+    )

@@ -1,0 +1,57 @@
+"""Running ``swarm emulate`` as a child process on loopback (for ``swarm run`` with no target).
+
+Place in the map (DESIGN.md, "The emulator"): the emulator stays a separate program; this
+module only starts it, reads the URL it prints, and stops it. Running it in its own process
+also keeps its CPU use off the generator's event loop.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+from swarm.errors import InputError
+
+
+class EmulatorProcess:
+    """``swarm emulate --port 0 ARGS...``; ``url`` is set once it listens."""
+
+    def __init__(self, args: list[str], startup_timeout_s: float = 60.0) -> None:
+        self.args = args
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "swarm", "emulate", "--port", "0", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            start_new_session=True,  # a Ctrl-C in the terminal goes to swarm run, which stops us
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        match = re.search(r"listening on (http://\S+)", line)
+        if not match:
+            err = self.proc.stderr.read() if self.proc.stderr else ""
+            self.proc.kill()
+            raise InputError(f"the emulator did not start: {(line + err).strip()[:500]}")
+        self.url = match.group(1)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+
+    def __enter__(self) -> EmulatorProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,287 @@
+"""A run: one workload against one or more targets, one after the other, into one run folder.
+
+Place in the map (DESIGN.md): what ``swarm run`` calls. It resolves the targets (probing a
+URL for its engine and model when not given; starting the emulator in both profiles on
+loopback when no target is given), writes ``runs/<run_id>/manifest.json``, runs the identical
+workload against each target through an Executor, streams records into the TraceSink, and
+finishes the manifest with status and counts. Executors are a small protocol; the in-process
+one lives here, the Ray one in the cluster layer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import re
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from swarm import __version__
+from swarm.catalog import Catalog
+from swarm.engines.client import Timeouts, normalise_base_url, redact_url
+from swarm.errors import InputError
+from swarm.live_stats import RunStats
+from swarm.record import RequestRecord
+from swarm.runner import ResolvedTarget, TargetOutcome, run_agents
+from swarm.trace.manifest import RunManifest, RunStatus, TargetInfo, new_run_id, versions
+from swarm.trace.sink import ParquetTraceSink
+from swarm.workload import Workload, WorkloadSpec
+
+log = logging.getLogger(__name__)
+
+
+class TargetSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="label in the trace's `target` column")
+    url: str = Field(description="base URL of the server")
+    engine: str | None = Field(default=None, description="engine profile; detected when absent")
+    dialect: str | None = Field(default=None, description="API dialect; the engine's default when absent")
+    model: str | None = Field(default=None, description="model name; the server's first when absent")
+    api_key_env: str | None = Field(default=None, description="environment variable holding the API key")
+
+
+class TimeoutSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    connect_s: float | None = Field(default=10.0, gt=0)
+    first_token_s: float | None = Field(default=120.0, gt=0)
+    total_s: float | None = Field(default=600.0, gt=0)
+
+
+class RunSpec(BaseModel):
+    """Everything ``swarm run`` needs: a workload, targets, and where to write."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
+    targets: list[TargetSpec] = Field(default_factory=list, description="none: the emulator in both profiles")
+    output_dir: str = Field(default="runs", description="run folders are created here")
+    record_text: bool = Field(default=False, description="store prompt parts and outputs in the trace")
+    executor: Literal["inprocess"] = Field(default="inprocess")
+    timeouts: TimeoutSpec = Field(default_factory=TimeoutSpec)
+    emulator_args: list[str] = Field(
+        default_factory=list, description="extra `swarm emulate` flags for the embedded emulators"
+    )
+
+
+class Executor(Protocol):
+    """Runs a workload's agents against one target, handing every record to ``on_record``."""
+
+    def run_target(
+        self,
+        workload: Workload,
+        target: ResolvedTarget,
+        on_record: Callable[[RequestRecord], None],
+        stats: RunStats,
+        run_id: str,
+        timeouts: Timeouts,
+    ) -> TargetOutcome: ...
+
+
+class InProcessExecutor:
+    """All agents in this process's one event loop. SIGINT/SIGTERM stop the run gracefully."""
+
+    def run_target(
+        self,
+        workload: Workload,
+        target: ResolvedTarget,
+        on_record: Callable[[RequestRecord], None],
+        stats: RunStats,
+        run_id: str,
+        timeouts: Timeouts,
+    ) -> TargetOutcome:
+        async def main() -> TargetOutcome:
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            installed = []
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                    loop.add_signal_handler(sig, stop.set)
+                    installed.append(sig)
+            try:
+                return await run_agents(
+                    workload,
+                    range(workload.n_agents),
+                    target,
+                    on_record,
+                    stats=stats,
+                    run_id=run_id,
+                    timeouts=timeouts,
+                    stop=stop,
+                )
+            finally:
+                for sig in installed:
+                    loop.remove_signal_handler(sig)
+
+        return asyncio.run(main())
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    manifest: RunManifest
+    outcomes: dict[str, TargetOutcome] = field(default_factory=dict)
+
+    @property
+    def interrupted(self) -> bool:
+        return self.manifest.status is RunStatus.INTERRUPTED
+
+
+def _safe_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name) or "target"
+
+
+def resolve_target(spec: TargetSpec) -> ResolvedTarget:
+    """Probe a target for what the spec leaves open (engine, model); InputError if unreachable."""
+    from swarm.engines.probe import probe
+    from swarm.engines.profiles import check_dialect, get_profile
+
+    url = normalise_base_url(spec.url)
+    result = asyncio.run(
+        probe(url, engine=spec.engine, model=spec.model, api_key_env=spec.api_key_env, send_requests=False)
+    )
+    engine = spec.engine or result.engine
+    if engine is None:
+        raise InputError(
+            f"target {spec.name}: cannot tell which engine serves {redact_url(url)}; pass --engine"
+        )
+    profile = get_profile(engine)
+    dialect = check_dialect(profile, spec.dialect or profile.default_dialect)
+    return ResolvedTarget(
+        name=spec.name,
+        url=url,
+        engine=engine,
+        dialect=dialect,
+        model=spec.model or result.model or "default",
+        api_key_env=spec.api_key_env,
+        emulated=result.emulator,
+        server_info={
+            "version": result.server_version,
+            "endpoints": result.endpoints,
+            "metrics_path": result.metrics_path,
+        },
+    )
+
+
+@contextlib.contextmanager
+def embedded_targets(extra_args: list[str]) -> Iterator[list[TargetSpec]]:
+    """The emulator in both profiles, each its own process on a free loopback port."""
+    from swarm.emulator.process import EmulatorProcess
+
+    procs: list[EmulatorProcess] = []
+    try:
+        for engine in ("sglang", "trtllm"):
+            procs.append(EmulatorProcess(["--engine", engine, *extra_args]))
+        yield [
+            TargetSpec(name=f"emulator-{engine}", url=p.url, engine=engine)
+            for engine, p in zip(("sglang", "trtllm"), procs, strict=True)
+        ]
+    finally:
+        for p in procs:
+            p.stop()
+
+
+def execute_run(
+    spec: RunSpec,
+    *,
+    catalog: Catalog | None = None,
+    executor: Executor | None = None,
+    on_target_start: Callable[[ResolvedTarget, RunStats], None] | None = None,
+) -> RunResult:
+    """Run ``spec``; returns the run folder and its final manifest."""
+    workload = Workload(spec.workload, catalog)  # validates profiles and topologies first
+    executor = executor or InProcessExecutor()
+    run_id = new_run_id()
+    run_dir = Path(spec.output_dir) / run_id
+    timeouts = Timeouts(spec.timeouts.connect_s, spec.timeouts.first_token_s, spec.timeouts.total_s)
+    with contextlib.ExitStack() as stack:
+        target_specs = spec.targets or stack.enter_context(embedded_targets(spec.emulator_args))
+        names = [t.name for t in target_specs]
+        if len(set(names)) != len(names):
+            raise InputError(f"target names must differ: {names}")
+        targets = [resolve_target(t) for t in target_specs]
+        run_dir.mkdir(parents=True, exist_ok=False)
+        manifest = RunManifest(
+            run_id=run_id,
+            swarm_version=__version__,
+            seed=spec.workload.seed,
+            spec=spec.model_dump(mode="json", exclude={"targets"}),
+            spec_hash=spec.workload.spec_hash(),
+            targets=[
+                TargetInfo(
+                    name=t.name,
+                    url=redact_url(t.url),
+                    engine=t.engine,
+                    dialect=t.dialect,
+                    model=t.model,
+                    emulated=t.emulated,
+                    api_key_env=t.api_key_env,
+                    server_info=t.server_info or {},
+                )
+                for t in targets
+            ],
+            versions=versions(),
+        )
+        manifest.write(run_dir)
+        result = RunResult(run_dir=run_dir, manifest=manifest)
+        counts: dict[str, int] = {}
+        parts: list[str] = []
+        status = RunStatus.COMPLETE
+        reason: str | None = None
+        try:
+            for target in targets:
+                stats = RunStats()
+                if on_target_start is not None:
+                    on_target_start(target, stats)
+                sink = ParquetTraceSink(run_dir, writer=_safe_name(target.name), keep_text=spec.record_text)
+
+                def on_record(record: RequestRecord, sink: ParquetTraceSink = sink) -> None:
+                    sink.write(record)
+                    sink.maybe_rotate()
+
+                started = time.monotonic()
+                try:
+                    outcome = executor.run_target(workload, target, on_record, stats, run_id, timeouts)
+                finally:
+                    sink.close()
+                    parts += sink.parts
+                    for k, v in stats.by_status.items():
+                        counts[k] = counts.get(k, 0) + v
+                log.info(
+                    "target %s: %d requests in %.1f s",
+                    target.name,
+                    stats.requests,
+                    time.monotonic() - started,
+                )
+                result.outcomes[target.name] = outcome
+                if outcome.interrupted:
+                    status, reason = RunStatus.INTERRUPTED, "interrupted by a signal"
+                    break
+        except KeyboardInterrupt:
+            status, reason = RunStatus.INTERRUPTED, "interrupted (KeyboardInterrupt)"
+        except BaseException as exc:
+            status, reason = RunStatus.FAILED, f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            manifest.status = status
+            manifest.status_reason = reason
+            manifest.counts = counts
+            manifest.parts = sorted(parts)
+            manifest.finished_at = dt.datetime.now(dt.timezone.utc).isoformat()
+            manifest.write(run_dir)
+    return result
+
+
+def summary_rows(run_dir: Path) -> dict[str, dict[str, Any]]:
+    from swarm.analysis.summary import summarize_run
+
+    return summarize_run(run_dir)
