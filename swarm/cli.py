@@ -260,7 +260,8 @@ def run(
         data["executor"] = executor
     if emulator_arg:
         data["emulator_args"] = list(emulator_arg)
-    code = run_command(data, show_progress=progress and not json_out, json_out=json_out)
+    source = f"{spec} (with flags)" if spec is not None else "flags"
+    code = run_command(data, show_progress=progress and not json_out, json_out=json_out, source=source)
     if code:
         raise typer.Exit(code)
 

@@ -154,7 +154,9 @@ def parse_targets(
     return out
 
 
-def run_command(spec_data: dict[str, Any], show_progress: bool, json_out: bool) -> int:
+def run_command(
+    spec_data: dict[str, Any], show_progress: bool, json_out: bool, source: str = "run spec"
+) -> int:
     """Build the RunSpec, run it with a live view, print the summary; returns the exit code."""
     import json
 
@@ -162,7 +164,7 @@ def run_command(spec_data: dict[str, Any], show_progress: bool, json_out: bool) 
     from swarm.runner import ResolvedTarget
     from swarm.specfiles import validate
 
-    spec = validate(RunSpec, spec_data, "run spec")
+    spec = validate(RunSpec, spec_data, source)
     console = Console(stderr=json_out, width=None if sys.stdout.isatty() else 160)
     view = LiveView(spec.workload.agents)
 

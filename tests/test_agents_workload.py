@@ -1,0 +1,240 @@
+"""The swarm on one machine: determinism, structure, prefix sharing, and cache accounting."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from swarm.arrival import ArrivalSpec
+from swarm.catalog import Catalog
+from swarm.emulator import EmulatorThread
+from swarm.record import RequestRecord, Status
+from swarm.runner import ResolvedTarget, run_agents
+from swarm.workload import MixEntry, Workload, WorkloadSpec, partition
+
+TINY = """
+name: tiny
+system_prompt: {style: prose, tokens: 120}
+task_tokens: {dist: uniform, low: 20, high: 40}
+instruction_tokens: {dist: uniform, low: 4, high: 9}
+output_tokens:
+  default: {dist: uniform, low: 3, high: 9}
+  evaluate: {dist: constant, value: 2}
+think_time_s: {dist: constant, value: 0}
+tool_time_s: {dist: constant, value: 0.001}
+tool_result_tokens: {dist: constant, value: 12}
+"""
+
+TOPOLOGIES = [
+    "tree_of_thought",
+    "beam",
+    "graph_of_thought",
+    "debate",
+    "map_reduce",
+    "react",
+    "chain",
+    "plan_execute_verify",
+]
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> Catalog:
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    return Catalog(agent_dirs=[tmp_path])
+
+
+def spec(topology: str = "tree_of_thought", agents: int = 12, **kw: object) -> WorkloadSpec:
+    return WorkloadSpec(
+        agents=agents,
+        mix=[MixEntry(profile="tiny", topology=topology)],
+        arrival=ArrivalSpec(process="all_at_once", rate=None),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def run(
+    workload: Workload, url: str, engine: str = "sglang", agent_ids: list[int] | None = None
+) -> list[RequestRecord]:
+    records: list[RequestRecord] = []
+    target = ResolvedTarget("t", url, engine, "openai-chat", "m")
+    ids = list(range(workload.n_agents)) if agent_ids is None else agent_ids
+    asyncio.run(run_agents(workload, ids, target, records.append))
+    return records
+
+
+def test_same_spec_and_seed_give_identical_plans(catalog: Catalog) -> None:
+    a, b = Workload(spec(agents=50), catalog), Workload(spec(agents=50), catalog)
+    assert list(a.start_offsets_s) == list(b.start_offsets_s)
+    for i in (0, 7, 49):
+        pa_, pb = a.agent(i), b.agent(i)
+        assert (pa_.system_prompt, pa_.task, pa_.system_prompt_id) == (
+            pb.system_prompt,
+            pb.task,
+            pb.system_prompt_id,
+        )
+        # built in a different order, the node plans are the same
+        names = list(pa_.topology.order)
+        assert [pa_.node(n) for n in names] == [pb.node(n) for n in reversed(names)][::-1]
+    other = Workload(spec(agents=50, seed=1), catalog)
+    assert other.agent(0).task != a.agent(0).task
+
+
+def test_arrival_schedule_is_seeded(catalog: Catalog) -> None:
+    s = spec(agents=100)
+    s.arrival = ArrivalSpec(process="poisson", rate=10)
+    assert list(Workload(s, catalog).start_offsets_s) == list(Workload(s, catalog).start_offsets_s)
+
+
+def key(r: RequestRecord) -> tuple:  # type: ignore[type-arg]
+    return (
+        r.identity.session_id,
+        r.identity.node,
+        r.identity.parent_nodes,
+        r.block_hashes,
+        r.prompt_tokens_est,
+    )
+
+
+def test_any_split_into_groups_sends_byte_identical_prompts(
+    catalog: Catalog, emulator: Callable[..., EmulatorThread]
+) -> None:
+    emu = emulator(engine="sglang", timing="zero")
+    wl = Workload(spec(agents=24), catalog)
+    whole = sorted(key(r) for r in run(wl, emu.url))
+    for workers in (2, 5):
+        parts: list[tuple] = []  # type: ignore[type-arg]
+        for ids in partition(wl.n_agents, workers):
+            parts += [key(r) for r in run(Workload(spec(agents=24), catalog), emu.url, agent_ids=ids)]
+        assert sorted(parts) == whole
+
+
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+def test_request_structure_matches_graph_and_siblings_share_parent_context(
+    topology: str, catalog: Catalog, emulator: Callable[..., EmulatorThread]
+) -> None:
+    emu = emulator(engine="sglang", timing="zero", cache_capacity_tokens=None)
+    wl = Workload(spec(topology, agents=3), catalog)
+    records = run(wl, emu.url)
+    assert records and all(r.status is Status.OK for r in records)
+    template = wl.agent(0).topology
+    by_session: dict[str, dict[str, RequestRecord]] = collections.defaultdict(dict)
+    for r in records:
+        by_session[r.identity.session_id][r.identity.node] = r
+    for sid, nodes in by_session.items():
+        plan = wl.agent(int(sid.split("-")[1]))
+        for name, r in nodes.items():
+            parents = set(r.identity.parent_nodes)
+            assert parents <= set(template.context_parents(name))
+            assert all(p in nodes for p in parents), "a child was sent although its parent was not"
+            assert r.identity.role == template.role(name)
+            assert r.prompt_parts is not None and r.prompt_parts[-1] == plan.node(name).instruction
+            parent_end = [nodes[p].sent_ns + (nodes[p].e2e_ns or 0) for p in parents]
+            assert all(r.sent_ns >= end for end in parent_end), "child sent before its parent finished"
+            if len(template.context_parents(name)) == 1 and parents:
+                (p,) = parents
+                parent = nodes[p]
+                assert parent.prompt_parts is not None
+                expected = (*parent.prompt_parts, plan.node(p).standin)
+                if plan.node(p).tool_result is not None:
+                    expected = (*expected, plan.node(p).tool_result)
+                assert r.prompt_parts[: len(expected)] == expected
+                assert len(r.prompt_parts) == len(expected) + 1
+        # siblings of one parent share exactly the parent's context, then differ at once
+        kids: dict[str, list[RequestRecord]] = collections.defaultdict(list)
+        for name, r in nodes.items():
+            if len(r.identity.parent_nodes) == 1 and len(template.context_parents(name)) == 1:
+                kids[r.identity.parent_nodes[0]].append(r)
+        for p, sibs in kids.items():
+            parent = nodes[p]
+            assert parent.prompt_parts is not None and parent.prompt_tokens is not None
+            context_tokens = sum(len(x.split()) for x in parent.prompt_parts) + len(
+                plan.node(p).standin.split()
+            )
+            if plan.node(p).tool_result is not None:
+                context_tokens += len(plan.node(p).tool_result.split())  # type: ignore[union-attr]
+            for a in sibs:
+                for b in sibs:
+                    if a is b:
+                        continue
+                    ta = " ".join(a.prompt_parts or ()).split()
+                    tb = " ".join(b.prompt_parts or ()).split()
+                    common = next(
+                        (i for i, (x, y) in enumerate(zip(ta, tb)) if x != y), min(len(ta), len(tb))
+                    )
+                    assert common == context_tokens
+
+
+@pytest.mark.parametrize("topology", ["tree_of_thought", "graph_of_thought", "debate", "react"])
+def test_realised_cached_tokens_equal_ideal_with_unbounded_cache(
+    topology: str, catalog: Catalog, emulator: Callable[..., EmulatorThread]
+) -> None:
+    sg = emulator(engine="sglang", timing="zero", cache_capacity_tokens=None)
+    trt = emulator(engine="trtllm", timing="zero", cache_capacity_tokens=None)
+    wl = Workload(spec(topology, agents=10, system_prompts=3), catalog)
+    records = run(wl, sg.url)
+    assert records and all(r.ok for r in records)
+    mismatched = [
+        (r.identity.node, r.cached_tokens, r.ideal_cached_tokens_est)
+        for r in records
+        if r.cached_tokens != r.ideal_cached_tokens_est
+    ]
+    assert mismatched == []
+    assert all(r.prompt_tokens == r.prompt_tokens_est for r in records)
+    # blocks reuse no more than the ideal, rounded down to whole blocks
+    trt_records = run(
+        Workload(spec(topology, agents=10, system_prompts=3), catalog), trt.url, engine="trtllm"
+    )
+    for r in trt_records:
+        assert r.cached_tokens is not None and r.ideal_cached_tokens_est is not None
+        assert r.cached_tokens <= r.ideal_cached_tokens_est // 32 * 32
+    assert sum(r.cached_tokens or 0 for r in trt_records) < sum(r.cached_tokens or 0 for r in records)
+
+
+def test_beam_keeps_width_per_level(catalog: Catalog, emulator: Callable[..., EmulatorThread]) -> None:
+    emu = emulator(engine="sglang", timing="zero")
+    wl = Workload(spec("tree_of_thought", agents=4), catalog)  # branching 3, depth 3, beam 2
+    records = run(wl, emu.url)
+    per_session = collections.Counter(
+        (r.identity.session_id, r.identity.depth, r.identity.role) for r in records
+    )
+    for sid in {r.identity.session_id for r in records}:
+        assert per_session[(sid, 1, "expand")] == 3
+        assert per_session[(sid, 2, "expand")] == 6  # 2 kept x 3
+        assert per_session[(sid, 3, "expand")] == 6
+        assert per_session[(sid, 4, "answer")] == 1
+    answers = [r for r in records if r.identity.role == "answer"]
+    assert all(len(r.identity.parent_nodes) == 2 for r in answers)  # the 2 kept final thoughts
+
+
+def test_in_flight_cap_and_request_limit(catalog: Catalog, emulator: Callable[..., EmulatorThread]) -> None:
+    emu = emulator(engine="sglang", timing="fixed", first_token_ms=5, token_ms=1)
+    wl = Workload(spec("map_reduce", agents=6, max_in_flight=3), catalog)
+    records = run(wl, emu.url)
+    events = sorted(
+        [(r.sent_ns, 1) for r in records] + [(r.sent_ns + (r.e2e_ns or 0), -1) for r in records],
+        key=lambda e: (e[0], e[1]),
+    )
+    level = peak = 0
+    for _, step in events:
+        level += step
+        peak = max(peak, level)
+    assert peak <= 3
+    assert max(r.queue_ns for r in records) > 1_000_000  # waiting for the cap shows as lateness
+    limited = run(Workload(spec("map_reduce", agents=6, max_requests=17), catalog), emu.url)
+    assert len(limited) == 17
+
+
+def test_live_context_feeds_real_outputs(catalog: Catalog, emulator: Callable[..., EmulatorThread]) -> None:
+    emu = emulator(engine="sglang", timing="zero", cache_capacity_tokens=None)
+    records = run(Workload(spec("chain", agents=2, context="live"), catalog), emu.url)
+    by = {(r.identity.session_id, r.identity.node): r for r in records}
+    child = by[("0-0", "c1")]
+    parent = by[("0-0", "c0")]
+    assert child.prompt_parts is not None and parent.output_text
+    assert child.prompt_parts[-2] == parent.output_text
+    # the parent's generated tokens were in the cache: the child hits them too
+    assert child.cached_tokens == (parent.prompt_tokens or 0) + (parent.completion_tokens or 0)

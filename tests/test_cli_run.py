@@ -1,0 +1,153 @@
+"""``swarm run`` end to end on loopback, and its bad-input handling."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from swarm.trace.manifest import RunManifest
+from swarm.trace.reader import read_requests
+
+
+def swarm(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "swarm", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd
+    )
+
+
+def test_run_against_embedded_emulators_writes_both_traces(tmp_path: Path) -> None:
+    out = swarm("run", "--agents", "8", "--topology", "chain", "--arrival", "all", "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    run_dir = tmp_path / result["run_dir"]
+    assert result["status"] == "complete"
+    assert set(result["targets"]) == {"emulator-sglang", "emulator-trtllm"}
+    manifest = RunManifest.read(run_dir)
+    assert [t.engine for t in manifest.targets] == ["sglang", "trtllm"] and all(
+        t.emulated for t in manifest.targets
+    )
+    assert manifest.spec_hash and manifest.seed == 0
+    table = read_requests(run_dir)
+    assert table.num_rows == 2 * 8 * 4 == sum(manifest.counts.values())
+    assert set(table["target"].to_pylist()) == {"emulator-sglang", "emulator-trtllm"}
+    assert table["output_text"].null_count == table.num_rows  # not recorded unless --record-text
+
+
+def test_run_against_named_targets_and_text_summary(
+    tmp_path: Path, emulator_process: Callable[..., object]
+) -> None:
+    a = emulator_process("--engine", "sglang", "--timing", "zero")
+    b = emulator_process("--engine", "trtllm", "--timing", "zero")
+    out = swarm(
+        "run", "--agents", "5", "--topology", "react", "--arrival", "all", "--no-progress", "--record-text",
+        "--target", f"sg={a.url}", "--target", f"trt={b.url}",  # type: ignore[attr-defined]
+        "--output", "out", cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "sg" in out.stdout and "trt" in out.stdout and "summary (from the trace)" in out.stdout
+    (run_dir,) = list((tmp_path / "out").iterdir())
+    table = read_requests(run_dir)
+    assert table["output_text"].null_count == 0
+    assert {t.engine for t in RunManifest.read(run_dir).targets} == {"sglang", "trtllm"}  # detected
+
+
+def assert_refused(out: subprocess.CompletedProcess[str], needle: str, cwd: Path) -> None:
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert needle in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+    assert not (cwd / "runs").exists(), "a run folder was created before the input was checked"
+
+
+@pytest.mark.parametrize(
+    ("spec_text", "needle"),
+    [
+        ("workload:\n  agentz: 3\n", "spec.yaml (with flags): workload.agentz: unknown key"),
+        ("workload:\n  agents: many\n", "workload.agents: Input should be a valid integer"),
+        ("workload:\n  mix: [{topology: spiral}]\n", "unknown topology 'spiral'"),
+        ("workload:\n  mix: [{profile: wizard}]\n", "unknown agent profile 'wizard'"),
+        (
+            "workload:\n  arrival: {process: poisson, rate: -2}\n",
+            "workload.arrival.rate: Input should be greater than 0",
+        ),
+        ("colour: blue\n", "colour: unknown key"),
+    ],
+)
+def test_bad_spec_is_refused_before_any_request(tmp_path: Path, spec_text: str, needle: str) -> None:
+    (tmp_path / "spec.yaml").write_text(spec_text)
+    assert_refused(swarm("run", "--spec", "spec.yaml", "--no-progress", cwd=tmp_path), needle, tmp_path)
+
+
+def test_impossible_distribution_in_a_profile_names_file_and_field(tmp_path: Path) -> None:
+    (tmp_path / "bad.yaml").write_text(
+        "name: bad\ntask_tokens: {dist: lognormal, median: -5, sigma: 1}\n"
+        "output_tokens: {default: {dist: uniform, low: 9, high: 3}}\n"
+    )
+    out = swarm("run", "--profile", "bad.yaml", "--no-progress", cwd=tmp_path)
+    assert_refused(out, "bad.yaml: task_tokens.lognormal.median: Input should be greater than 0", tmp_path)
+    assert (
+        "bad.yaml: output_tokens.default.uniform: Value error, low (9.0) is greater than high (3.0)"
+        in out.stderr
+    )
+
+
+def test_bad_target_flags(tmp_path: Path) -> None:
+    assert_refused(swarm("run", "--target", "nourl", cwd=tmp_path), "expected NAME=URL", tmp_path)
+    assert_refused(swarm("run", "--target", "a=http://127.0.0.1:1", cwd=tmp_path), "cannot reach", tmp_path)
+    assert_refused(
+        swarm("run", "--target", "a=http://127.0.0.1:1", "--engine", "tgi", cwd=tmp_path),
+        "unknown engine profile 'tgi'",
+        tmp_path,
+    )
+
+
+def test_sigint_leaves_readable_trace_and_interrupted_manifest(
+    tmp_path: Path, emulator_process: Callable[..., object]
+) -> None:
+    emu = emulator_process(
+        "--engine", "sglang", "--timing", "fixed", "--first-token-ms", "20", "--token-ms", "20"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "swarm", "run", "--agents", "200", "--arrival", "constant:50", "--no-progress",
+         "--target", f"s={emu.url}", "--engine", "sglang"],  # type: ignore[attr-defined]
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list((tmp_path / "runs").glob("*/manifest.json")):
+        time.sleep(0.1)
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    (run_dir,) = list((tmp_path / "runs").iterdir())
+    manifest = RunManifest.read(run_dir)
+    assert manifest.status.value == "interrupted"
+    table = read_requests(run_dir)
+    statuses = set(table["status"].to_pylist())
+    assert table.num_rows > 0 and "ok" in statuses and "cancelled" in statuses
+    assert sum(manifest.counts.values()) == table.num_rows
+
+
+@pytest.mark.slow
+def test_default_run_finishes_and_sglang_caches_more(tmp_path: Path) -> None:
+    """`swarm run` with defaults: 500 tree-of-thought agents, 4 system prompts, both profiles."""
+    start = time.monotonic()
+    out = swarm("run", "--json", cwd=tmp_path, timeout=600)
+    elapsed = time.monotonic() - start
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    sg, trt = result["targets"]["emulator-sglang"], result["targets"]["emulator-trtllm"]
+    assert sg["agents"] == trt["agents"] == 500
+    assert sg["requests"] == trt["requests"] and sg["errors"] == trt["errors"] == 0
+    assert sg["cache_hit_ratio"] > trt["cache_hit_ratio"]
+    print(
+        f"default run: {elapsed:.0f} s; cache hit sglang {sg['cache_hit_ratio']:.4f} trtllm {trt['cache_hit_ratio']:.4f}"
+    )
