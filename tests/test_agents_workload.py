@@ -163,7 +163,8 @@ def test_request_structure_matches_graph_and_siblings_share_parent_context(
                     ta = " ".join(a.prompt_parts or ()).split()
                     tb = " ".join(b.prompt_parts or ()).split()
                     common = next(
-                        (i for i, (x, y) in enumerate(zip(ta, tb)) if x != y), min(len(ta), len(tb))
+                        (i for i, (x, y) in enumerate(zip(ta, tb, strict=False)) if x != y),
+                        min(len(ta), len(tb)),
                     )
                     assert common == context_tokens
 
