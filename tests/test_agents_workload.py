@@ -239,3 +239,24 @@ def test_live_context_feeds_real_outputs(catalog: Catalog, emulator: Callable[..
     assert child.prompt_parts[-2] == parent.output_text
     # the parent's generated tokens were in the cache: the child hits them too
     assert child.cached_tokens == (parent.prompt_tokens or 0) + (parent.completion_tokens or 0)
+
+
+def test_duration_limit_stops_new_agents_and_requests(catalog: Catalog, emulator: Callable[..., EmulatorThread]) -> None:
+    emu = emulator(engine="sglang", timing="zero")
+    s = spec("chain", agents=50, duration_s=0.45)
+    s.arrival = ArrivalSpec(process="constant", rate=10)  # agents at 0.0, 0.1, ..., 4.9 s
+    records = run(Workload(s, catalog), emu.url)
+    sessions = {r.identity.session_id for r in records}
+    assert sessions == {f"0-{i}" for i in range(5)}  # those due before 0.45 s
+    first = min(r.sent_ns for r in records)
+    assert max(r.sent_ns for r in records) - first < 0.45e9 + 0.05e9
+
+
+def test_topologies_command_draws_a_tree() -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "swarm", "topologies", "react"], capture_output=True, text=True, check=True)
+    assert "call1 (tool_call) [then a tool runs]" in out.stdout
+    listing = subprocess.run([sys.executable, "-m", "swarm", "topologies"], capture_output=True, text=True, check=True)
+    assert "tree_of_thought" in listing.stdout and "debate" in listing.stdout

@@ -19,6 +19,7 @@ import logging
 import secrets
 import threading
 import time
+from contextlib import aclosing
 from typing import Any
 
 from aiohttp import web
@@ -143,8 +144,9 @@ class _Handlers:
         created = int(time.time())
         obj = "chat.completion" if chat else "text_completion"
         if not body.get("stream"):
-            async for _ in gen.tokens():
-                pass
+            async with aclosing(gen.tokens()) as stream:
+                async for _ in stream:
+                    pass
             text = " ".join(gen.output)
             choice: dict[str, Any] = {"index": 0, "finish_reason": "length", "logprobs": None}
             if chat:
@@ -189,12 +191,13 @@ class _Handlers:
         prefix += b'"delta":{"content":' if chat else b'"text":'
         suffix = (b"}," if chat else b",") + b'"logprobs":null,"finish_reason":null}]}\n\n'
         first = True
-        async for words in gen.tokens():
-            events = []
-            for word in words:
-                events.append(prefix + dumps(word if first else " " + word) + suffix)
-                first = False
-            await resp.write(b"".join(events))
+        async with aclosing(gen.tokens()) as stream:
+            async for words in stream:
+                events = []
+                for word in words:
+                    events.append(prefix + dumps(word if first else " " + word) + suffix)
+                    first = False
+                await resp.write(b"".join(events))
         final: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": "length"}
         if chat:
             final["delta"] = {}
@@ -225,8 +228,9 @@ class _Handlers:
         rid = secrets.token_hex(16)
         start = time.monotonic()
         if not body.get("stream"):
-            async for _ in gen.tokens():
-                pass
+            async with aclosing(gen.tokens()) as stream:
+                async for _ in stream:
+                    pass
             return _json(
                 {
                     "text": " ".join(gen.output),
@@ -235,16 +239,17 @@ class _Handlers:
             )
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
-        async for _ in gen.tokens():
-            done = gen.finished
-            await resp.write(
-                _sse(
-                    {
-                        "text": " ".join(gen.output),
-                        "meta_info": generate_meta(gen, rid, done, time.monotonic() - start),
-                    }
+        async with aclosing(gen.tokens()) as stream:
+            async for _ in stream:
+                done = gen.finished
+                await resp.write(
+                    _sse(
+                        {
+                            "text": " ".join(gen.output),
+                            "meta_info": generate_meta(gen, rid, done, time.monotonic() - start),
+                        }
+                    )
                 )
-            )
         await resp.write(_DONE)
         await resp.write_eof()
         return resp
@@ -394,7 +399,15 @@ class RunningEmulator:
 
 async def start_emulator(config: EmulatorConfig) -> RunningEmulator:
     """Start serving; raises InputError when the port is taken or the address is unusable."""
-    runner = web.AppRunner(build_app(config), access_log=None, handle_signals=False)
+    # a client that disconnects cancels its handler (engines abort such requests); stopping
+    # waits at most a second for handlers still running
+    runner = web.AppRunner(
+        build_app(config),
+        access_log=None,
+        handle_signals=False,
+        handler_cancellation=True,
+        shutdown_timeout=1.0,
+    )
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port, backlog=4096)
     try:

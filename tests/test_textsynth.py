@@ -1,0 +1,76 @@
+"""Text synthesis hits token budgets: exactly for the emulator's words, closely for a real tokenizer."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from swarm.agent_profile import AgentProfile, SystemPromptSpec
+from swarm.catalog import Catalog
+from swarm.errors import InputError
+from swarm.textsynth import WORDS, synth_text, tool_catalogue
+from swarm.tokenizer import HFTokenizer, WordTokenizer
+from swarm.workload import MixEntry, Workload, WorkloadSpec
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 100, 1234])
+def test_word_budgets_are_exact(n: int) -> None:
+    rng = random.Random(n)
+    assert len(synth_text(rng, n, lead="[x.1]").split()) == n
+    assert len(tool_catalogue(rng, max(n, 30), 5).split()) == max(n, 30)
+
+
+def test_lead_starts_the_text() -> None:
+    assert synth_text(random.Random(0), 10, lead="[n7] go").startswith("[n7] go ")
+
+
+@pytest.fixture(scope="module")
+def bpe_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tokenizers = pytest.importorskip("tokenizers")
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    trainer = tokenizers.trainers.BpeTrainer(vocab_size=300, special_tokens=["[UNK]"])
+    rng = random.Random(1)
+    corpus = [" ".join(rng.choices(WORDS, k=50)) for _ in range(200)]
+    tok.train_from_iterator(corpus, trainer)
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    tok.save(str(path))
+    return path
+
+
+@pytest.mark.parametrize("n", [20, 300, 2000])
+def test_real_tokenizer_budgets_are_close(bpe_file: Path, n: int) -> None:
+    tok = HFTokenizer(bpe_file)
+    text = synth_text(random.Random(n), n, tok)
+    count = len(tok.encode(text))
+    longest_word = max(len(tok.encode(w)) for w in WORDS)
+    assert n <= count < n + longest_word
+    cat = tool_catalogue(random.Random(n), n + 40, 4, tok)
+    assert n + 40 <= len(tok.encode(cat)) < n + 40 + longest_word
+
+
+def test_workload_counts_with_the_given_tokenizer(bpe_file: Path, tmp_path: Path) -> None:
+    (tmp_path / "p.yaml").write_text("name: p\nsystem_prompt: {tokens: 500}\n")
+    spec = WorkloadSpec(agents=2, mix=[MixEntry(profile="p", topology="chain")], tokenizer=str(bpe_file))
+    wl = Workload(spec, Catalog(agent_dirs=[tmp_path]))
+    assert wl.tokenizer.name == "hf:tokenizer.json"
+    sys_tokens = len(wl.tokenizer.encode(wl.agent(0).system_prompt))
+    assert 500 <= sys_tokens < 520
+
+
+def test_missing_tokenizer_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="tokenizer file not found"):
+        HFTokenizer(tmp_path / "nope.json")
+
+
+def test_system_prompt_from_a_file_stays_inside_the_profile_folder(tmp_path: Path) -> None:
+    (tmp_path / "prompt.txt").write_text("you are a careful agent")
+    (tmp_path / "f.yaml").write_text("name: f\nsystem_prompt: {file: prompt.txt}\n")
+    wl = Workload(WorkloadSpec(agents=1, mix=[MixEntry(profile="f", topology="chain")]), Catalog(agent_dirs=[tmp_path]))
+    assert wl.agent(0).system_prompt.endswith("you are a careful agent")
+    escaping = AgentProfile(name="e", system_prompt=SystemPromptSpec(file="../../etc/passwd"), base_dir=str(tmp_path))
+    with pytest.raises(InputError, match="leaves the spec's folder"):
+        escaping.system_prompt_file()
+    assert isinstance(Workload(WorkloadSpec(agents=1)).tokenizer, WordTokenizer)
