@@ -33,7 +33,7 @@ import bisect
 import collections
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 
 from swarm.emulator.block_cache import BlockCache
@@ -146,7 +146,7 @@ class Generation:
             self.finished = True
         self._event.set()
 
-    async def tokens(self) -> AsyncIterator[list[str]]:
+    async def tokens(self) -> AsyncGenerator[list[str], None]:
         """Yield lists of newly generated words as they come out, until the request finishes."""
         if self._model.config.timing != "batch":
             async for words in self._model._timed_tokens(self):
@@ -262,7 +262,7 @@ class EngineModel:
                 st.tpot.observe((now_s - gen.first_token_s) / (len(gen.output) - 1))
         st.e2e.observe(now_s - gen.arrived_s)
 
-    async def _timed_tokens(self, gen: Generation) -> AsyncIterator[list[str]]:
+    async def _timed_tokens(self, gen: Generation) -> AsyncGenerator[list[str], None]:
         """Token stream of the ``fixed`` and ``zero`` timings (no shared step loop)."""
         cfg = self.config
         loop = asyncio.get_running_loop()
