@@ -61,13 +61,16 @@ async def run_agents(
     worker: int = 0,
     start_perf_ns: int | None = None,
     wall_at: Callable[[int], int] | None = None,
+    wall_clock: Callable[[], int] | None = None,
     timeouts: Timeouts | None = None,
     stop: asyncio.Event | None = None,
 ) -> TargetOutcome:
     """Run the given agents of ``workload`` against ``target``; returns when all have ended.
 
     ``start_perf_ns`` is the agreed start instant (perf_counter_ns of this process); agent *i*
-    starts at ``start + offset_i``. Setting ``stop`` stops new requests and cancels those in
+    starts at ``start + offset_i``. ``wall_at`` (perf ns to wall ns) and ``wall_clock`` give
+    the wall clock of ``scheduled_ns`` and ``sent_ns``; a cluster worker passes its clock
+    shifted onto the driver's. Setting ``stop`` stops new requests and cancels those in
     flight (their records say ``cancelled``).
     """
     spec = workload.spec
@@ -93,6 +96,7 @@ async def run_agents(
             model=target.model,
             timeouts=timeouts,
             api_key_env=target.api_key_env,
+            wall_clock=wall_clock or time.time_ns,
         )
         env = AgentEnv(
             client=client,

@@ -241,7 +241,9 @@ def test_live_context_feeds_real_outputs(catalog: Catalog, emulator: Callable[..
     assert child.cached_tokens == (parent.prompt_tokens or 0) + (parent.completion_tokens or 0)
 
 
-def test_duration_limit_stops_new_agents_and_requests(catalog: Catalog, emulator: Callable[..., EmulatorThread]) -> None:
+def test_duration_limit_stops_new_agents_and_requests(
+    catalog: Catalog, emulator: Callable[..., EmulatorThread]
+) -> None:
     emu = emulator(engine="sglang", timing="zero")
     s = spec("chain", agents=50, duration_s=0.45)
     s.arrival = ArrivalSpec(process="constant", rate=10)  # agents at 0.0, 0.1, ..., 4.9 s
@@ -256,7 +258,11 @@ def test_topologies_command_draws_a_tree() -> None:
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "swarm", "topologies", "react"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "swarm", "topologies", "react"], capture_output=True, text=True, check=True
+    )
     assert "call1 (tool_call) [then a tool runs]" in out.stdout
-    listing = subprocess.run([sys.executable, "-m", "swarm", "topologies"], capture_output=True, text=True, check=True)
+    listing = subprocess.run(
+        [sys.executable, "-m", "swarm", "topologies"], capture_output=True, text=True, check=True
+    )
     assert "tree_of_thought" in listing.stdout and "debate" in listing.stdout

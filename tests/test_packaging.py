@@ -35,4 +35,6 @@ def test_wheel_ships_builtin_profiles_and_topologies(tmp_path: Path) -> None:
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "tree_of_thought" in out.stdout and "coding_agent" in out.stdout
-    assert not (tmp_path / "site" / "agents").exists(), "a top-level 'agents' package would shadow other libraries"
+    assert not (tmp_path / "site" / "agents").exists(), (
+        "a top-level 'agents' package would shadow other libraries"
+    )

@@ -68,9 +68,13 @@ def test_missing_tokenizer_file_is_refused(tmp_path: Path) -> None:
 def test_system_prompt_from_a_file_stays_inside_the_profile_folder(tmp_path: Path) -> None:
     (tmp_path / "prompt.txt").write_text("you are a careful agent")
     (tmp_path / "f.yaml").write_text("name: f\nsystem_prompt: {file: prompt.txt}\n")
-    wl = Workload(WorkloadSpec(agents=1, mix=[MixEntry(profile="f", topology="chain")]), Catalog(agent_dirs=[tmp_path]))
+    wl = Workload(
+        WorkloadSpec(agents=1, mix=[MixEntry(profile="f", topology="chain")]), Catalog(agent_dirs=[tmp_path])
+    )
     assert wl.agent(0).system_prompt.endswith("you are a careful agent")
-    escaping = AgentProfile(name="e", system_prompt=SystemPromptSpec(file="../../etc/passwd"), base_dir=str(tmp_path))
+    escaping = AgentProfile(
+        name="e", system_prompt=SystemPromptSpec(file="../../etc/passwd"), base_dir=str(tmp_path)
+    )
     with pytest.raises(InputError, match="leaves the spec's folder"):
         escaping.system_prompt_file()
     assert isinstance(Workload(WorkloadSpec(agents=1)).tokenizer, WordTokenizer)

@@ -26,7 +26,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
@@ -50,7 +50,6 @@ from swarm.record import RequestIdentity, RequestRecord, Status, truncate_error
 log = logging.getLogger(__name__)
 
 _perf_ns = time.perf_counter_ns
-_wall_ns = time.time_ns
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +251,7 @@ class HttpEngineClient:
         timeouts: Timeouts | None = None,
         api_key_env: str | None = None,
         generate_cumulative: bool = True,
+        wall_clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.session = session
         self.base_url = normalise_base_url(base_url)
@@ -261,6 +261,8 @@ class HttpEngineClient:
         self.model = model
         self.timeouts = timeouts or Timeouts()
         self.generate_cumulative = generate_cumulative
+        #: wall clock for sent_ns; on a cluster worker it is shifted onto the driver's clock
+        self.wall_clock = wall_clock
         self.url = self.base_url + PATHS[self.dialect]
         self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         key = api_key_from_env(api_key_env)
@@ -294,7 +296,7 @@ class HttpEngineClient:
         error: str | None = None
         http_status: int | None = None
         watchdog = _Watchdog()
-        sent_wall = _wall_ns()
+        sent_wall = self.wall_clock()
         t0 = _perf_ns()
         end = t0
         watchdog.arm(self.timeouts)

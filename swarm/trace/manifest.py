@@ -14,12 +14,12 @@ import enum
 import json
 import os
 import secrets
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from swarm.record import SCHEMA_VERSION
+from swarm.trace.storage import RunStorage
 
 MANIFEST_NAME = "manifest.json"
 
@@ -79,23 +79,21 @@ class RunManifest(BaseModel):
     parts: list[str] = Field(default_factory=list)
     versions: dict[str, str] = Field(default_factory=dict)
 
-    def write(self, run_dir: str | os.PathLike[str]) -> Path:
-        """Write atomically (temp file + rename) so readers never see half a manifest."""
-        path = Path(run_dir) / MANIFEST_NAME
-        tmp = path.with_name(MANIFEST_NAME + ".tmp")
-        tmp.write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-        return path
+    def write(self, run_dir: str | os.PathLike[str] | RunStorage) -> None:
+        """Write atomically (temp file + move) so readers never see half a manifest."""
+        storage = run_dir if isinstance(run_dir, RunStorage) else RunStorage.at(run_dir)
+        storage.write_bytes(MANIFEST_NAME, (self.model_dump_json(indent=2) + "\n").encode("utf-8"))
 
     @classmethod
-    def read(cls, run_dir: str | os.PathLike[str]) -> RunManifest:
-        path = Path(run_dir) / MANIFEST_NAME
+    def read(cls, run_dir: str | os.PathLike[str] | RunStorage) -> RunManifest:
+        storage = run_dir if isinstance(run_dir, RunStorage) else RunStorage.at(run_dir)
+        where = storage.path(MANIFEST_NAME)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(storage.read_bytes(MANIFEST_NAME).decode("utf-8"))
         except FileNotFoundError as exc:
-            raise FileNotFoundError(f"{path}: no manifest (is this a run directory?)") from exc
+            raise FileNotFoundError(f"{where}: no manifest (is this a run directory?)") from exc
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: not valid JSON: {exc}") from exc
+            raise ValueError(f"{where}: not valid JSON: {exc}") from exc
         return cls.model_validate(data)
 
 

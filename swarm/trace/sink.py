@@ -16,7 +16,6 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -28,6 +27,7 @@ from swarm.record import (
     TRACE_SCHEMA,
     RequestRecord,
 )
+from swarm.trace.storage import RunStorage
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class ParquetTraceSink:
 
     def __init__(
         self,
-        run_dir: str | os.PathLike[str],
+        run_dir: str | os.PathLike[str] | RunStorage,
         *,
         writer: str = "driver",
         batch_rows: int = 8192,
@@ -100,8 +100,8 @@ class ParquetTraceSink:
     ) -> None:
         if batch_rows < 1 or part_rows < 1:
             raise ValueError("batch_rows and part_rows must be >= 1")
-        self.directory = Path(run_dir) / REQUESTS_DIR
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.storage = run_dir if isinstance(run_dir, RunStorage) else RunStorage.at(run_dir)
+        self.storage.makedirs(REQUESTS_DIR)
         self.writer = writer
         self.batch_rows = batch_rows
         self.part_rows = part_rows
@@ -113,7 +113,7 @@ class ParquetTraceSink:
         self._buffered = 0
         self._part_seq = 0
         self._part_writer: pq.ParquetWriter | None = None
-        self._part_path: Path | None = None
+        self._part_name: str | None = None
         self._part_rows_written = 0
         self._unclosed_since: float | None = None  # arrival of the oldest row not in a closed part
         self.rows_written = 0
@@ -190,20 +190,22 @@ class ParquetTraceSink:
     def _open_part(self) -> None:
         name = f"part-{self.writer}-{self._part_seq:05d}{PART_SUFFIX}"
         self._part_seq += 1
-        self._part_path = self.directory / name
-        tmp = self._part_path.with_name(name + INPROGRESS_SUFFIX)
-        self._part_writer = pq.ParquetWriter(tmp, TRACE_SCHEMA, compression=self.compression)
+        self._part_name = name
+        tmp = self.storage.path(f"{REQUESTS_DIR}/{name}{INPROGRESS_SUFFIX}")
+        self._part_writer = pq.ParquetWriter(
+            tmp, TRACE_SCHEMA, compression=self.compression, filesystem=self.storage.fs
+        )
         self._part_rows_written = 0
 
     def _close_part(self) -> None:
-        assert self._part_writer is not None and self._part_path is not None
+        assert self._part_writer is not None and self._part_name is not None
         self._part_writer.close()
-        tmp = self._part_path.with_name(self._part_path.name + INPROGRESS_SUFFIX)
-        os.replace(tmp, self._part_path)
-        self.parts.append(self._part_path.name)
-        log.debug("closed trace part %s (%d rows)", self._part_path, self._part_rows_written)
+        name = self._part_name
+        self.storage.move(f"{REQUESTS_DIR}/{name}{INPROGRESS_SUFFIX}", f"{REQUESTS_DIR}/{name}")
+        self.parts.append(name)
+        log.debug("closed trace part %s (%d rows)", name, self._part_rows_written)
         self._part_writer = None
-        self._part_path = None
+        self._part_name = None
         self._unclosed_since = self._clock() if self._buffered else None
 
     def close(self) -> None:
