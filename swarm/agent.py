@@ -143,8 +143,19 @@ class AgentRun:
         roots = [n for n in self.template.order if self._deps[n] == 0]
         for n in roots:
             self._launch(n, start_perf_ns)
-        if self._tasks:
+        if not self._tasks:
+            return
+        try:
             await self._idle.wait()
+        except asyncio.CancelledError:
+            # the run is stopping: cancel this agent's calls (the client records in-flight ones
+            # as cancelled) and wait for them, so no request outlives its agent
+            self.cancelled = True
+            while self._tasks:
+                for task in list(self._tasks):
+                    task.cancel()
+                await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            raise
 
     # -- scheduling ----------------------------------------------------------------------------
 

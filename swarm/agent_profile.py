@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from swarm.distributions import Constant, Distribution
+from swarm.errors import InputError
 from swarm.specfiles import load_yaml, resolve_spec_path, validate
 from swarm.topology import ROLES
 
@@ -53,6 +54,8 @@ class AgentProfile(BaseModel):
     pruning: PruningSpec = Field(default_factory=PruningSpec)
     #: set by the loader: the folder the profile came from (for system_prompt.file)
     base_dir: str | None = Field(default=None, exclude=True)
+    #: set by the loader: the text of system_prompt.file, read once (workers need no file)
+    system_prompt_text: str | None = Field(default=None, exclude=True)
 
     @model_validator(mode="after")
     def _roles(self) -> AgentProfile:
@@ -76,4 +79,12 @@ class AgentProfile(BaseModel):
 def load_profile(path: str | Path) -> AgentProfile:
     p = Path(path)
     profile = validate(AgentProfile, load_yaml(p), str(p))
-    return profile.model_copy(update={"base_dir": str(p.parent)})
+    profile = profile.model_copy(update={"base_dir": str(p.parent)})
+    file = profile.system_prompt_file()
+    if file is not None:
+        try:
+            text = file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"{p}: system_prompt.file: cannot read {file}: {exc.strerror or exc}") from None
+        profile = profile.model_copy(update={"system_prompt_text": text})
+    return profile

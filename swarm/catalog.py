@@ -32,6 +32,19 @@ class Catalog:
         self._profiles: dict[str, AgentProfile] = {}
         self._topologies: dict[str, TopologyTemplate] = {}
 
+    @classmethod
+    def preloaded(cls, profiles: dict[str, AgentProfile], topologies: dict[str, TopologyTemplate]) -> Catalog:
+        """A catalog that answers from already-loaded items only (on a cluster worker)."""
+        catalog = cls(agent_dirs=[], topology_dirs=[])
+        catalog.agent_dirs, catalog.topology_dirs = [], []
+        catalog._profiles = dict(profiles)
+        catalog._topologies = dict(topologies)
+        return catalog
+
+    def loaded(self) -> tuple[dict[str, AgentProfile], dict[str, TopologyTemplate]]:
+        """What has been loaded so far, by the names it was asked for."""
+        return dict(self._profiles), dict(self._topologies)
+
     def _find(self, name: str, dirs: list[Path], kind: str) -> Path:
         if name.endswith((".yaml", ".yml")):
             p = Path(name)

@@ -209,7 +209,28 @@ def run(
     record_text: Annotated[
         bool, typer.Option("--record-text", help="store prompts and outputs in the trace")
     ] = False,
-    executor: Annotated[str | None, typer.Option(help="inprocess")] = None,
+    executor: Annotated[
+        str | None,
+        typer.Option(
+            help="ray (default: Ray actors, a local Ray unless --address) or inprocess (one process, for debugging)"
+        ),
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option(help="Ray worker actors (default: the CPUs Ray reports, less one)")
+    ] = None,
+    address: Annotated[
+        str | None,
+        typer.Option(
+            help="Ray cluster to join: auto or ray://HOST:PORT (default: RAY_ADDRESS, else a local Ray)"
+        ),
+    ] = None,
+    worker_writes: Annotated[
+        bool,
+        typer.Option(
+            "--worker-writes",
+            help="Ray workers write Parquet parts to --output themselves (shared storage, e.g. s3://bucket/runs)",
+        ),
+    ] = False,
     emulator_arg: Annotated[
         list[str] | None,
         typer.Option(help="extra flag for the embedded emulators, e.g. --emulator-arg=--cache-tokens=0"),
@@ -258,6 +279,12 @@ def run(
         data["record_text"] = True
     if executor is not None:
         data["executor"] = executor
+    if workers is not None:
+        data["workers"] = workers
+    if address is not None:
+        data["address"] = address
+    if worker_writes:
+        data["worker_writes"] = True
     if emulator_arg:
         data["emulator_args"] = list(emulator_arg)
     source = f"{spec} (with flags)" if spec is not None else "flags"

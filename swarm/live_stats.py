@@ -98,6 +98,10 @@ class RunStats:
         self.ttft.merge(other.ttft)
         self.queue.merge(other.queue)
 
+    def replace_with(self, other: RunStats) -> None:
+        """Take ``other``'s values (the driver's view of merged worker stats)."""
+        self.__dict__.update(other.__dict__)
+
     def snapshot(self) -> dict[str, Any]:
         def ms(v: float | None) -> float | None:
             return None if v is None else v / 1e6

@@ -19,7 +19,6 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -31,8 +30,9 @@ from swarm.errors import InputError
 from swarm.live_stats import RunStats
 from swarm.record import RequestRecord
 from swarm.runner import ResolvedTarget, TargetOutcome, run_agents
-from swarm.trace.manifest import RunManifest, RunStatus, TargetInfo, new_run_id, versions
-from swarm.trace.sink import ParquetTraceSink
+from swarm.trace.manifest import RunManifest, RunStatus, TargetInfo, WorkerInfo, new_run_id, versions
+from swarm.trace.sink import ParquetTraceSink, TraceSink
+from swarm.trace.storage import RunStorage
 from swarm.workload import Workload, WorkloadSpec
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,18 @@ class RunSpec(BaseModel):
     targets: list[TargetSpec] = Field(default_factory=list, description="none: the emulator in both profiles")
     output_dir: str = Field(default="runs", description="run folders are created here")
     record_text: bool = Field(default=False, description="store prompt parts and outputs in the trace")
-    executor: Literal["inprocess"] = Field(default="inprocess")
+    executor: Literal["ray", "inprocess"] = Field(
+        default="ray",
+        description="ray: async Ray actors (a local Ray when no address); inprocess: one process",
+    )
+    workers: int | None = Field(default=None, ge=1, description="Ray workers (default: CPUs less one)")
+    address: str | None = Field(
+        default=None, description="Ray cluster: auto, ray://host:port (default: RAY_ADDRESS or local)"
+    )
+    worker_writes: bool = Field(
+        default=False,
+        description="Ray workers write their Parquet parts to output_dir themselves (shared storage)",
+    )
     timeouts: TimeoutSpec = Field(default_factory=TimeoutSpec)
     emulator_args: list[str] = Field(
         default_factory=list, description="extra `swarm emulate` flags for the embedded emulators"
@@ -74,31 +85,50 @@ class RunSpec(BaseModel):
 
 
 class Executor(Protocol):
-    """Runs a workload's agents against one target, handing every record to ``on_record``."""
+    """Runs a workload's agents against one target; every record ends up in ``sink``
+    (or, for executors whose workers write themselves, under ``storage``)."""
 
     def run_target(
         self,
         workload: Workload,
         target: ResolvedTarget,
-        on_record: Callable[[RequestRecord], None],
+        sink: TraceSink,
         stats: RunStats,
         run_id: str,
         timeouts: Timeouts,
+        storage: RunStorage,
+        keep_text: bool,
     ) -> TargetOutcome: ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: object) -> None: ...
 
 
 class InProcessExecutor:
     """All agents in this process's one event loop. SIGINT/SIGTERM stop the run gracefully."""
 
+    def __enter__(self) -> InProcessExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
     def run_target(
         self,
         workload: Workload,
         target: ResolvedTarget,
-        on_record: Callable[[RequestRecord], None],
+        sink: TraceSink,
         stats: RunStats,
         run_id: str,
         timeouts: Timeouts,
+        storage: RunStorage,
+        keep_text: bool,
     ) -> TargetOutcome:
+        def on_record(record: RequestRecord) -> None:
+            sink.write(record)
+            sink.maybe_rotate()
+
         async def main() -> TargetOutcome:
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
@@ -127,7 +157,8 @@ class InProcessExecutor:
 
 @dataclass
 class RunResult:
-    run_dir: Path
+    run_dir: str
+    storage: RunStorage
     manifest: RunManifest
     outcomes: dict[str, TargetOutcome] = field(default_factory=dict)
 
@@ -190,6 +221,14 @@ def embedded_targets(extra_args: list[str]) -> Iterator[list[TargetSpec]]:
             p.stop()
 
 
+def make_executor(spec: RunSpec) -> Executor:
+    if spec.executor == "inprocess":
+        return InProcessExecutor()
+    from swarm.cluster.executor import RayExecutor
+
+    return RayExecutor(workers=spec.workers, address=spec.address, worker_writes=spec.worker_writes)
+
+
 def execute_run(
     spec: RunSpec,
     *,
@@ -199,9 +238,10 @@ def execute_run(
 ) -> RunResult:
     """Run ``spec``; returns the run folder and its final manifest."""
     workload = Workload(spec.workload, catalog)  # validates profiles and topologies first
-    executor = executor or InProcessExecutor()
+    executor = executor or make_executor(spec)
     run_id = new_run_id()
-    run_dir = Path(spec.output_dir) / run_id
+    location = f"{spec.output_dir.rstrip('/')}/{run_id}"
+    storage = RunStorage.at(location)
     timeouts = Timeouts(spec.timeouts.connect_s, spec.timeouts.first_token_s, spec.timeouts.total_s)
     with contextlib.ExitStack() as stack:
         target_specs = spec.targets or stack.enter_context(embedded_targets(spec.emulator_args))
@@ -209,7 +249,10 @@ def execute_run(
         if len(set(names)) != len(names):
             raise InputError(f"target names must differ: {names}")
         targets = [resolve_target(t) for t in target_specs]
-        run_dir.mkdir(parents=True, exist_ok=False)
+        stack.enter_context(executor)
+        if storage.exists(""):
+            raise InputError(f"{location} already exists")
+        storage.makedirs()
         manifest = RunManifest(
             run_id=run_id,
             swarm_version=__version__,
@@ -231,31 +274,26 @@ def execute_run(
             ],
             versions=versions(),
         )
-        manifest.write(run_dir)
-        result = RunResult(run_dir=run_dir, manifest=manifest)
-        counts: dict[str, int] = {}
-        parts: list[str] = []
+        manifest.write(storage)
+        result = RunResult(run_dir=location, storage=storage, manifest=manifest)
         status = RunStatus.COMPLETE
-        reason: str | None = None
+        reasons: list[str] = []
         try:
             for target in targets:
                 stats = RunStats()
                 if on_target_start is not None:
                     on_target_start(target, stats)
-                sink = ParquetTraceSink(run_dir, writer=_safe_name(target.name), keep_text=spec.record_text)
-
-                def on_record(record: RequestRecord, sink: ParquetTraceSink = sink) -> None:
-                    sink.write(record)
-                    sink.maybe_rotate()
-
+                sink = ParquetTraceSink(storage, writer=_safe_name(target.name), keep_text=spec.record_text)
                 started = time.monotonic()
                 try:
-                    outcome = executor.run_target(workload, target, on_record, stats, run_id, timeouts)
+                    outcome = executor.run_target(
+                        workload, target, sink, stats, run_id, timeouts, storage, spec.record_text
+                    )
                 finally:
                     sink.close()
-                    parts += sink.parts
                     for k, v in stats.by_status.items():
-                        counts[k] = counts.get(k, 0) + v
+                        manifest.counts[k] = manifest.counts.get(k, 0) + v
+                    manifest.write(storage)
                 log.info(
                     "target %s: %d requests in %.1f s",
                     target.name,
@@ -263,25 +301,34 @@ def execute_run(
                     time.monotonic() - started,
                 )
                 result.outcomes[target.name] = outcome
+                manifest.workers += [WorkerInfo(**w) for w in outcome.workers]
+                dead = [w for w in outcome.workers if not w.get("alive", True)]
+                if dead:
+                    cut = sum(int(w.get("sessions_cut", 0)) for w in dead)
+                    reasons.append(
+                        f"target {target.name}: worker(s) {', '.join(str(w['worker']) for w in dead)} died; {cut} sessions cut"
+                    )
                 if outcome.interrupted:
-                    status, reason = RunStatus.INTERRUPTED, "interrupted by a signal"
+                    status = RunStatus.INTERRUPTED
+                    reasons.append("interrupted by a signal")
                     break
         except KeyboardInterrupt:
-            status, reason = RunStatus.INTERRUPTED, "interrupted (KeyboardInterrupt)"
+            status = RunStatus.INTERRUPTED
+            reasons.append("interrupted (KeyboardInterrupt)")
         except BaseException as exc:
-            status, reason = RunStatus.FAILED, f"{type(exc).__name__}: {exc}"
+            status = RunStatus.FAILED
+            reasons.append(f"{type(exc).__name__}: {exc}")
             raise
         finally:
             manifest.status = status
-            manifest.status_reason = reason
-            manifest.counts = counts
-            manifest.parts = sorted(parts)
+            manifest.status_reason = "; ".join(reasons) or None
+            manifest.parts = [n for n in storage.list("requests") if n.endswith(".parquet")]
             manifest.finished_at = dt.datetime.now(dt.timezone.utc).isoformat()
-            manifest.write(run_dir)
+            manifest.write(storage)
     return result
 
 
-def summary_rows(run_dir: Path) -> dict[str, dict[str, Any]]:
+def summary_rows(run_dir: str | RunStorage) -> dict[str, dict[str, Any]]:
     from swarm.analysis.summary import summarize_run
 
     return summarize_run(run_dir)

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from swarm.agent import AgentEnv, AgentRun, RequestGate
@@ -48,6 +48,8 @@ class TargetOutcome:
     agents_finished: int
     stop_reason: str | None
     interrupted: bool
+    #: per-worker facts for the manifest (cluster executors)
+    workers: list[dict[str, Any]] = field(default_factory=list)
 
 
 async def run_agents(
@@ -64,6 +66,8 @@ async def run_agents(
     wall_clock: Callable[[], int] | None = None,
     timeouts: Timeouts | None = None,
     stop: asyncio.Event | None = None,
+    api_key: str | None = None,
+    seed_shared_prefixes: bool = False,
 ) -> TargetOutcome:
     """Run the given agents of ``workload`` against ``target``; returns when all have ended.
 
@@ -71,7 +75,9 @@ async def run_agents(
     starts at ``start + offset_i``. ``wall_at`` (perf ns to wall ns) and ``wall_clock`` give
     the wall clock of ``scheduled_ns`` and ``sent_ns``; a cluster worker passes its clock
     shifted onto the driver's. Setting ``stop`` stops new requests and cancels those in
-    flight (their records say ``cancelled``).
+    flight (their records say ``cancelled``). ``seed_shared_prefixes`` counts the prefixes
+    sessions share (system prompts) as already sent, for ``ideal_cached_tokens_est`` on a
+    worker that runs only some of the sessions.
     """
     spec = workload.spec
     stats = stats if stats is not None else RunStats()
@@ -95,13 +101,18 @@ async def run_agents(
             dialect=target.dialect,
             model=target.model,
             timeouts=timeouts,
-            api_key_env=target.api_key_env,
+            api_key_env=None if api_key else target.api_key_env,
+            api_key=api_key,
             wall_clock=wall_clock or time.time_ns,
         )
+        index = PrefixIndex()
+        if seed_shared_prefixes:
+            for prefix in workload.shared_prefixes():
+                index.observe(prefix)
         env = AgentEnv(
             client=client,
             tokenizer=workload.tokenizer,
-            index=PrefixIndex(),
+            index=index,
             gate=gate,
             on_record=record_and_count,
             context=spec.context,

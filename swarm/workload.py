@@ -33,6 +33,9 @@ from swarm.textsynth import synth_text, tool_catalogue
 from swarm.tokenizer import Tokenizer
 from swarm.topology import TopologyTemplate
 
+#: First word of every task text (so it is part of the prefix sessions share).
+TASK_LEAD = "task"
+
 
 class MixEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -176,16 +179,30 @@ class Workload:
         if text is None:
             sp = profile.system_prompt
             lead = f"[system {profile.name} {index}]"
-            file = profile.system_prompt_file()
             rng = random.Random(f"{self.spec.seed}:system:{profile.name}:{index}")
-            if file is not None:
-                text = f"{lead} {file.read_text(encoding='utf-8')}"
+            if profile.system_prompt_text is not None:
+                text = f"{lead} {profile.system_prompt_text}"
             elif sp.style == "tool_catalogue":
                 text = tool_catalogue(rng, sp.tokens, sp.tools, self.tokenizer, lead=lead)
             else:
                 text = synth_text(rng, sp.tokens, self.tokenizer, lead=lead)
             self._system_prompts[key] = text
         return text
+
+    def shared_prefixes(self) -> list[list[object]]:
+        """Token prefixes that sessions share with each other: each system prompt of the pool
+        followed by the first word of every task. A cluster worker seeds its PrefixIndex with
+        them, so prefixes first sent by another worker still count towards the ideal."""
+        out: list[list[object]] = []
+        for profile in {p.name: p for p in self.profiles}.values():
+            for k in range(self.spec.system_prompts):
+                out.append(
+                    [
+                        *self.tokenizer.encode(self.system_prompt(profile, k)),
+                        *self.tokenizer.encode(TASK_LEAD),
+                    ]
+                )
+        return out
 
     def agent(self, agent_id: int) -> AgentPlan:
         if not 0 <= agent_id < self.spec.agents:

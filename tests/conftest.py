@@ -13,6 +13,21 @@ import pytest
 
 from swarm.emulator import EmulatorConfig, EmulatorThread
 
+# Local test clusters need no token authentication (Ray 2.60 turns it on by default).
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[None]:
+    """One local Ray for the whole session (starting one takes ~5 s and ~850 MB)."""
+    ray = pytest.importorskip("ray")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    yield
+    if started:
+        ray.shutdown()
+
 
 @pytest.fixture
 def emulator() -> Iterator[Callable[..., EmulatorThread]]:

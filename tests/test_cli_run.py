@@ -108,31 +108,43 @@ def test_bad_target_flags(tmp_path: Path) -> None:
     )
 
 
+def metric(url: str, name: str) -> float:
+    import urllib.request
+
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
+        for line in resp.read().decode().splitlines():
+            if line.startswith(name + "{"):
+                return float(line.split()[-1])
+    return 0.0
+
+
+@pytest.mark.parametrize("executor", ["ray", "inprocess"])
 def test_sigint_leaves_readable_trace_and_interrupted_manifest(
-    tmp_path: Path, emulator_process: Callable[..., object]
+    tmp_path: Path, emulator_process: Callable[..., object], executor: str
 ) -> None:
     emu = emulator_process(
         "--engine", "sglang", "--timing", "fixed", "--first-token-ms", "20", "--token-ms", "20"
     )
+    url = emu.url  # type: ignore[attr-defined]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "swarm", "run", "--agents", "200", "--arrival", "constant:50", "--no-progress",
-         "--target", f"s={emu.url}", "--engine", "sglang"],  # type: ignore[attr-defined]
+        [sys.executable, "-m", "swarm", "run", "--agents", "2000", "--arrival", "constant:50", "--no-progress",
+         "--executor", executor, "--target", f"s={url}", "--engine", "sglang"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not list((tmp_path / "runs").glob("*/manifest.json")):
-        time.sleep(0.1)
-    time.sleep(3)
+    # interrupt once the server has answered a few hundred requests (Ray takes seconds to start)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and metric(url, "sglang:num_requests_total") < 300:
+        time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=90)
     assert proc.returncode == 130, err
     (run_dir,) = list((tmp_path / "runs").iterdir())
     manifest = RunManifest.read(run_dir)
     assert manifest.status.value == "interrupted"
     table = read_requests(run_dir)
     statuses = set(table["status"].to_pylist())
-    assert table.num_rows > 0 and "ok" in statuses and "cancelled" in statuses
+    assert table.num_rows >= 300 and "ok" in statuses and "cancelled" in statuses
     assert sum(manifest.counts.values()) == table.num_rows
 
 

@@ -14,14 +14,13 @@ Every figure is computed from the Parquet rows, with exact percentiles:
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from swarm.trace.reader import read_requests
+from swarm.trace.reader import RunLocation, read_requests
 
 COLUMNS = [
     "target", "engine", "session_id", "status", "ttft_ns", "e2e_ns", "sent_ns", "queue_ns", "chunk_ns",
@@ -85,7 +84,7 @@ def summarize_table(table: pa.Table) -> dict[str, Any]:
     }
 
 
-def summarize_run(run_dir: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+def summarize_run(run_dir: RunLocation) -> dict[str, dict[str, Any]]:
     """Summary per target of a run directory."""
     table = read_requests(run_dir, columns=COLUMNS)
     out: dict[str, dict[str, Any]] = {}

@@ -250,6 +250,7 @@ class HttpEngineClient:
         model: str = "default",
         timeouts: Timeouts | None = None,
         api_key_env: str | None = None,
+        api_key: str | None = None,
         generate_cumulative: bool = True,
         wall_clock: Callable[[], int] = time.time_ns,
     ) -> None:
@@ -265,7 +266,7 @@ class HttpEngineClient:
         self.wall_clock = wall_clock
         self.url = self.base_url + PATHS[self.dialect]
         self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-        key = api_key_from_env(api_key_env)
+        key = api_key or api_key_from_env(api_key_env)
         if key:
             self._headers["Authorization"] = f"Bearer {key}"
             self._secret: str | None = key

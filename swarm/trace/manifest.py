@@ -49,12 +49,16 @@ class TargetInfo(BaseModel):
 class WorkerInfo(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    target: str = Field(default="", description="the target this worker sent to")
     worker: int
     host: str = ""
     pid: int = 0
     clock_offset_ns: int = Field(default=0, description="worker wall clock minus driver's")
     alive: bool = True
-    sessions_cut: int = 0
+    error: str | None = Field(default=None, description="why the worker ended early, if it did")
+    sessions: int = Field(default=0, description="agent sessions assigned to it")
+    sessions_cut: int = Field(default=0, description="assigned sessions that did not finish")
+    requests: int = Field(default=0, description="records received from it")
 
 
 class RunManifest(BaseModel):

@@ -1,0 +1,254 @@
+"""RayExecutor: a run's agents spread over async Ray actors; the driver writes the trace.
+
+Place in the map (DESIGN.md, "Ray"): implements the Executor protocol of ``swarm.run``.
+
+1. Workers: ``--workers N`` actors (default: the CPUs Ray reports, less one for the driver),
+   each with ``num_cpus`` set explicitly and the SPREAD strategy, so they land on different
+   nodes. Agents are split by session id, round-robin (``workload.partition``): a tree stays
+   on one worker and the traffic is the same for any N.
+2. Clocks: each worker's wall-clock offset to the driver is measured with five round-trip
+   pings (the one with the smallest round trip wins: offset = worker time - midpoint). The
+   driver picks a start instant 2 s ahead; each worker converts it to its own clock, and
+   shifts the wall times in its records onto the driver's clock.
+3. Every ``poll_s`` the driver drains each worker: the records finished since the last drain
+   (an Arrow batch, written at once) and its cumulative stats (merged for the live view).
+4. A worker that dies is noted (which, and how many of its sessions were cut) and the run
+   goes on with the others; everything drained before the death is in the trace.
+5. SIGINT / SIGTERM: workers stop sending and cancel in-flight requests (recorded as
+   ``cancelled``); the driver drains what is left and reports the run interrupted.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from swarm.cluster.worker import SwarmWorker, WorkerPayload
+from swarm.engines.client import Timeouts, api_key_from_env
+from swarm.errors import InputError
+from swarm.live_stats import RunStats
+from swarm.runner import ResolvedTarget, TargetOutcome
+from swarm.trace.sink import TraceSink
+from swarm.trace.storage import RunStorage
+from swarm.workload import Workload, partition
+
+log = logging.getLogger(__name__)
+
+START_LEAD_S = 2.0
+
+
+def runtime_env_for(address: str | None) -> dict[str, Any]:
+    """What Ray ships to workers: swarm's own code for a remote cluster, nothing else.
+
+    Never environment variables: API keys go to workers as call arguments only.
+    """
+    if not address or address == "local":
+        return {}
+    import swarm
+
+    return {"py_modules": [str(Path(swarm.__file__).parent)]}
+
+
+def connect(address: str | None) -> bool:
+    """Join the cluster at ``address`` (or ``RAY_ADDRESS``), or start a local one.
+
+    Returns True when this call started or joined Ray (the caller shuts it down after).
+    """
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    try:
+        if address:
+            ray.init(address=address, runtime_env=runtime_env_for(address), logging_level=logging.WARNING)
+        else:
+            ray.init(include_dashboard=False, logging_level=logging.WARNING)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise InputError(f"cannot join the Ray cluster at {address or 'local'}: {exc}") from None
+    return True
+
+
+def measure_offset(actor: Any, pings: int = 5) -> tuple[int, int]:
+    """(worker clock minus driver clock, round trip) in ns, from the fastest of ``pings``."""
+    import ray
+
+    best: tuple[int, int] | None = None
+    for _ in range(pings):
+        t0 = time.time_ns()
+        remote = ray.get(actor.ping.remote())
+        t1 = time.time_ns()
+        sample = (remote - (t0 + t1) // 2, t1 - t0)
+        if best is None or sample[1] < best[1]:
+            best = sample
+    assert best is not None
+    return best
+
+
+class RayExecutor:
+    def __init__(
+        self,
+        workers: int | None = None,
+        address: str | None = None,
+        worker_writes: bool = False,
+        poll_s: float = 0.5,
+    ) -> None:
+        if workers is not None and workers < 1:
+            raise InputError("--workers must be at least 1")
+        self.workers = workers
+        self.address = address
+        self.worker_writes = worker_writes
+        self.poll_s = poll_s
+        self._started = False
+        #: live actor handles of the target being run (tests kill one through this)
+        self.actors: list[Any] = []
+
+    def __enter__(self) -> RayExecutor:
+        self._started = connect(self.address)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._started:
+            import ray
+
+            ray.shutdown()
+            self._started = False
+
+    def default_workers(self) -> int:
+        import ray
+
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        return max(1, cpus - 1)
+
+    def run_target(
+        self,
+        workload: Workload,
+        target: ResolvedTarget,
+        sink: TraceSink,
+        stats: RunStats,
+        run_id: str,
+        timeouts: Timeouts,
+        storage: RunStorage,
+        keep_text: bool,
+    ) -> TargetOutcome:
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        if not ray.is_initialized():
+            self._started = connect(self.address)
+        n = min(self.workers or self.default_workers(), workload.n_agents)
+        total_cpus = float(ray.cluster_resources().get("CPU", 1.0))
+        cpus_each = min(1.0, total_cpus / n)
+        profiles, topologies = workload.catalog.loaded()
+        payload = WorkerPayload(
+            workload=workload.spec,
+            profiles=profiles,
+            topologies=topologies,
+            target=target,
+            run_id=run_id,
+            timeouts=timeouts,
+            keep_text=keep_text,
+            direct_output=storage.display if self.worker_writes else None,
+            seed_shared_prefixes=n > 1,
+        )
+        remote_cls: Any = ray.remote(SwarmWorker)
+        actor_cls: Any = remote_cls.options(
+            num_cpus=cpus_each, scheduling_strategy="SPREAD", max_concurrency=64
+        )
+        actors: list[Any] = [actor_cls.remote(i, payload) for i in range(n)]
+        self.actors = actors
+        key = api_key_from_env(target.api_key_env)
+        ray.get([a.set_api_key.remote(key) for a in actors])
+        infos: list[dict[str, Any]] = ray.get([a.describe.remote() for a in actors])
+        offsets = [measure_offset(a) for a in actors]
+        groups = partition(workload.n_agents, n)
+        for i, info in enumerate(infos):
+            info.update(
+                target=target.name, worker=i, clock_offset_ns=offsets[i][0], alive=True,
+                sessions=len(groups[i]), sessions_cut=0, requests=0,
+            )  # fmt: skip
+        start_wall = time.time_ns() + int(START_LEAD_S * 1e9)
+        runs = {actors[i].run.remote(groups[i], start_wall, offsets[i][0]): i for i in range(n)}
+        alive = set(range(n))
+        latest: dict[int, RunStats] = {}
+        outcomes: dict[int, dict[str, Any]] = {}
+        stop_requested = False
+        stop_sent = False
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            nonlocal stop_requested
+            stop_requested = True
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+        def mark_dead(i: int, why: str) -> None:
+            if i in alive:
+                alive.discard(i)
+                last = latest.get(i)
+                done = last.agents_done if last is not None else 0
+                infos[i].update(alive=False, error=why[:300], sessions_cut=len(groups[i]) - done)
+                log.warning("worker %d died: %s", i, why)
+
+        def drain_all() -> None:
+            refs = {actors[i].drain.remote(): i for i in sorted(alive)}
+            for ref, i in refs.items():
+                try:
+                    batch, wstats = ray.get(ref, timeout=60)
+                except RayActorError as exc:
+                    mark_dead(i, f"{type(exc).__name__}: {exc}")
+                    continue
+                except GetTimeoutError:
+                    log.warning("worker %d did not answer a drain within 60 s", i)
+                    continue
+                if batch is not None and batch.num_rows:
+                    sink.write_batch(batch)
+                    infos[i]["requests"] += batch.num_rows
+                latest[i] = wstats
+            merged = RunStats()
+            for s in latest.values():
+                merged.merge(s)
+            stats.replace_with(merged)
+
+        try:
+            pending = dict(runs)
+            while pending:
+                if stop_requested and not stop_sent:
+                    stop_sent = True
+                    for i in alive:
+                        actors[i].stop.remote()
+                ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=self.poll_s)
+                drain_all()
+                for ref in ready:
+                    i = pending.pop(ref)
+                    try:
+                        outcomes[i] = ray.get(ref)
+                    except RayActorError as exc:
+                        mark_dead(i, f"{type(exc).__name__}: {exc}")
+                for ref in list(pending):
+                    if pending[ref] not in alive:
+                        pending.pop(ref)
+            drain_all()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            for a in actors:
+                ray.kill(a)
+            self.actors = []
+        for i, out in outcomes.items():
+            infos[i]["requests"] = infos[i]["requests"] or out.get("requests", 0)
+        interrupted = stop_requested or any(o.get("interrupted") for o in outcomes.values())
+        return TargetOutcome(
+            requests=sum(int(o.get("requests", 0)) for o in outcomes.values()),
+            agents_started=stats.agents_started,
+            agents_finished=stats.agents_done,
+            stop_reason="interrupted"
+            if interrupted
+            else next((o["stop_reason"] for o in outcomes.values() if o.get("stop_reason")), None),
+            interrupted=interrupted,
+            workers=infos,
+        )

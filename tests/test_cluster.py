@@ -1,0 +1,183 @@
+"""The swarm over Ray actors: same traffic as in one process, worker death, clocks, storage."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from swarm.arrival import ArrivalSpec
+from swarm.catalog import Catalog
+from swarm.cluster.executor import RayExecutor, runtime_env_for
+from swarm.emulator import EmulatorThread
+from swarm.engines.client import Timeouts
+from swarm.live_stats import RunStats
+from swarm.record import RequestRecord
+from swarm.run import RunSpec, TargetSpec, execute_run
+from swarm.runner import ResolvedTarget, TargetOutcome, run_agents
+from swarm.trace.manifest import RunManifest
+from swarm.trace.reader import read_requests
+from swarm.trace.sink import ParquetTraceSink
+from swarm.trace.storage import RunStorage
+from swarm.workload import MixEntry, Workload, WorkloadSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TINY = """
+name: tiny
+system_prompt: {style: prose, tokens: 100}
+task_tokens: {dist: uniform, low: 10, high: 30}
+instruction_tokens: {dist: uniform, low: 4, high: 8}
+output_tokens: {default: {dist: uniform, low: 2, high: 6}}
+think_time_s: {dist: constant, value: 0}
+"""
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> Catalog:
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    return Catalog(agent_dirs=[tmp_path])
+
+
+def key(row: dict) -> tuple:  # type: ignore[type-arg]
+    return (
+        row["session_id"],
+        row["node"],
+        tuple(row["parent_nodes"]),
+        tuple(row["block_hashes"]),
+        row["prompt_tokens_est"],
+    )
+
+
+def run_on_ray(
+    executor: RayExecutor,
+    workload: Workload,
+    url: str,
+    out: Path,
+    during: Callable[[RunStats], None] | None = None,
+) -> tuple[TargetOutcome, RunStats]:
+    target = ResolvedTarget("t", url, "sglang", "openai-chat", "m")
+    stats = RunStats()
+    storage = RunStorage.at(out)
+    sink = ParquetTraceSink(storage, writer="t")
+    watcher = threading.Thread(target=during, args=(stats,), daemon=True) if during else None
+    if watcher:
+        watcher.start()
+    try:
+        outcome = executor.run_target(workload, target, sink, stats, "r", Timeouts(), storage, False)
+    finally:
+        sink.close()
+    if watcher:
+        watcher.join(timeout=30)
+    return outcome, stats
+
+
+def test_ray_sends_the_same_traffic_as_one_process(
+    ray_cluster: None, catalog: Catalog, emulator: Callable[..., EmulatorThread], tmp_path: Path
+) -> None:
+    emu = emulator(engine="sglang", timing="zero")
+    spec = WorkloadSpec(
+        agents=500,
+        mix=[MixEntry(profile="tiny", topology="map_reduce")],
+        arrival=ArrivalSpec(process="constant", rate=2000),
+    )
+    records: list[RequestRecord] = []
+    target = ResolvedTarget("t", emu.url, "sglang", "openai-chat", "m")
+    import asyncio
+
+    asyncio.run(run_agents(Workload(spec, catalog), range(500), target, records.append))
+    local = sorted(
+        (r.identity.session_id, r.identity.node, r.identity.parent_nodes, r.block_hashes, r.prompt_tokens_est)
+        for r in records
+    )
+    outcome, _ = run_on_ray(RayExecutor(workers=2), Workload(spec, catalog), emu.url, tmp_path / "ray")
+    table = read_requests(tmp_path / "ray")
+    assert sorted(key(r) for r in table.to_pylist()) == local
+    assert set(table["worker"].to_pylist()) == {0, 1}
+    assert set(table["status"].to_pylist()) == {"ok"}
+    assert [w["sessions"] for w in outcome.workers] == [250, 250]
+    assert all(abs(w["clock_offset_ns"]) < 50_000_000 for w in outcome.workers)  # one host
+    # wall clocks are the driver's: every request was scheduled within the run
+    assert table["queue_ns"].to_pylist() and min(table["queue_ns"].to_pylist()) > -5_000_000
+
+
+def test_killed_worker_leaves_a_readable_trace_and_the_run_goes_on(
+    ray_cluster: None, catalog: Catalog, emulator: Callable[..., EmulatorThread], tmp_path: Path
+) -> None:
+    import ray
+
+    emu = emulator(engine="sglang", timing="fixed", first_token_ms=20, token_ms=20)
+    spec = WorkloadSpec(
+        agents=40,
+        mix=[MixEntry(profile="tiny", topology="chain")],
+        arrival=ArrivalSpec(process="constant", rate=20),
+    )
+    executor = RayExecutor(workers=2, poll_s=0.2)
+    killed_at: list[int] = []
+
+    def kill_when_busy(stats: RunStats) -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and stats.requests < 12:
+            time.sleep(0.05)
+        killed_at.append(stats.requests)
+        ray.kill(executor.actors[1])
+
+    outcome, stats = run_on_ray(
+        executor, Workload(spec, catalog), emu.url, tmp_path / "run", during=kill_when_busy
+    )
+    dead, alive = outcome.workers[1], outcome.workers[0]
+    assert not dead["alive"] and dead["sessions_cut"] > 0 and "Actor" in (dead["error"] or "")
+    assert alive["alive"] and alive["sessions_cut"] == 0
+    table = read_requests(tmp_path / "run")
+    rows_by_worker = {w: table["worker"].to_pylist().count(w) for w in (0, 1)}
+    assert rows_by_worker[1] == dead["requests"] > 0  # what the driver received from it is kept
+    assert rows_by_worker[0] == 20 * 4  # the other worker's 20 sessions all ran to the end
+
+
+def test_run_folder_and_worker_writes_on_a_filesystem_uri(
+    ray_cluster: None, catalog: Catalog, emulator: Callable[..., EmulatorThread], tmp_path: Path
+) -> None:
+    emu = emulator(engine="sglang", timing="zero")
+    spec = RunSpec(
+        workload=WorkloadSpec(
+            agents=20,
+            mix=[MixEntry(profile="tiny", topology="chain")],
+            arrival=ArrivalSpec(process="all_at_once", rate=None),
+        ),
+        targets=[TargetSpec(name="t", url=emu.url, engine="sglang")],
+        output_dir=f"file://{tmp_path}/shared",
+        workers=2,
+        worker_writes=True,
+    )
+    result = execute_run(spec, catalog=catalog)
+    assert result.run_dir.startswith("file://")
+    manifest = RunManifest.read(result.run_dir)
+    assert manifest.status.value == "complete"
+    assert {p.split("-w")[0] for p in manifest.parts} == {"part-t"}  # written by the workers
+    assert read_requests(result.run_dir).num_rows == 80 == sum(manifest.counts.values())
+    assert [w.worker for w in manifest.workers] == [0, 1]
+
+
+def test_cluster_yaml_is_a_valid_launcher_config() -> None:
+    import jsonschema
+    import ray
+
+    schema = json.loads((Path(ray.__file__).parent / "autoscaler" / "ray-schema.json").read_text())
+    config = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    jsonschema.validate(config, schema)
+    assert config["head_node_type"] in config["available_node_types"]
+    assert any("swarm-src" in c for c in config["setup_commands"])
+
+
+def test_runtime_env_ships_code_not_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SWARM_SECRET_KEY", "sk-nope")
+    assert runtime_env_for(None) == {}
+    env = runtime_env_for("ray://head:10001")
+    assert set(env) == {"py_modules"} and "sk-nope" not in json.dumps(env)
+    assert os.path.isdir(env["py_modules"][0])
