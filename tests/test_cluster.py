@@ -128,7 +128,7 @@ def test_killed_worker_leaves_a_readable_trace_and_the_run_goes_on(
         killed_at.append(stats.requests)
         ray.kill(executor.actors[1])
 
-    outcome, stats = run_on_ray(
+    outcome, _ = run_on_ray(
         executor, Workload(spec, catalog), emu.url, tmp_path / "run", during=kill_when_busy
     )
     dead, alive = outcome.workers[1], outcome.workers[0]
