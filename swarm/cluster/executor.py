@@ -240,7 +240,7 @@ class RayExecutor:
                 ray.kill(a)
             self.actors = []
         for i, out in outcomes.items():
-            infos[i]["requests"] = infos[i]["requests"] or out.get("requests", 0)
+            infos[i]["peak_rss_bytes"] = int(out.get("peak_rss_bytes", 0))
         interrupted = stop_requested or any(o.get("interrupted") for o in outcomes.values())
         return TargetOutcome(
             requests=sum(int(o.get("requests", 0)) for o in outcomes.values()),

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import resource
 import socket
 import time
 from dataclasses import asdict, dataclass
@@ -49,6 +50,11 @@ class WorkerPayload:
     keep_text: bool = False
     direct_output: str | None = None  # run folder (path or URI) the worker writes itself
     seed_shared_prefixes: bool = False  # several workers: see run_agents
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 class SwarmWorker:
@@ -129,6 +135,7 @@ class SwarmWorker:
                 self._sink.close()
         result = asdict(outcome)
         result["parts"] = list(self._sink.parts) if self._sink is not None else []
+        result["peak_rss_bytes"] = peak_rss_bytes()
         return result
 
     async def drain(self) -> tuple[pa.RecordBatch | None, RunStats]:

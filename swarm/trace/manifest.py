@@ -59,6 +59,7 @@ class WorkerInfo(BaseModel):
     sessions: int = Field(default=0, description="agent sessions assigned to it")
     sessions_cut: int = Field(default=0, description="assigned sessions that did not finish")
     requests: int = Field(default=0, description="records received from it")
+    peak_rss_bytes: int = Field(default=0, description="the worker process's peak resident memory")
 
 
 class RunManifest(BaseModel):

@@ -1,0 +1,140 @@
+"""Ray scale: 500 / 2,000 / 10,000 concurrent agents over 1 and 2 Ray workers.
+
+For each size and worker count, one fresh process runs the swarm (a chain of 4 calls per
+agent, 16 output tokens each, all agents at once) through the Ray executor against
+``swarm emulate`` in its own process:
+
+- against the zero-delay emulator: requests/s and streamed chunks/s over the run (first send
+  to last answer, from the trace), the driver's and the workers' peak RSS;
+- against a fixed-delay emulator (first token 50 ms, then 10 ms a token): the TTFT error,
+  measured TTFT minus 50 ms, median and p99.
+
+Both the generator and the emulator run on this machine, so at high counts the figures show
+where a 2-core machine saturates, not an engine's limits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import Row
+
+SIZES = (500, 2000, 10000)
+WORKERS = (1, 2)
+TTFT_MS, ITL_MS = 50.0, 10.0
+
+
+def one(agents: int, workers: int, url: str) -> dict[str, float]:
+    """Run one configuration in this process (the driver); print its figures as JSON."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from swarm.arrival import ArrivalSpec
+    from swarm.catalog import Catalog
+    from swarm.cluster.executor import RayExecutor
+    from swarm.engines.client import Timeouts
+    from swarm.live_stats import RunStats
+    from swarm.runner import ResolvedTarget
+    from swarm.trace.reader import read_requests
+    from swarm.trace.sink import ParquetTraceSink
+    from swarm.trace.storage import RunStorage
+    from swarm.workload import MixEntry, Workload, WorkloadSpec
+
+    catalog = Catalog(agent_dirs=[Path(__file__).parent / "profiles"])
+    spec = WorkloadSpec(
+        agents=agents,
+        mix=[MixEntry(profile="bench_agent", topology="chain")],
+        arrival=ArrivalSpec(process="all_at_once", rate=None),
+    )
+    workload = Workload(spec, catalog)
+    with tempfile.TemporaryDirectory() as tmp, RayExecutor(workers=workers) as executor:
+        storage = RunStorage.at(tmp)
+        sink = ParquetTraceSink(storage, writer="bench")
+        try:
+            outcome = executor.run_target(
+                workload, ResolvedTarget("t", url, "sglang", "openai-chat", "m"), sink, RunStats(), "bench",
+                Timeouts(first_token_s=300, total_s=600), storage, False,
+            )  # fmt: skip
+        finally:
+            sink.close()
+        table = read_requests(tmp, columns=["status", "sent_ns", "e2e_ns", "ttft_ns", "chunk_ns"])
+    ok = table.filter(pc.equal(table["status"], "ok"))
+    start = pc.min(table["sent_ns"]).as_py()
+    end = pc.max(pc.add(table["sent_ns"], pc.fill_null(table["e2e_ns"], 0))).as_py()
+    duration = (end - start) / 1e9
+    ttft = ok["ttft_ns"].to_numpy().astype(float) / 1e6
+    chunks = int(pc.sum(pc.list_value_length(ok["chunk_ns"])).as_py() or 0)
+    return {
+        "requests": table.num_rows,
+        "ok": ok.num_rows,
+        "duration_s": duration,
+        "requests_per_s": table.num_rows / duration if duration else 0.0,
+        "chunks_per_s": chunks / duration if duration else 0.0,
+        "driver_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "worker_rss_mb": max((w.get("peak_rss_bytes", 0) for w in outcome.workers), default=0) / 2**20,
+        "ttft_err_p50_ms": float(np.percentile(ttft, 50)) - TTFT_MS if ttft.size else float("nan"),
+        "ttft_err_p99_ms": float(np.percentile(ttft, 99)) - TTFT_MS if ttft.size else float("nan"),
+    }
+
+
+def _child(agents: int, workers: int, url: str) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.ray_scale", "--agents", str(agents), "--workers", str(workers), "--url", url],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    if out.returncode != 0:
+        raise RuntimeError(f"bench child failed: {out.stderr[-2000:]}")
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def run(sizes: tuple[int, ...] = SIZES, workers: tuple[int, ...] = WORKERS) -> list[Row]:
+    from swarm.emulator.process import EmulatorProcess
+
+    rows: list[Row] = []
+    for n in sizes:
+        for w in workers:
+            with EmulatorProcess(["--engine", "sglang", "--timing", "zero", "--cache-tokens", "0"]) as emu:
+                zero = _child(n, w, emu.url)
+            with EmulatorProcess(
+                [
+                    "--engine",
+                    "sglang",
+                    "--timing",
+                    "fixed",
+                    "--first-token-ms",
+                    str(TTFT_MS),
+                    "--token-ms",
+                    str(ITL_MS),
+                ]
+            ) as emu:
+                fixed = _child(n, w, emu.url)
+            tag = f"ray {n} agents x {w} worker{'s' if w > 1 else ''}"
+            rows += [
+                Row(f"{tag}: requests/s", zero["requests_per_s"], "req/s"),
+                Row(f"{tag}: chunks/s", zero["chunks_per_s"], "chunks/s"),
+                Row(f"{tag}: driver peak RSS", zero["driver_rss_mb"], "MB"),
+                Row(f"{tag}: worker peak RSS", zero["worker_rss_mb"], "MB"),
+                Row(f"{tag}: TTFT error p50 (fixed 50 ms)", fixed["ttft_err_p50_ms"], "ms"),
+                Row(f"{tag}: TTFT error p99 (fixed 50 ms)", fixed["ttft_err_p99_ms"], "ms"),
+            ]
+            time.sleep(0.5)
+    return rows
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--agents", type=int, required=True)
+    parser.add_argument("--workers", type=int, required=True)
+    parser.add_argument("--url", required=True)
+    args = parser.parse_args()
+    import os
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    print(json.dumps(one(args.agents, args.workers, args.url)))
