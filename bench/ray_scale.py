@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,7 @@ def one(agents: int, workers: int, url: str) -> dict[str, float]:
     from swarm.arrival import ArrivalSpec
     from swarm.catalog import Catalog
     from swarm.cluster.executor import RayExecutor
+    from swarm.cluster.worker import peak_rss_bytes
     from swarm.engines.client import Timeouts
     from swarm.live_stats import RunStats
     from swarm.runner import ResolvedTarget
@@ -77,7 +77,7 @@ def one(agents: int, workers: int, url: str) -> dict[str, float]:
         "duration_s": duration,
         "requests_per_s": table.num_rows / duration if duration else 0.0,
         "chunks_per_s": chunks / duration if duration else 0.0,
-        "driver_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "driver_rss_mb": peak_rss_bytes() / 2**20,
         "worker_rss_mb": max((w.get("peak_rss_bytes", 0) for w in outcome.workers), default=0) / 2**20,
         "ttft_err_p50_ms": float(np.percentile(ttft, 50)) - TTFT_MS if ttft.size else float("nan"),
         "ttft_err_p99_ms": float(np.percentile(ttft, 99)) - TTFT_MS if ttft.size else float("nan"),

@@ -306,6 +306,93 @@ def topologies(
     topologies_command(name, topologies_dir or [])
 
 
+@app.command()
+def replay(
+    source: Annotated[
+        str, typer.Argument(help="a run folder, or a trace file (Mooncake .jsonl, Azure or BurstGPT .csv)")
+    ],
+    format: Annotated[
+        str | None,
+        typer.Option("--format", help="swarm, mooncake, azure or burstgpt (default: from the source)"),
+    ] = None,
+    mode: Annotated[
+        str | None,
+        typer.Option(
+            help="timed (recorded offsets, open loop) or dependent (keep the DAG; default for swarm runs)"
+        ),
+    ] = None,
+    speed: Annotated[float, typer.Option(help="time compression: 2 halves the gaps")] = 1.0,
+    limit: Annotated[int | None, typer.Option(help="trace files: replay the first N requests kept")] = None,
+    window: Annotated[
+        str | None, typer.Option(help="trace files: START:END seconds from the trace start")
+    ] = None,
+    sample: Annotated[
+        float | None, typer.Option(help="trace files: keep this fraction of requests (seeded)")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="seed of --sample")] = 0,
+    skip_bad_lines: Annotated[
+        bool, typer.Option("--skip-bad-lines", help="skip malformed lines (counted) instead of stopping")
+    ] = False,
+    source_target: Annotated[
+        str | None, typer.Option(help="run folders: which recorded target to replay (default: the first)")
+    ] = None,
+    target: Annotated[
+        list[str] | None,
+        typer.Option(help="NAME=URL to send to; repeat for several (default: the emulator in both profiles)"),
+    ] = None,
+    engine: Annotated[
+        list[str] | None, typer.Option(help="engine profile per target (or one for all)")
+    ] = None,
+    dialect: Annotated[
+        str | None, typer.Option(help="openai-chat, openai-completions or sglang-generate")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="model name to request")] = None,
+    api_key_env: Annotated[str | None, typer.Option(help="environment variable holding the API key")] = None,
+    max_in_flight: Annotated[int, typer.Option(help="cap on requests in flight (0 = none)")] = 0,
+    output: Annotated[str, typer.Option(help="folder (or URI) for run folders")] = "runs",
+    record_text: Annotated[
+        bool, typer.Option("--record-text", help="store prompts and outputs in the trace")
+    ] = False,
+    emulator_arg: Annotated[
+        list[str] | None, typer.Option(help="extra flag for the embedded emulators")
+    ] = None,
+    progress: Annotated[bool, typer.Option(help="live progress display")] = True,
+    json_out: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
+) -> None:
+    """Send recorded traffic again: a swarm run, or a public trace, as a new run."""
+    from swarm.cli_run import replay_command
+
+    code = replay_command(
+        source=source, fmt=format, mode=mode, speed=speed, limit=limit, window=window, sample=sample, seed=seed,
+        skip_bad_lines=skip_bad_lines, source_target=source_target, targets=target or [], engines=engine or [],
+        dialect=dialect, model=model, api_key_env=api_key_env, max_in_flight=max_in_flight, output=output,
+        record_text=record_text, emulator_args=emulator_arg or [], show_progress=progress and not json_out,
+        json_out=json_out,
+    )  # fmt: skip
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command()
+def export(
+    run_dir: Annotated[str, typer.Argument(help="a run folder")],
+    format: Annotated[str, typer.Option("--format", help="mooncake")] = "mooncake",
+    target: Annotated[str | None, typer.Option(help="which recorded target (default: the first)")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="file to write (default: stdout)")] = None,
+) -> None:
+    """Write a run as a trace other tools read (Mooncake JSON lines)."""
+    if format != "mooncake":
+        raise InputError(f"--format {format!r}: only mooncake is supported")
+    from swarm.replay.export import export_mooncake
+
+    if out is None:
+        export_mooncake(run_dir, sys.stdout, target)
+        return
+    with out.open("w", encoding="utf-8") as f:
+        count = export_mooncake(run_dir, f, target)
+    print(f"wrote {count} requests to {out}", file=sys.stderr)
+
+
 def main() -> None:
     """Console entry point: runs the app, turning bad input into one line and exit code 2."""
     try:

@@ -222,3 +222,97 @@ def topologies_command(name: str | None, topologies_dir: list[Path]) -> None:
     console.print(
         Group(Text(f"{t.name}: {t.graph.number_of_nodes()} calls in the template"), Text(render_ascii(t)))
     )
+
+
+def detect_format(source: str) -> str:
+    """swarm (a run folder), mooncake (.jsonl), azure or burstgpt (.csv, by header)."""
+    path = Path(source)
+    if "://" in source or path.is_dir():
+        return "swarm"
+    if path.suffix in (".jsonl", ".json"):
+        return "mooncake"
+    if path.suffix == ".csv" and path.is_file():
+        with path.open(encoding="utf-8") as f:
+            header = f.readline()
+        if "ContextTokens" in header:
+            return "azure"
+        if "Request tokens" in header:
+            return "burstgpt"
+    raise InputError(f"{source}: cannot tell the trace format; pass --format swarm|mooncake|azure|burstgpt")
+
+
+def replay_command(
+    *, source: str, fmt: str | None, mode: str | None, speed: float, limit: int | None, window: str | None,
+    sample: float | None, seed: int, skip_bad_lines: bool, source_target: str | None, targets: list[str],
+    engines: list[str], dialect: str | None, model: str | None, api_key_env: str | None, max_in_flight: int,
+    output: str, record_text: bool, emulator_args: list[str], show_progress: bool, json_out: bool,
+) -> int:  # fmt: skip
+    import json
+
+    from swarm.replay.execute import execute_replay
+    from swarm.replay.importers import Filters, import_trace, parse_window
+    from swarm.replay.runner import MODES
+    from swarm.run import TargetSpec, summary_rows
+    from swarm.runner import ResolvedTarget
+
+    if mode is not None and mode not in MODES:
+        raise InputError(f"--mode {mode!r}: expected timed or dependent")
+    if speed <= 0:
+        raise InputError("--speed must be positive")
+    if sample is not None and not 0 < sample <= 1:
+        raise InputError("--sample must be a fraction in (0, 1]")
+    if limit is not None and limit < 1:
+        raise InputError("--limit must be at least 1")
+    fmt = fmt or detect_format(source)
+    filters: dict[str, Any] = {"limit": limit, "window": window, "sample": sample, "seed": seed}
+    if fmt == "swarm":
+        if limit or window or sample:
+            raise InputError("--limit, --window and --sample apply to trace files, not to run folders")
+        from swarm.replay.from_run import plan_from_run
+
+        plan = plan_from_run(source, source_target)
+    else:
+        plan = import_trace(
+            source, fmt, Filters(limit=limit, window=parse_window(window), sample=sample, seed=seed),
+            skip_bad_lines=skip_bad_lines,
+        )  # fmt: skip
+    target_specs = [TargetSpec(**t) for t in parse_targets(targets, engines, dialect, model, api_key_env)]
+    console = Console(stderr=json_out, width=None if sys.stdout.isatty() else 160)
+    for note in plan.notes:
+        console.print(f"[yellow]{note}[/yellow]")
+    view = LiveView(len(plan.items))
+
+    def on_target_start(target: ResolvedTarget, stats: RunStats) -> None:
+        view.start_target(target.name, stats)
+
+    live = Live(view, console=console, refresh_per_second=2) if show_progress else None
+    if live is not None:
+        live.start()
+    try:
+        result = execute_replay(
+            plan, target_specs, mode=mode, speed=speed, max_in_flight=max_in_flight, output_dir=output,
+            record_text=record_text, emulator_args=emulator_args, filters=filters, on_target_start=on_target_start,
+        )  # fmt: skip
+    finally:
+        if live is not None:
+            live.stop()
+    summary = summary_rows(result.run_dir)
+    if json_out:
+        print(
+            json.dumps(
+                {
+                    "run_dir": result.run_dir,
+                    "status": result.manifest.status.value,
+                    "replay_of": result.manifest.replay_of,
+                    "targets": summary,
+                },
+                indent=2,
+            )
+        )
+    else:
+        emulated = {t.name for t in result.manifest.targets if t.emulated}
+        console.print(summary_table(summary, emulated))
+        console.print(
+            f"replay of {plan.source} ({plan.source_format}, {len(plan.items)} requests): {result.run_dir}  (status: {result.manifest.status.value})"
+        )
+    return 130 if result.interrupted else 0

@@ -99,6 +99,7 @@ class RequestRecord:
     ideal_cached_tokens_est: int | None = None
     block_hashes: tuple[int, ...] = ()
     prompt_parts: tuple[str, ...] | None = None
+    prompt_roles: tuple[str, ...] | None = None
     output_text: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -153,6 +154,7 @@ TRACE_SCHEMA = pa.schema(
         pa.field("error", _STR),
         pa.field("finish_reason", _STR),
         pa.field("prompt_parts", pa.list_(_STR)),
+        pa.field("prompt_roles", pa.list_(_STR)),
         pa.field("output_text", _STR),
     ],
     metadata={b"swarm.schema_version": str(SCHEMA_VERSION).encode()},

@@ -129,30 +129,20 @@ class InProcessExecutor:
             sink.write(record)
             sink.maybe_rotate()
 
-        async def main() -> TargetOutcome:
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            installed = []
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                    loop.add_signal_handler(sig, stop.set)
-                    installed.append(sig)
-            try:
-                return await run_agents(
-                    workload,
-                    range(workload.n_agents),
-                    target,
-                    on_record,
-                    stats=stats,
-                    run_id=run_id,
-                    timeouts=timeouts,
-                    stop=stop,
-                )
-            finally:
-                for sig in installed:
-                    loop.remove_signal_handler(sig)
+        async def main(stop: asyncio.Event) -> TargetOutcome:
+            return await run_agents(
+                workload,
+                range(workload.n_agents),
+                target,
+                on_record,
+                stats=stats,
+                run_id=run_id,
+                timeouts=timeouts,
+                stop=stop,
+            )
 
-        return asyncio.run(main())
+        outcome: TargetOutcome = run_async_with_signals(main)
+        return outcome
 
 
 @dataclass
@@ -229,36 +219,40 @@ def make_executor(spec: RunSpec) -> Executor:
     return RayExecutor(workers=spec.workers, address=spec.address, worker_writes=spec.worker_writes)
 
 
-def execute_run(
-    spec: RunSpec,
+SendToTarget = Callable[[ResolvedTarget, TraceSink, RunStats, str, RunStorage], TargetOutcome]
+
+
+def run_on_targets(
+    target_specs: list[TargetSpec],
     *,
-    catalog: Catalog | None = None,
-    executor: Executor | None = None,
+    output_dir: str,
+    record_text: bool,
+    emulator_args: list[str],
+    manifest_fields: dict[str, Any],
+    send: SendToTarget,
+    context: contextlib.AbstractContextManager[Any] | None = None,
     on_target_start: Callable[[ResolvedTarget, RunStats], None] | None = None,
 ) -> RunResult:
-    """Run ``spec``; returns the run folder and its final manifest."""
-    workload = Workload(spec.workload, catalog)  # validates profiles and topologies first
-    executor = executor or make_executor(spec)
+    """The frame of every run: resolve targets (or start the emulators), create the run folder
+    and manifest, call ``send`` once per target with a fresh sink, and finish the manifest with
+    status, counts, parts and workers, whatever happens."""
     run_id = new_run_id()
-    location = f"{spec.output_dir.rstrip('/')}/{run_id}"
+    location = f"{output_dir.rstrip('/')}/{run_id}"
     storage = RunStorage.at(location)
-    timeouts = Timeouts(spec.timeouts.connect_s, spec.timeouts.first_token_s, spec.timeouts.total_s)
     with contextlib.ExitStack() as stack:
-        target_specs = spec.targets or stack.enter_context(embedded_targets(spec.emulator_args))
-        names = [t.name for t in target_specs]
+        specs = target_specs or stack.enter_context(embedded_targets(emulator_args))
+        names = [t.name for t in specs]
         if len(set(names)) != len(names):
             raise InputError(f"target names must differ: {names}")
-        targets = [resolve_target(t) for t in target_specs]
-        stack.enter_context(executor)
+        targets = [resolve_target(t) for t in specs]
+        if context is not None:
+            stack.enter_context(context)
         if storage.exists(""):
             raise InputError(f"{location} already exists")
         storage.makedirs()
         manifest = RunManifest(
             run_id=run_id,
             swarm_version=__version__,
-            seed=spec.workload.seed,
-            spec=spec.model_dump(mode="json", exclude={"targets"}),
-            spec_hash=spec.workload.spec_hash(),
             targets=[
                 TargetInfo(
                     name=t.name,
@@ -273,6 +267,7 @@ def execute_run(
                 for t in targets
             ],
             versions=versions(),
+            **manifest_fields,
         )
         manifest.write(storage)
         result = RunResult(run_dir=location, storage=storage, manifest=manifest)
@@ -283,12 +278,10 @@ def execute_run(
                 stats = RunStats()
                 if on_target_start is not None:
                     on_target_start(target, stats)
-                sink = ParquetTraceSink(storage, writer=_safe_name(target.name), keep_text=spec.record_text)
+                sink = ParquetTraceSink(storage, writer=_safe_name(target.name), keep_text=record_text)
                 started = time.monotonic()
                 try:
-                    outcome = executor.run_target(
-                        workload, target, sink, stats, run_id, timeouts, storage, spec.record_text
-                    )
+                    outcome = send(target, sink, stats, run_id, storage)
                 finally:
                     sink.close()
                     for k, v in stats.by_status.items():
@@ -326,6 +319,59 @@ def execute_run(
             manifest.finished_at = dt.datetime.now(dt.timezone.utc).isoformat()
             manifest.write(storage)
     return result
+
+
+def execute_run(
+    spec: RunSpec,
+    *,
+    catalog: Catalog | None = None,
+    executor: Executor | None = None,
+    on_target_start: Callable[[ResolvedTarget, RunStats], None] | None = None,
+) -> RunResult:
+    """Run ``spec``; returns the run folder and its final manifest."""
+    workload = Workload(spec.workload, catalog)  # validates profiles and topologies first
+    chosen = executor or make_executor(spec)
+    timeouts = Timeouts(spec.timeouts.connect_s, spec.timeouts.first_token_s, spec.timeouts.total_s)
+
+    def send(
+        target: ResolvedTarget, sink: TraceSink, stats: RunStats, run_id: str, storage: RunStorage
+    ) -> TargetOutcome:
+        return chosen.run_target(workload, target, sink, stats, run_id, timeouts, storage, spec.record_text)
+
+    return run_on_targets(
+        spec.targets,
+        output_dir=spec.output_dir,
+        record_text=spec.record_text,
+        emulator_args=spec.emulator_args,
+        manifest_fields={
+            "seed": spec.workload.seed,
+            "spec": spec.model_dump(mode="json", exclude={"targets"}),
+            "spec_hash": spec.workload.spec_hash(),
+        },
+        send=send,
+        context=chosen,
+        on_target_start=on_target_start,
+    )
+
+
+def run_async_with_signals(main: Callable[[asyncio.Event], Any]) -> Any:
+    """``asyncio.run`` of ``main(stop)`` where SIGINT/SIGTERM set ``stop`` (a graceful stop)."""
+
+    async def runner() -> Any:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        installed = []
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, stop.set)
+                installed.append(sig)
+        try:
+            return await main(stop)
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+
+    return asyncio.run(runner())
 
 
 def summary_rows(run_dir: str | RunStorage) -> dict[str, dict[str, Any]]:

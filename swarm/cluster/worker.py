@@ -53,7 +53,18 @@ class WorkerPayload:
 
 
 def peak_rss_bytes() -> int:
-    """This process's peak resident memory (Linux reports ru_maxrss in KiB)."""
+    """This process's peak resident memory: ``VmHWM`` of its own address space.
+
+    Not ``ru_maxrss``: after fork + exec, Linux carries the parent's high-water mark into the
+    child's ``ru_maxrss``, so a child of a large process would report the parent's size.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 

@@ -391,6 +391,7 @@ class HttpEngineClient:
             ideal_cached_tokens_est=request.ideal_cached_tokens_est,
             block_hashes=request.block_hashes,
             prompt_parts=tuple(m.content for m in request.messages) if request.keep_text else None,
+            prompt_roles=tuple(m.role for m in request.messages) if request.keep_text else None,
             output_text=decoder.text if request.keep_text else None,
         )
 

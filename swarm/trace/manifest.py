@@ -83,6 +83,9 @@ class RunManifest(BaseModel):
     counts: dict[str, int] = Field(default_factory=dict, description="requests by status")
     parts: list[str] = Field(default_factory=list)
     versions: dict[str, str] = Field(default_factory=dict)
+    replay_of: dict[str, Any] | None = Field(
+        default=None, description="for a replay: the source (path, format, run id), mode, speed, filters"
+    )
 
     def write(self, run_dir: str | os.PathLike[str] | RunStorage) -> None:
         """Write atomically (temp file + move) so readers never see half a manifest."""

@@ -60,7 +60,7 @@ def _empty_columns() -> dict[str, list[Any]]:
     return {name: [] for name in TRACE_SCHEMA.names}
 
 
-_TEXT_COLUMNS = ("prompt_parts", "output_text")
+_TEXT_COLUMNS = ("prompt_parts", "prompt_roles", "output_text")
 
 
 def _append(columns: dict[str, list[Any]], record: RequestRecord, keep_text: bool) -> None:

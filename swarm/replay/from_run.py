@@ -1,0 +1,92 @@
+"""A recorded swarm run as a ReplayPlan.
+
+Place in the map (DESIGN.md, "replay"). One target of the run is replayed (the first, unless
+named). Each row becomes an item at its recorded ``scheduled_ns`` offset. Its parents are the
+rows of the same session whose node is in its ``parent_nodes``; its gap is the recorded time
+from the last parent's end (``sent_ns + e2e_ns``) to its own ``scheduled_ns`` (think time, and
+any wait for a beam decision). The prompt is the recorded text when the run kept it
+(``--record-text``), else its ``block_hashes`` (64-token blocks) and ``prompt_tokens_est``.
+"""
+
+from __future__ import annotations
+
+import pyarrow.compute as pc
+
+from swarm.errors import InputError
+from swarm.prefix import BLOCK_TOKENS
+from swarm.record import RequestIdentity
+from swarm.replay.plan import ReplayItem, ReplayPlan
+from swarm.trace.manifest import RunManifest
+from swarm.trace.reader import read_requests
+from swarm.trace.storage import RunStorage
+
+COLUMNS = [
+    "target", "agent_id", "profile", "topology", "session_id", "node", "parent_nodes", "depth", "branch",
+    "role", "system_prompt_id", "request_id", "scheduled_ns", "sent_ns", "e2e_ns", "max_tokens",
+    "completion_tokens", "prompt_tokens", "prompt_tokens_est", "block_hashes", "prompt_parts", "prompt_roles",
+]  # fmt: skip
+
+
+def plan_from_run(run_dir: str, target: str | None = None) -> ReplayPlan:
+    storage = RunStorage.at(run_dir)
+    try:
+        manifest = RunManifest.read(storage)
+    except FileNotFoundError as exc:
+        raise InputError(str(exc)) from None
+    table = read_requests(storage, columns=COLUMNS)
+    targets = [t.name for t in manifest.targets] or sorted(set(table["target"].to_pylist()))
+    chosen = target or (targets[0] if targets else None)
+    if chosen is None or chosen not in set(table["target"].to_pylist()):
+        raise InputError(
+            f"{run_dir}: no requests for target {chosen!r} (targets: {', '.join(targets) or 'none'})"
+        )
+    rows = table.filter(pc.equal(table["target"], chosen)).to_pylist()
+    rows.sort(key=lambda r: (r["scheduled_ns"], r["request_id"]))
+    if not rows:
+        raise InputError(f"{run_dir}: the trace has no requests")
+    t0 = rows[0]["scheduled_ns"]
+    index_of = {(r["session_id"], r["node"]): i for i, r in enumerate(rows)}
+    items: list[ReplayItem] = []
+    for i, r in enumerate(rows):
+        parents = tuple(
+            sorted(
+                index_of[(r["session_id"], p)] for p in r["parent_nodes"] if (r["session_id"], p) in index_of
+            )
+        )
+        parent_end = max((rows[j]["sent_ns"] + (rows[j]["e2e_ns"] or 0) for j in parents), default=None)
+        gap_s = max(0.0, (r["scheduled_ns"] - parent_end) / 1e9) if parent_end is not None else 0.0
+        length = r["prompt_tokens_est"] or r["prompt_tokens"] or 1
+        items.append(
+            ReplayItem(
+                index=i,
+                offset_s=(r["scheduled_ns"] - t0) / 1e9,
+                prompt_tokens=length,
+                max_tokens=r["max_tokens"] or r["completion_tokens"] or 1,
+                block_ids=tuple(r["block_hashes"] or ()),
+                block_tokens=BLOCK_TOKENS,
+                prompt_parts=tuple(r["prompt_parts"]) if r["prompt_parts"] is not None else None,
+                prompt_roles=tuple(r["prompt_roles"]) if r["prompt_roles"] is not None else None,
+                parents=parents,
+                gap_s=gap_s,
+                identity=RequestIdentity(
+                    agent_id=r["agent_id"],
+                    profile=r["profile"],
+                    topology=r["topology"],
+                    session_id=r["session_id"],
+                    node=r["node"],
+                    parent_nodes=tuple(r["parent_nodes"]),
+                    depth=r["depth"],
+                    branch=r["branch"],
+                    role=r["role"],
+                    system_prompt_id=r["system_prompt_id"],
+                    request_id=r["request_id"],
+                ),
+            )
+        )
+    return ReplayPlan(
+        items=items,
+        source=run_dir,
+        source_format="swarm",
+        default_mode="dependent",
+        source_run_id=manifest.run_id,
+    )

@@ -1,0 +1,38 @@
+"""ReplayPlan: the requests to send again, from whatever source.
+
+Place in the map (DESIGN.md, "replay"): the common form of swarm runs and imported traces. A
+prompt is either exact text (a run recorded with ``--record-text``) or a list of block ids
+with a token length: each distinct block id stands for one fixed block of text (``blocktext``),
+so prompts that share leading ids share exactly that prefix, as in the source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from swarm.record import RequestIdentity
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayItem:
+    index: int
+    offset_s: float  # scheduled time relative to the source's first request
+    prompt_tokens: int
+    max_tokens: int
+    block_ids: tuple[int, ...] = ()
+    block_tokens: int = 512
+    prompt_parts: tuple[str, ...] | None = None
+    prompt_roles: tuple[str, ...] | None = None
+    parents: tuple[int, ...] = ()  # items this one waits for in dependent mode
+    gap_s: float = 0.0  # dependent mode: delay after the last parent finished
+    identity: RequestIdentity = field(default_factory=RequestIdentity)
+
+
+@dataclass
+class ReplayPlan:
+    items: list[ReplayItem]
+    source: str
+    source_format: str  # swarm, mooncake, azure, burstgpt
+    default_mode: str = "timed"
+    source_run_id: str | None = None
+    notes: list[str] = field(default_factory=list)  # e.g. skipped bad lines

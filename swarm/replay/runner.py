@@ -1,0 +1,137 @@
+"""Sending a ReplayPlan: timed (open loop) or dependent (keeping the DAG).
+
+Place in the map (DESIGN.md, "replay"). ``timed``: item *i* is sent at ``start + offset_i /
+speed`` whatever happens to the others. ``dependent``: an item with parents is sent when all
+its parents' replayed requests have finished, plus its recorded gap divided by ``speed``, so
+a slower engine never receives a child before its parent; items without parents keep their
+timed offsets. Every request gets the same accounting as a swarm run: prompt token estimate,
+64-token block hashes and the ideal cached tokens (longest prefix shared with any prompt sent
+before it in this replay).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable
+
+from swarm.engines.client import EngineRequest, HttpEngineClient, Timeouts, open_http_session
+from swarm.engines.dialects import ChatMessage
+from swarm.engines.profiles import get_profile
+from swarm.live_stats import RunStats
+from swarm.prefix import PrefixIndex, block_hashes
+from swarm.record import RequestRecord
+from swarm.replay.blocktext import prompt_words
+from swarm.replay.plan import ReplayItem, ReplayPlan
+from swarm.runner import ResolvedTarget
+
+MODES = ("timed", "dependent")
+
+
+def item_messages(item: ReplayItem) -> tuple[ChatMessage, ...]:
+    """The prompt of an item: its recorded parts, or one user message of its block text."""
+    if item.prompt_parts is not None:
+        roles = item.prompt_roles or ("user",) * len(item.prompt_parts)
+        return tuple(ChatMessage(role, text) for role, text in zip(roles, item.prompt_parts, strict=False))
+    words = prompt_words(item.block_ids, item.block_tokens, item.prompt_tokens, tail_seed=str(item.index))
+    return (ChatMessage("user", " ".join(words)),)
+
+
+async def replay(
+    plan: ReplayPlan,
+    target: ResolvedTarget,
+    on_record: Callable[[RequestRecord], None],
+    *,
+    mode: str = "timed",
+    speed: float = 1.0,
+    max_in_flight: int = 0,
+    run_id: str = "",
+    stats: RunStats | None = None,
+    timeouts: Timeouts | None = None,
+    stop: asyncio.Event | None = None,
+    tokenizer_encode: Callable[[str], list[object]] | None = None,
+) -> int:
+    """Send every item of ``plan``; returns the number of requests sent."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}")
+    if speed <= 0:
+        raise ValueError("speed must be positive")
+    stats = stats if stats is not None else RunStats()
+    encode = tokenizer_encode or (lambda text: list(text.split()))
+    index = PrefixIndex()
+    sem = asyncio.Semaphore(max_in_flight) if max_in_flight > 0 else None
+    done: dict[int, asyncio.Event] = {it.index: asyncio.Event() for it in plan.items}
+    end_perf: dict[int, int] = {}
+    start = time.perf_counter_ns()
+    wall0 = time.time_ns() - start
+    sent = 0
+    async with open_http_session(connect_timeout_s=(timeouts or Timeouts()).connect_s) as session:
+        client = HttpEngineClient(
+            session, target.url, get_profile(target.engine), target=target.name, dialect=target.dialect,
+            model=target.model, timeouts=timeouts, api_key_env=target.api_key_env,
+        )  # fmt: skip
+
+        async def one(item: ReplayItem) -> None:
+            nonlocal sent
+            try:
+                if mode == "dependent" and item.parents:
+                    for p in item.parents:
+                        await done[p].wait()
+                    due = max(end_perf.get(p, start) for p in item.parents) + int(item.gap_s / speed * 1e9)
+                else:
+                    due = start + int(item.offset_s / speed * 1e9)
+                delay = (due - time.perf_counter_ns()) / 1e9
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if stop is not None and stop.is_set():
+                    return
+                if sem is not None:
+                    await sem.acquire()
+                try:
+                    messages = item_messages(item)
+                    tokens: list[object] = []
+                    for m in messages:
+                        tokens.extend(encode(m.content))
+                    request = EngineRequest(
+                        messages=messages,
+                        max_tokens=item.max_tokens,
+                        identity=dataclasses.replace(
+                            item.identity, run_id=run_id, target=target.name, engine=target.engine
+                        ),
+                        scheduled_ns=wall0 + due,
+                        prompt_tokens_est=len(tokens),
+                        ideal_cached_tokens_est=index.observe(tokens),
+                        block_hashes=block_hashes(tokens),  # type: ignore[arg-type]
+                        keep_text=item.prompt_parts is not None,
+                    )
+                    record = await client.send(request)
+                    sent += 1
+                finally:
+                    if sem is not None:
+                        sem.release()
+                stats.add(record)
+                on_record(record)
+            finally:
+                end_perf[item.index] = time.perf_counter_ns()
+                done[item.index].set()
+
+        tasks = [asyncio.get_running_loop().create_task(one(it)) for it in plan.items]
+        stopper = asyncio.get_running_loop().create_task(stop.wait()) if stop is not None else None
+        try:
+            pending: set[asyncio.Task[None]] = set(tasks)
+            while pending:
+                waiting: set[asyncio.Task[None] | asyncio.Task[bool]] = set(pending)
+                if stopper is not None:
+                    waiting.add(stopper)
+                finished, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                pending.difference_update(finished)
+                if stopper is not None and stopper in finished:
+                    for t in tasks:
+                        t.cancel()
+                    await asyncio.gather(*tasks, return_exceptions=True)
+                    break
+        finally:
+            if stopper is not None:
+                stopper.cancel()
+    return sent
