@@ -7,7 +7,7 @@ import os
 
 from bench.common import Row, print_rows
 
-CASES = ("ray-scale",)
+CASES = ("ray-scale", "replay-timing")
 
 
 def main() -> None:
@@ -25,6 +25,10 @@ def main() -> None:
             from bench import ray_scale
 
             rows += ray_scale.run(sizes=(500,) if args.quick else ray_scale.SIZES)
+        elif case == "replay-timing":
+            from bench import replay_timing
+
+            rows += replay_timing.run()
     print_rows(rows, args.json)
 
 

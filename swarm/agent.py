@@ -39,6 +39,31 @@ ALIVE = "done"
 DEAD = frozenset({"cut", "failed", "pruned", "skipped"})
 
 
+def compose_messages(
+    plan: AgentPlan, node: str, turns: list[tuple[str, list[str]]]
+) -> tuple[ChatMessage, ...]:
+    """The chat messages of ``node``: system prompt, task, each ancestor's turn (instruction,
+    output, and a tool result if any) in the order given, then the node's instruction."""
+    out = [ChatMessage("system", plan.system_prompt), ChatMessage("user", plan.task)]
+    for _, turn in turns:
+        out.append(ChatMessage("user", turn[0]))
+        out.append(ChatMessage("assistant", turn[1]))
+        if len(turn) > 2:
+            out.append(ChatMessage("user", turn[2]))
+    out.append(ChatMessage("user", plan.node(node).instruction))
+    return tuple(out)
+
+
+def synthetic_turn(plan: AgentPlan, node: str) -> list[str]:
+    """A node's turn with ``context: synthetic``: its instruction, its stand-in output, and its
+    tool result when a tool runs after it."""
+    np_ = plan.node(node)
+    turn = [np_.instruction, np_.standin]
+    if np_.tool_result is not None:
+        turn.append(np_.tool_result)
+    return turn
+
+
 class RequestGate:
     """Global limits on sending: an in-flight cap, a request count, a deadline, a stop switch."""
 
@@ -211,16 +236,9 @@ class AgentRun:
     # -- one call ------------------------------------------------------------------------------
 
     def messages(self, node: str) -> tuple[ChatMessage, ...]:
-        plan = self.plan
-        out = [ChatMessage("system", plan.system_prompt), ChatMessage("user", plan.task)]
-        for anc in self._alive_ancestors(node):
-            turn = self.turns[anc]
-            out.append(ChatMessage("user", turn[0]))
-            out.append(ChatMessage("assistant", turn[1]))
-            if len(turn) > 2:
-                out.append(ChatMessage("user", turn[2]))
-        out.append(ChatMessage("user", plan.node(node).instruction))
-        return tuple(out)
+        return compose_messages(
+            self.plan, node, [(anc, self.turns[anc]) for anc in self._alive_ancestors(node)]
+        )
 
     def _prompt_tokens(self, messages: tuple[ChatMessage, ...]) -> list[object]:
         encode = self.env.tokenizer.encode
@@ -298,10 +316,10 @@ class AgentRun:
         if record.status is not Status.OK:
             self._resolve(node, "failed")
             return
-        output = (record.output_text or "") if env.context == "live" else np_.standin
-        turn = [np_.instruction, output]
+        turn = synthetic_turn(plan, node)
+        if env.context == "live":
+            turn[1] = record.output_text or ""
         if np_.tool_result is not None:
             await asyncio.sleep(np_.tool_s)
-            turn.append(np_.tool_result)
         self.turns[node] = turn
         self._resolve(node, "cut" if np_.early_stop else ALIVE)

@@ -278,7 +278,8 @@ class HttpEngineClient:
             text = text.replace(self._secret, "[REDACTED]")
         return truncate_error(text)
 
-    async def send(self, request: EngineRequest) -> RequestRecord:
+    def encode(self, request: EngineRequest) -> bytes:
+        """The request body as bytes; encode ahead of the send time with ``send(payload=...)``."""
         body = build_body(
             self.dialect,
             self.profile,
@@ -290,7 +291,12 @@ class HttpEngineClient:
             ignore_eos=request.ignore_eos,
             extra_body=request.extra_body,
         )
-        payload = dumps(body)
+        return dumps(body)
+
+    async def send(self, request: EngineRequest, payload: bytes | None = None) -> RequestRecord:
+        """Send ``request`` (its body pre-encoded by ``encode`` when ``payload`` is given)."""
+        if payload is None:
+            payload = self.encode(request)
         decoder = StreamDecoder(self.dialect, self.profile, cumulative=self.generate_cumulative)
         chunk_ns: list[int] = []
         status = Status.OK

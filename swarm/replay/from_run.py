@@ -5,13 +5,18 @@ named). Each row becomes an item at its recorded ``scheduled_ns`` offset. Its pa
 rows of the same session whose node is in its ``parent_nodes``; its gap is the recorded time
 from the last parent's end (``sent_ns + e2e_ns``) to its own ``scheduled_ns`` (think time, and
 any wait for a beam decision). The prompt is the recorded text when the run kept it
-(``--record-text``), else its ``block_hashes`` (64-token blocks) and ``prompt_tokens_est``.
+(``--record-text``); for a ``context: synthetic`` run, the exact prompt rebuilt from the
+run's spec and seed (the Workload is a pure function of them); else its ``block_hashes``
+(64-token blocks) and ``prompt_tokens_est``, which keep the prefix structure.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow.compute as pc
 
+from swarm.agent import compose_messages, synthetic_turn
 from swarm.errors import InputError
 from swarm.prefix import BLOCK_TOKENS
 from swarm.record import RequestIdentity
@@ -19,12 +24,56 @@ from swarm.replay.plan import ReplayItem, ReplayPlan
 from swarm.trace.manifest import RunManifest
 from swarm.trace.reader import read_requests
 from swarm.trace.storage import RunStorage
+from swarm.workload import AgentPlan, Workload, WorkloadSpec
 
 COLUMNS = [
     "target", "agent_id", "profile", "topology", "session_id", "node", "parent_nodes", "depth", "branch",
     "role", "system_prompt_id", "request_id", "scheduled_ns", "sent_ns", "e2e_ns", "max_tokens",
     "completion_tokens", "prompt_tokens", "prompt_tokens_est", "block_hashes", "prompt_parts", "prompt_roles",
 ]  # fmt: skip
+
+
+def _synthetic_prompts(
+    manifest: RunManifest, rows: list[dict[str, Any]], notes: list[str]
+) -> list[tuple[tuple[str, ...], tuple[str, ...]] | None]:
+    """Exact prompts of a ``context: synthetic`` run, rebuilt from its spec and seed.
+
+    Such prompts depend only on the workload and on which ancestors were alive, which the
+    rows record (``parent_nodes``). Returns None per row when it cannot be rebuilt.
+    """
+    workload_spec = (manifest.spec or {}).get("workload")
+    if not workload_spec or workload_spec.get("context") != "synthetic":
+        return [None] * len(rows)
+    try:
+        workload = Workload(WorkloadSpec.model_validate(workload_spec))
+    except (InputError, ValueError) as exc:
+        notes.append(
+            f"cannot rebuild the run's prompts from its spec ({exc}); prompts synthesised from block hashes"
+        )
+        return [None] * len(rows)
+    parents_of = {(r["session_id"], r["node"]): tuple(r["parent_nodes"]) for r in rows}
+    plans: dict[int, AgentPlan] = {}
+    out: list[tuple[tuple[str, ...], tuple[str, ...]] | None] = []
+    for r in rows:
+        agent_id = r["agent_id"]
+        if agent_id is None or agent_id < 0 or agent_id >= workload.n_agents:
+            out.append(None)
+            continue
+        plan = plans.get(agent_id) or plans.setdefault(agent_id, workload.agent(agent_id))
+        if r["node"] not in plan.topology.graph:
+            out.append(None)
+            continue
+        seen: set[str] = set()
+        stack = list(r["parent_nodes"])
+        while stack:
+            n = stack.pop()
+            if n not in seen:
+                seen.add(n)
+                stack.extend(parents_of.get((r["session_id"], n), ()))
+        ancestors = [n for n in plan.topology.order if n in seen]
+        messages = compose_messages(plan, r["node"], [(a, synthetic_turn(plan, a)) for a in ancestors])
+        out.append((tuple(m.content for m in messages), tuple(m.role for m in messages)))
+    return out
 
 
 def plan_from_run(run_dir: str, target: str | None = None) -> ReplayPlan:
@@ -44,6 +93,10 @@ def plan_from_run(run_dir: str, target: str | None = None) -> ReplayPlan:
     rows.sort(key=lambda r: (r["scheduled_ns"], r["request_id"]))
     if not rows:
         raise InputError(f"{run_dir}: the trace has no requests")
+    notes: list[str] = []
+    rebuilt = (
+        _synthetic_prompts(manifest, rows, notes) if rows[0]["prompt_parts"] is None else [None] * len(rows)
+    )
     t0 = rows[0]["scheduled_ns"]
     index_of = {(r["session_id"], r["node"]): i for i, r in enumerate(rows)}
     items: list[ReplayItem] = []
@@ -64,8 +117,12 @@ def plan_from_run(run_dir: str, target: str | None = None) -> ReplayPlan:
                 max_tokens=r["max_tokens"] or r["completion_tokens"] or 1,
                 block_ids=tuple(r["block_hashes"] or ()),
                 block_tokens=BLOCK_TOKENS,
-                prompt_parts=tuple(r["prompt_parts"]) if r["prompt_parts"] is not None else None,
-                prompt_roles=tuple(r["prompt_roles"]) if r["prompt_roles"] is not None else None,
+                prompt_parts=tuple(r["prompt_parts"])
+                if r["prompt_parts"] is not None
+                else (rebuilt[i] or (None,))[0],
+                prompt_roles=tuple(r["prompt_roles"])
+                if r["prompt_roles"] is not None
+                else (rebuilt[i] or (None, None))[1],
                 parents=parents,
                 gap_s=gap_s,
                 identity=RequestIdentity(
@@ -89,4 +146,5 @@ def plan_from_run(run_dir: str, target: str | None = None) -> ReplayPlan:
         source_format="swarm",
         default_mode="dependent",
         source_run_id=manifest.run_id,
+        notes=notes,
     )

@@ -27,6 +27,8 @@ from swarm.replay.plan import ReplayItem, ReplayPlan
 from swarm.runner import ResolvedTarget
 
 MODES = ("timed", "dependent")
+#: Prompts are built and encoded this long before their send time.
+PREPARE_LEAD_NS = 1_000_000_000
 
 
 def item_messages(item: ReplayItem) -> tuple[ChatMessage, ...]:
@@ -72,15 +74,54 @@ async def replay(
             model=target.model, timeouts=timeouts, api_key_env=target.api_key_env,
         )  # fmt: skip
 
+        def prepare(item: ReplayItem, due: int) -> tuple[EngineRequest, list[object], bytes]:
+            messages = item_messages(item)
+            tokens: list[object] = []
+            for m in messages:
+                tokens.extend(encode(m.content))
+            request = EngineRequest(
+                messages=messages,
+                max_tokens=item.max_tokens,
+                identity=dataclasses.replace(
+                    item.identity, run_id=run_id, target=target.name, engine=target.engine
+                ),
+                scheduled_ns=wall0 + due,
+                prompt_tokens_est=len(tokens),
+                block_hashes=block_hashes(tokens),  # type: ignore[arg-type]
+                keep_text=item.prompt_parts is not None,
+            )
+            return request, tokens, client.encode(request)
+
+        # Items whose send time is known in advance (no parents, or timed mode) are prepared by
+        # one task, in send order, PREPARE_LEAD_NS ahead: a send then waits at most for one
+        # preparation in progress, never for a burst of them.
+        fixed = [it for it in plan.items if mode == "timed" or not it.parents]
+        fixed.sort(key=lambda it: it.offset_s)
+        prepared: dict[int, tuple[EngineRequest, list[object], bytes]] = {}
+        ready: dict[int, asyncio.Event] = {it.index: asyncio.Event() for it in fixed}
+
+        async def preparer() -> None:
+            for it in fixed:
+                due = start + int(it.offset_s / speed * 1e9)
+                delay = (due - PREPARE_LEAD_NS - time.perf_counter_ns()) / 1e9
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                prepared[it.index] = prepare(it, due)
+                ready[it.index].set()
+                await asyncio.sleep(0)
+
         async def one(item: ReplayItem) -> None:
             nonlocal sent
             try:
-                if mode == "dependent" and item.parents:
+                if item.index in ready:
+                    due = start + int(item.offset_s / speed * 1e9)
+                    await ready[item.index].wait()
+                    request, tokens, payload = prepared.pop(item.index)
+                else:
                     for p in item.parents:
                         await done[p].wait()
                     due = max(end_perf.get(p, start) for p in item.parents) + int(item.gap_s / speed * 1e9)
-                else:
-                    due = start + int(item.offset_s / speed * 1e9)
+                    request, tokens, payload = prepare(item, due)
                 delay = (due - time.perf_counter_ns()) / 1e9
                 if delay > 0:
                     await asyncio.sleep(delay)
@@ -89,23 +130,8 @@ async def replay(
                 if sem is not None:
                     await sem.acquire()
                 try:
-                    messages = item_messages(item)
-                    tokens: list[object] = []
-                    for m in messages:
-                        tokens.extend(encode(m.content))
-                    request = EngineRequest(
-                        messages=messages,
-                        max_tokens=item.max_tokens,
-                        identity=dataclasses.replace(
-                            item.identity, run_id=run_id, target=target.name, engine=target.engine
-                        ),
-                        scheduled_ns=wall0 + due,
-                        prompt_tokens_est=len(tokens),
-                        ideal_cached_tokens_est=index.observe(tokens),
-                        block_hashes=block_hashes(tokens),  # type: ignore[arg-type]
-                        keep_text=item.prompt_parts is not None,
-                    )
-                    record = await client.send(request)
+                    request = dataclasses.replace(request, ideal_cached_tokens_est=index.observe(tokens))
+                    record = await client.send(request, payload)
                     sent += 1
                 finally:
                     if sem is not None:
@@ -116,6 +142,7 @@ async def replay(
                 end_perf[item.index] = time.perf_counter_ns()
                 done[item.index].set()
 
+        prep_task = asyncio.get_running_loop().create_task(preparer())
         tasks = [asyncio.get_running_loop().create_task(one(it)) for it in plan.items]
         stopper = asyncio.get_running_loop().create_task(stop.wait()) if stop is not None else None
         try:
@@ -132,6 +159,7 @@ async def replay(
                     await asyncio.gather(*tasks, return_exceptions=True)
                     break
         finally:
+            prep_task.cancel()
             if stopper is not None:
                 stopper.cancel()
     return sent
