@@ -18,6 +18,9 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print a JSON list of result rows")
     parser.add_argument("--quick", action="store_true", help="smallest sizes only (a smoke run)")
     args = parser.parse_args()
+    unknown = [c for c in args.cases if c not in CASES]
+    if unknown:
+        parser.error(f"unknown case(s) {unknown}; known: {', '.join(CASES)}")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     rows: list[Row] = []
     for case in args.cases or CASES:
