@@ -13,7 +13,7 @@ CASES = ("ray-scale", "replay-timing")
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument(
-        "cases", nargs="*", choices=[*CASES, []], default=list(CASES), help="cases to run (default: all)"
+        "cases", nargs="*", metavar="CASE", help=f"cases to run: {', '.join(CASES)} (default: all)"
     )
     parser.add_argument("--json", action="store_true", help="print a JSON list of result rows")
     parser.add_argument("--quick", action="store_true", help="smallest sizes only (a smoke run)")
