@@ -33,11 +33,18 @@ PREPARE_LEAD_NS = 1_000_000_000
 
 def item_messages(item: ReplayItem) -> tuple[ChatMessage, ...]:
     """The prompt of an item: its recorded parts, or one user message of its block text."""
+    return _item_prompt(item)[0]
+
+
+def _item_prompt(item: ReplayItem) -> tuple[tuple[ChatMessage, ...], list[str] | None]:
+    """The messages, and for a synthesised prompt its words (its tokens for the word tokenizer)."""
     if item.prompt_parts is not None:
         roles = item.prompt_roles or ("user",) * len(item.prompt_parts)
-        return tuple(ChatMessage(role, text) for role, text in zip(roles, item.prompt_parts, strict=False))
+        return tuple(
+            ChatMessage(role, text) for role, text in zip(roles, item.prompt_parts, strict=False)
+        ), None
     words = prompt_words(item.block_ids, item.block_tokens, item.prompt_tokens, tail_seed=str(item.index))
-    return (ChatMessage("user", " ".join(words)),)
+    return (ChatMessage("user", " ".join(words)),), words
 
 
 async def replay(
@@ -75,10 +82,13 @@ async def replay(
         )  # fmt: skip
 
         def prepare(item: ReplayItem, due: int) -> tuple[EngineRequest, list[object], bytes]:
-            messages = item_messages(item)
+            messages, words = _item_prompt(item)
             tokens: list[object] = []
-            for m in messages:
-                tokens.extend(encode(m.content))
+            if words is not None and tokenizer_encode is None:
+                tokens.extend(words)  # the words are the tokens; no need to split them again
+            else:
+                for m in messages:
+                    tokens.extend(encode(m.content))
             request = EngineRequest(
                 messages=messages,
                 max_tokens=item.max_tokens,
@@ -106,7 +116,10 @@ async def replay(
                 delay = (due - PREPARE_LEAD_NS - time.perf_counter_ns()) / 1e9
                 if delay > 0:
                     await asyncio.sleep(delay)
-                prepared[it.index] = prepare(it, due)
+                request, tokens, payload = prepare(it, due)
+                # these go out in this same order, so the ideal can be taken now, off the send path
+                request = dataclasses.replace(request, ideal_cached_tokens_est=index.observe(tokens))
+                prepared[it.index] = (request, tokens, payload)
                 ready[it.index].set()
                 await asyncio.sleep(0)
 
@@ -130,7 +143,8 @@ async def replay(
                 if sem is not None:
                     await sem.acquire()
                 try:
-                    request = dataclasses.replace(request, ideal_cached_tokens_est=index.observe(tokens))
+                    if request.ideal_cached_tokens_est is None:
+                        request = dataclasses.replace(request, ideal_cached_tokens_est=index.observe(tokens))
                     record = await client.send(request, payload)
                     sent += 1
                 finally:
