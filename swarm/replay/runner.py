@@ -123,21 +123,39 @@ async def replay(
                 ready[it.index].set()
                 await asyncio.sleep(0)
 
+        # One dispatcher releases the prepared items at their send times: every item due by the
+        # time it wakes goes at once. (A timer per item would not do: asyncio polls with whole
+        # milliseconds, so each of several timers a few microseconds apart costs a 1 ms wait.)
+        go: dict[int, asyncio.Event] = {it.index: asyncio.Event() for it in fixed}
+
+        async def dispatcher() -> None:
+            i = 0
+            while i < len(fixed):
+                due = start + int(fixed[i].offset_s / speed * 1e9)
+                delay = (due - time.perf_counter_ns()) / 1e9
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                now = time.perf_counter_ns()
+                while i < len(fixed) and start + int(fixed[i].offset_s / speed * 1e9) <= now:
+                    go[fixed[i].index].set()
+                    i += 1
+                await asyncio.sleep(0)  # let the released sends go before anything else
+
         async def one(item: ReplayItem) -> None:
             nonlocal sent
             try:
                 if item.index in ready:
-                    due = start + int(item.offset_s / speed * 1e9)
                     await ready[item.index].wait()
                     request, tokens, payload = prepared.pop(item.index)
+                    await go[item.index].wait()
                 else:
                     for p in item.parents:
                         await done[p].wait()
                     due = max(end_perf.get(p, start) for p in item.parents) + int(item.gap_s / speed * 1e9)
                     request, tokens, payload = prepare(item, due)
-                delay = (due - time.perf_counter_ns()) / 1e9
-                if delay > 0:
-                    await asyncio.sleep(delay)
+                    delay = (due - time.perf_counter_ns()) / 1e9
+                    if delay > 0:
+                        await asyncio.sleep(delay)
                 if stop is not None and stop.is_set():
                     return
                 if sem is not None:
@@ -157,6 +175,7 @@ async def replay(
                 done[item.index].set()
 
         prep_task = asyncio.get_running_loop().create_task(preparer())
+        dispatch_task = asyncio.get_running_loop().create_task(dispatcher())
         tasks = [asyncio.get_running_loop().create_task(one(it)) for it in plan.items]
         stopper = asyncio.get_running_loop().create_task(stop.wait()) if stop is not None else None
         try:
@@ -174,6 +193,7 @@ async def replay(
                     break
         finally:
             prep_task.cancel()
+            dispatch_task.cancel()
             if stopper is not None:
                 stopper.cancel()
     return sent
