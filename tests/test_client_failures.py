@@ -7,8 +7,9 @@ A purpose-built misbehaving server on loopback picks its misbehaviour from the r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from aiohttp import web
@@ -69,17 +70,26 @@ async def misbehave(request: web.Request) -> web.StreamResponse:
     raise AssertionError(mode)
 
 
-@pytest.fixture
-async def bad_server() -> AsyncIterator[str]:
+@contextlib.asynccontextmanager
+async def serve(handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> AsyncIterator[str]:
+    """A chat-completions server on a free loopback port running ``handler``; yields its URL."""
     app = web.Application()
-    app.router.add_post("/v1/chat/completions", misbehave)
+    app.router.add_post("/v1/chat/completions", handler)
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.2)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield f"http://127.0.0.1:{port}"
-    await runner.cleanup()
+    port = runner.addresses[0][1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def bad_server() -> AsyncIterator[str]:
+    async with serve(misbehave) as url:
+        yield url
 
 
 async def send(url: str, mode: str, timeouts: Timeouts | None = None) -> RequestRecord:
@@ -174,31 +184,17 @@ async def test_outside_cancellation_is_recorded(bad_server: str) -> None:
     assert r.status is Status.CANCELLED
 
 
-async def test_api_key_from_env_is_sent_and_never_recorded(
-    bad_server: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_api_key_from_env_is_sent_and_never_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[str] = []
 
     async def echo(request: web.Request) -> web.Response:
         seen.append(request.headers.get("Authorization", ""))
         return web.Response(status=401, text=f"bad key {request.headers.get('Authorization')}")
 
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", echo)
-    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.2)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     monkeypatch.setenv("SWARM_TEST_KEY", "sk-planted-secret")
-    try:
-        async with open_http_session() as session:
-            client = HttpEngineClient(
-                session, f"http://127.0.0.1:{port}", get_profile("vllm"), api_key_env="SWARM_TEST_KEY"
-            )
-            r = await client.send(EngineRequest(messages=(ChatMessage("user", "hi"),), max_tokens=1))
-    finally:
-        await runner.cleanup()
+    async with serve(echo) as url, open_http_session() as session:
+        client = HttpEngineClient(session, url, get_profile("vllm"), api_key_env="SWARM_TEST_KEY")
+        r = await client.send(EngineRequest(messages=(ChatMessage("user", "hi"),), max_tokens=1))
     assert seen == ["Bearer sk-planted-secret"]
     assert r.status is Status.HTTP_ERROR
     assert "sk-planted-secret" not in repr(r) and "[REDACTED]" in (r.error or "")
