@@ -41,7 +41,9 @@ def block_hashes(tokens: Sequence[str] | Sequence[int], block_tokens: int = BLOC
 class _Node:
     __slots__ = ("children", "key")
 
-    def __init__(self, key: list[object]) -> None:
+    def __init__(self, key: tuple[object, ...]) -> None:
+        # a tuple, not a list: the collector stops tracking a tuple of strings or ints, so a
+        # large index costs nothing in the full collections that would otherwise walk it
         self.key = key
         self.children: dict[object, _Node] = {}
 
@@ -50,7 +52,7 @@ class PrefixIndex:
     """Every prompt seen so far, as a compressed trie over tokens (no eviction)."""
 
     def __init__(self) -> None:
-        self._root = _Node([])
+        self._root = _Node(())
         self.tokens_stored = 0
 
     def longest_prefix(self, tokens: Sequence[object]) -> int:
@@ -62,7 +64,7 @@ class PrefixIndex:
                 return pos
             key = child.key
             m = min(len(key), n - pos)
-            if key[:m] == list(tokens[pos : pos + m]):
+            if key[:m] == tuple(tokens[pos : pos + m]):
                 pos += m
                 if m < len(key):
                     return pos
@@ -86,13 +88,13 @@ class PrefixIndex:
         while pos < n:
             child = node.children.get(tokens[pos])
             if child is None:
-                node.children[tokens[pos]] = _Node(list(tokens[pos:]))
+                node.children[tokens[pos]] = _Node(tuple(tokens[pos:]))
                 self.tokens_stored += n - pos
                 return
             key = child.key
             m = min(len(key), n - pos)
             i = 0
-            if key[:m] == list(tokens[pos : pos + m]):
+            if key[:m] == tuple(tokens[pos : pos + m]):
                 i = m
             else:
                 while i < m and key[i] == tokens[pos + i]:

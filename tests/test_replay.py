@@ -282,3 +282,46 @@ def test_replay_cli_on_a_trace_and_bad_input(tmp_path: Path, emulator_process: C
         and "b.jsonl: line 1: not valid JSON" in bad.stderr
         and "Traceback" not in bad.stderr
     )
+
+
+def _timed_plan(offsets_s: list[float], tokens: int = 100):  # type: ignore[no-untyped-def]
+    from swarm.replay.plan import ReplayItem, ReplayPlan
+
+    items = [
+        ReplayItem(index=i, offset_s=o, prompt_tokens=tokens, max_tokens=2, block_ids=(i % 3,))
+        for i, o in enumerate(offsets_s)
+    ]
+    return ReplayPlan(items=items, source="test", source_format="synthetic")
+
+
+def test_timed_replay_keeps_recorded_offsets_and_never_sends_early(
+    emulator: Callable[..., EmulatorThread],
+) -> None:
+    emu = emulator(engine="sglang", timing="zero")
+    offsets = [0.0, 0.0, 0.0, 0.04, 0.04, 0.1, 0.3, 2.4]  # bursts, and one past the preparation lead
+    records: list[RequestRecord] = []
+    target = ResolvedTarget("t", emu.url, "sglang", "openai-chat", "m")
+    sent = asyncio.run(replay(_timed_plan(offsets), target, records.append, mode="timed", speed=2.0))
+    assert sent == len(offsets) == len(records)
+    assert all(r.status == "ok" for r in records)
+    by_index = sorted(records, key=lambda r: r.scheduled_ns)
+    first = by_index[0].scheduled_ns
+    # scheduled times are exactly the recorded offsets divided by the speed
+    assert [round((r.scheduled_ns - first) / 1e6) for r in by_index] == [round(o / 2 * 1e3) for o in offsets]
+    assert all(r.queue_ns >= 0 for r in records)  # never before its time
+    # requests sharing leading blocks get the ideal of what was sent before them
+    assert [r.ideal_cached_tokens_est for r in by_index][:3].count(0) == 3
+
+
+def test_stopping_a_replay_returns_what_was_sent(emulator: Callable[..., EmulatorThread]) -> None:
+    emu = emulator(engine="sglang", timing="zero")
+    records: list[RequestRecord] = []
+    target = ResolvedTarget("t", emu.url, "sglang", "openai-chat", "m")
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        asyncio.get_running_loop().call_later(0.3, stop.set)
+        return await replay(_timed_plan([0.0, 0.05, 60.0, 120.0]), target, records.append, stop=stop)
+
+    assert asyncio.run(main()) == 2
+    assert len(records) == 2

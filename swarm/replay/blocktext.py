@@ -5,20 +5,37 @@ into words. Block *id* is ``block_tokens`` words: first a word naming the block 
 then words drawn from an RNG seeded by the id. The naming word makes two different blocks
 differ at their first token, so the prefix two prompts share is exactly their shared leading
 blocks (the last, possibly partial, block included up to the shorter length).
+
+Words are drawn with numpy (a whole block in one call): a Mooncake prompt averages 14,000
+tokens, and drawing them one by one cost about 4 ms per prompt.
 """
 
 from __future__ import annotations
 
-import random
+import hashlib
 from functools import lru_cache
 
+import numpy as np
+
 from swarm.textsynth import WORDS
+
+_WORDS_ARRAY = np.array(WORDS, dtype=object)
+
+
+def _seed(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
+def _draw(seed_text: str, k: int) -> list[str]:
+    if k <= 0:
+        return []
+    picks = np.random.default_rng(_seed(seed_text)).integers(0, len(WORDS), size=k)
+    return _WORDS_ARRAY[picks].tolist()
 
 
 @lru_cache(maxsize=65536)
 def block_words(block_id: int, block_tokens: int) -> tuple[str, ...]:
-    rng = random.Random(f"block:{block_id}")
-    return (f"b{block_id}", *rng.choices(WORDS, k=block_tokens - 1))
+    return (f"b{block_id}", *_draw(f"block:{block_id}", block_tokens - 1))
 
 
 def prompt_words(block_ids: tuple[int, ...], block_tokens: int, length: int, tail_seed: str) -> list[str]:
@@ -30,7 +47,6 @@ def prompt_words(block_ids: tuple[int, ...], block_tokens: int, length: int, tai
             break
         words.extend(block_words(bid, block_tokens)[: length - len(words)])
     if len(words) < length:
-        rng = random.Random(f"tail:{tail_seed}")
         words.append(f"u{tail_seed}")
-        words.extend(rng.choices(WORDS, k=length - len(words)))
+        words.extend(_draw(f"tail:{tail_seed}", length - len(words)))
     return words[:length]

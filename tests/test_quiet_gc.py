@@ -1,0 +1,65 @@
+"""QuietCollector: garbage collection moved to where it cannot delay a send."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import pytest
+
+from swarm.quiet_gc import FORCE_FACTOR, QuietCollector
+
+
+@pytest.fixture
+def small_thresholds() -> Iterator[None]:
+    before = gc.get_threshold()
+    gc.set_threshold(100, 2, 2)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_automatic_collection_is_off_inside_and_restored_after() -> None:
+    assert gc.isenabled()
+    with QuietCollector():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_collects_due_garbage_when_quiet_and_defers_when_not(small_thresholds: None) -> None:
+    with QuietCollector() as collector:
+        gc.collect()
+        cycles = [_Cycle() for _ in range(150)]  # over the youngest threshold
+        del cycles
+        assert collector.due_generation() is not None
+        collector.collect_if_due(quiet=False)  # due, but not overdue: deferred
+        assert sum(collector.collections) == 0
+        collector.collect_if_due(quiet=True)
+        assert sum(collector.collections) == 1
+        assert collector.due_generation() is None
+
+
+def test_overdue_garbage_is_collected_even_without_quiet(small_thresholds: None) -> None:
+    with QuietCollector() as collector:
+        gc.collect()
+        keep = [_Cycle() for _ in range(FORCE_FACTOR * 100 + 50)]
+        collector.collect_if_due(quiet=False)
+        assert sum(collector.collections) == 1
+        del keep
+
+
+def test_older_generations_follow_the_interpreter_thresholds(small_thresholds: None) -> None:
+    with QuietCollector() as collector:
+        gc.collect()
+        for _ in range(12):
+            junk = [_Cycle() for _ in range(150)]
+            del junk
+            collector.collect_if_due(quiet=True)
+        young, middle, old = collector.collections
+        assert young > middle > 0 and old > 0
