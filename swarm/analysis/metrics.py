@@ -1,0 +1,414 @@
+"""Metrics computed from trace rows only, each with its formula.
+
+Place in the map (DESIGN.md, "Analysis"): functions from a table of request rows (the trace
+schema, or any subset of its columns that a function names) to numbers. Nothing here looks at
+a live run. Times in the trace are nanoseconds; results are in the unit their name says.
+
+Conventions that every function shares:
+
+- "ok rows": rows whose ``status`` is ``ok``. Latency metrics use ok rows only; error rates
+  and the client's queue delay use every row.
+- The span of a table is from its first ``sent_ns`` to its last answer end (``sent_ns +
+  e2e_ns``, or ``sent_ns`` for a row without ``e2e_ns``).
+- Percentiles are exact, from the raw values: numpy's linear interpolation between the two
+  nearest ranks (p50, p90, p95, p99, p99.9), and the true maximum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+PERCENTILES: tuple[float, ...] = (50, 90, 95, 99, 99.9)
+
+
+def distribution(values: np.ndarray | Sequence[float]) -> dict[str, float | int | None]:
+    """``count``, ``mean``, exact percentiles ``p50 … p99.9`` and ``max`` of ``values``."""
+    arr = np.asarray(values, dtype=np.float64)
+    out: dict[str, float | int | None] = {"count": int(arr.size)}
+    if arr.size == 0:
+        out.update({"mean": None, **{_pname(q): None for q in PERCENTILES}, "max": None})
+        return out
+    out["mean"] = float(arr.mean())
+    for q, v in zip(PERCENTILES, np.percentile(arr, PERCENTILES), strict=True):
+        out[_pname(q)] = float(v)
+    out["max"] = float(arr.max())
+    return out
+
+
+def _pname(q: float) -> str:
+    return f"p{q:g}"
+
+
+def _num(table: pa.Table, name: str) -> np.ndarray:
+    """A numeric column as float64, nulls as NaN."""
+    col = table[name]
+    return np.asarray(pc.fill_null(pc.cast(col, pa.float64()), np.nan).to_numpy(), dtype=np.float64)
+
+
+def ok_rows(table: pa.Table) -> pa.Table:
+    return table.filter(pc.equal(table["status"], "ok"))
+
+
+def ttft_ms(table: pa.Table) -> np.ndarray:
+    """Time to first token per ok row: ``ttft_ns / 1e6`` (rows without one are left out)."""
+    v = _num(ok_rows(table), "ttft_ns")
+    return v[~np.isnan(v)] / 1e6
+
+
+def e2e_ms(table: pa.Table) -> np.ndarray:
+    """End-to-end latency per ok row: ``e2e_ns / 1e6`` (sent to the last byte of the answer)."""
+    v = _num(ok_rows(table), "e2e_ns")
+    return v[~np.isnan(v)] / 1e6
+
+
+def queue_ms(table: pa.Table) -> np.ndarray:
+    """The client's own delay per row, every status: ``queue_ns / 1e6`` (sent − scheduled)."""
+    return _num(table, "queue_ns") / 1e6
+
+
+def _chunk_lists(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """Flattened ``chunk_ns`` of the rows and the start offset of each row in it (n+1)."""
+    col = table["chunk_ns"].combine_chunks() if table.num_rows else pa.array([], pa.list_(pa.int64()))
+    if isinstance(col, pa.ChunkedArray):  # an empty chunked column
+        col = pa.array([], pa.list_(pa.int64()))
+    lengths = pc.fill_null(pc.list_value_length(col), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    flat = pc.list_flatten(col).to_numpy(zero_copy_only=False).astype(np.int64)
+    offsets = np.zeros(lengths.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return flat, offsets
+
+
+def itl_ms(table: pa.Table) -> np.ndarray:
+    """Inter-token latencies of the ok rows: every difference ``chunk_ns[i+1] − chunk_ns[i]``
+    within a row (a chunk is one network read that carried generated text), ``/ 1e6``."""
+    flat, offsets = _chunk_lists(ok_rows(table))
+    if flat.size < 2:
+        return np.zeros(0)
+    diffs = np.diff(flat).astype(np.float64)
+    keep = np.ones(diffs.size, dtype=bool)
+    row_ends = offsets[1:-1] - 1  # index of each row's last chunk, but the final row's
+    row_ends = row_ends[(row_ends >= 0) & (row_ends < diffs.size)]
+    keep[row_ends] = False  # the step from one row's last chunk to the next row's first
+    return diffs[keep] / 1e6
+
+
+def mean_itl_ms_per_row(table: pa.Table) -> np.ndarray:
+    """Per row: ``(chunk_ns[-1] − chunk_ns[0]) / (len(chunk_ns) − 1) / 1e6``; NaN for a row
+    with fewer than two chunks."""
+    flat, offsets = _chunk_lists(table)
+    n = offsets[1:] - offsets[:-1]
+    out = np.full(n.size, np.nan)
+    multi = n >= 2
+    first = flat[offsets[:-1][multi]]
+    last = flat[offsets[1:][multi] - 1]
+    out[multi] = (last - first) / (n[multi] - 1) / 1e6
+    return out
+
+
+def tpot_ms(table: pa.Table) -> np.ndarray:
+    """Time per output token of ok rows with at least two tokens:
+    ``(e2e_ns − ttft_ns) / (completion_tokens − 1) / 1e6``."""
+    ok = ok_rows(table)
+    e2e, ttft, tokens = _num(ok, "e2e_ns"), _num(ok, "ttft_ns"), _num(ok, "completion_tokens")
+    valid = ~np.isnan(e2e) & ~np.isnan(ttft) & (tokens >= 2)
+    return (e2e[valid] - ttft[valid]) / (tokens[valid] - 1) / 1e6
+
+
+def _ends_ns(table: pa.Table) -> np.ndarray:
+    sent = _num(table, "sent_ns")
+    e2e = _num(table, "e2e_ns")
+    return sent + np.nan_to_num(e2e, nan=0.0)
+
+
+def span_s(table: pa.Table) -> float | None:
+    """First ``sent_ns`` to the last answer end (``sent_ns + e2e_ns``), in seconds."""
+    if table.num_rows == 0:
+        return None
+    span = (float(np.max(_ends_ns(table))) - float(np.min(_num(table, "sent_ns")))) / 1e9
+    return span if span > 0 else None
+
+
+def output_token_times(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """When output tokens arrived: for each chunk of each ok row, its wall time
+    (``sent_ns + chunk_ns[i]``) and its share of the row's tokens (``completion_tokens /
+    len(chunk_ns)``: a chunk may carry several tokens; the row's tokens are spread evenly)."""
+    ok = ok_rows(table)
+    flat, offsets = _chunk_lists(ok)
+    n = offsets[1:] - offsets[:-1]
+    sent = _num(ok, "sent_ns")
+    tokens = np.nan_to_num(_num(ok, "completion_tokens"), nan=0.0)
+    share = np.divide(tokens, n, out=np.zeros_like(tokens), where=n > 0)
+    return np.repeat(sent, n) + flat, np.repeat(share, n)
+
+
+def throughput(table: pa.Table, window_s: float = 1.0) -> dict[str, float | None]:
+    """Token throughput of a table.
+
+    - ``output_tokens_per_s``: Σ ``completion_tokens`` of ok rows / span
+    - ``total_tokens_per_s``: Σ (``prompt_tokens`` + ``completion_tokens``) of ok rows / span
+    - ``requests_per_s``: rows / span
+    - ``peak_output_tokens_per_s``: the largest number of output tokens that arrived within one
+      ``window_s`` window (windows laid from the first send; tokens placed at their chunk's
+      arrival, see ``output_token_times``), divided by ``window_s``
+    """
+    span = span_s(table)
+    ok = ok_rows(table)
+    completion = float(np.nansum(_num(ok, "completion_tokens"))) if ok.num_rows else 0.0
+    prompt = float(np.nansum(_num(ok, "prompt_tokens"))) if ok.num_rows else 0.0
+    peak = None
+    if table.num_rows:
+        times, share = output_token_times(table)
+        if times.size:
+            start = float(np.min(_num(table, "sent_ns")))
+            bins = ((times - start) // (window_s * 1e9)).astype(np.int64)
+            peak = float(np.bincount(bins, weights=share).max()) / window_s
+    return {
+        "output_tokens_per_s": completion / span if span else None,
+        "total_tokens_per_s": (completion + prompt) / span if span else None,
+        "requests_per_s": table.num_rows / span if span else None,
+        "peak_output_tokens_per_s": peak,
+    }
+
+
+def timeline(table: pa.Table, bin_s: float = 1.0) -> dict[str, list[float]]:
+    """Per ``bin_s`` bin from the first send: ``t_s`` (bin start), ``output_tokens_per_s``
+    (tokens arrived in the bin / ``bin_s``) and ``in_flight`` (rows with ``sent_ns <=`` bin
+    start ``<`` their end)."""
+    if table.num_rows == 0:
+        return {"t_s": [], "output_tokens_per_s": [], "in_flight": []}
+    sent = _num(table, "sent_ns")
+    ends = _ends_ns(table)
+    start = float(sent.min())
+    nbins = int(np.ceil((float(ends.max()) - start) / (bin_s * 1e9))) + 1
+    edges = start + np.arange(nbins) * bin_s * 1e9
+    times, share = output_token_times(table)
+    tokens: np.ndarray = np.zeros(nbins)
+    if times.size:
+        idx = np.clip(((times - start) // (bin_s * 1e9)).astype(np.int64), 0, nbins - 1)
+        tokens = np.bincount(idx, weights=share, minlength=nbins)
+    in_flight: np.ndarray = np.searchsorted(np.sort(sent), edges, side="right") - np.searchsorted(
+        np.sort(ends), edges, side="right"
+    )
+    return {
+        "t_s": [float(i * bin_s) for i in range(nbins)],
+        "output_tokens_per_s": (tokens / bin_s).tolist(),
+        "in_flight": in_flight.astype(float).tolist(),
+    }
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Service-level bounds a request must meet to count as good (None: no bound)."""
+
+    ttft_ms: float | None = None
+    itl_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+
+    def describe(self) -> str:
+        parts = [f"{k.removesuffix('_ms')}<={v:g}ms" for k, v in self.__dict__.items() if v is not None]
+        return ", ".join(parts) or "none"
+
+
+def parse_slos(items: Sequence[str]) -> SLO:
+    """``["ttft:200ms", "itl:50ms"]`` to an SLO (units ms or s; a bare number is ms)."""
+    bounds: dict[str, float] = {}
+    for item in items:
+        name, sep, value = item.partition(":")
+        key = f"{name.strip().lower()}_ms"
+        if not sep or key not in SLO.__dataclass_fields__:
+            raise ValueError(f"--slo {item!r}: expected NAME:VALUE with NAME one of ttft, itl, tpot, e2e")
+        text = value.strip().lower()
+        scale = 1.0
+        if text.endswith("ms"):
+            text = text[:-2]
+        elif text.endswith("s"):
+            text, scale = text[:-1], 1000.0
+        try:
+            number = float(text) * scale
+        except ValueError:
+            raise ValueError(f"--slo {item!r}: {value!r} is not a duration such as 200ms or 1.5s") from None
+        if number <= 0:
+            raise ValueError(f"--slo {item!r}: the bound must be positive")
+        bounds[key] = number
+    return SLO(**bounds)
+
+
+def good_mask(table: pa.Table, slo: SLO) -> np.ndarray:
+    """Per row: status ``ok`` and every bound of ``slo`` met, where a row's figures are its
+    TTFT (``ttft_ns``), its mean ITL (``mean_itl_ms_per_row``; met by a row with fewer than two
+    chunks), its TPOT (``(e2e − ttft) / (completion_tokens − 1)``; met below two tokens) and
+    its E2E (``e2e_ns``). A missing TTFT or E2E fails its bound."""
+    good = np.asarray(pc.equal(table["status"], "ok").to_numpy(zero_copy_only=False), dtype=bool)
+    if slo.ttft_ms is not None:
+        good &= _num(table, "ttft_ns") / 1e6 <= slo.ttft_ms  # NaN compares False
+    if slo.e2e_ms is not None:
+        good &= _num(table, "e2e_ns") / 1e6 <= slo.e2e_ms
+    if slo.itl_ms is not None:
+        itl = mean_itl_ms_per_row(table)
+        good &= np.isnan(itl) | (itl <= slo.itl_ms)
+    if slo.tpot_ms is not None:
+        tokens = _num(table, "completion_tokens")
+        tpot = (_num(table, "e2e_ns") - _num(table, "ttft_ns")) / np.maximum(tokens - 1, 1) / 1e6
+        good &= ~(tokens >= 2) | (tpot <= slo.tpot_ms)
+    return good
+
+
+def goodput(table: pa.Table, slo: SLO) -> dict[str, Any]:
+    """Requests meeting ``slo`` (``good_mask``): ``good`` (count), ``good_fraction`` (good /
+    rows), ``request_goodput_per_s`` (good / span) and ``token_goodput_per_s`` (Σ
+    ``completion_tokens`` of good rows / span)."""
+    mask = good_mask(table, slo)
+    span = span_s(table)
+    tokens = float(np.nansum(_num(table, "completion_tokens")[mask])) if table.num_rows else 0.0
+    good = int(mask.sum())
+    return {
+        "slo": slo.describe(),
+        "good": good,
+        "good_fraction": good / table.num_rows if table.num_rows else None,
+        "request_goodput_per_s": good / span if span else None,
+        "token_goodput_per_s": tokens / span if span else None,
+    }
+
+
+def errors(table: pa.Table) -> dict[str, Any]:
+    """Rows per ``status`` and each status's share of all rows; ``error_rate`` is the share of
+    rows whose status is not ``ok``."""
+    counts: dict[str, int] = {}
+    if table.num_rows:
+        for d in table["status"].value_counts().to_pylist():
+            counts[d["values"]] = d["counts"]
+    total = table.num_rows
+    return {
+        "by_status": dict(sorted(counts.items())),
+        "rates": {k: v / total for k, v in sorted(counts.items())} if total else {},
+        "error_rate": (total - counts.get("ok", 0)) / total if total else None,
+    }
+
+
+def cache(table: pa.Table) -> dict[str, float | int | None]:
+    """Prefix-cache figures over the ok rows whose server reported both ``prompt_tokens`` and
+    ``cached_tokens``:
+
+    - ``hit_ratio``: Σ ``cached_tokens`` / Σ ``prompt_tokens`` (what the engine realised)
+    - ``ideal_hit_ratio``: Σ ``ideal_cached_tokens_est`` / Σ ``prompt_tokens_est`` over the
+      same rows (what an unbounded token-level cache could have reused)
+    - ``prefill_tokens_saved``: Σ ``cached_tokens`` (prompt tokens the engine did not compute)
+    - ``reporting_rows``: how many rows the figures rest on
+    """
+    ok = ok_rows(table)
+    prompt, cached = _num(ok, "prompt_tokens"), _num(ok, "cached_tokens")
+    rep = ~np.isnan(prompt) & ~np.isnan(cached)
+    est_p, est_c = _num(ok, "prompt_tokens_est")[rep], _num(ok, "ideal_cached_tokens_est")[rep]
+    est = ~np.isnan(est_p) & ~np.isnan(est_c)
+    p_sum, c_sum = float(prompt[rep].sum()), float(cached[rep].sum())
+    ep_sum, ec_sum = float(est_p[est].sum()), float(est_c[est].sum())
+    return {
+        "hit_ratio": c_sum / p_sum if p_sum else None,
+        "ideal_hit_ratio": ec_sum / ep_sum if ep_sum else None,
+        "prefill_tokens_saved": int(c_sum),
+        "reporting_rows": int(rep.sum()),
+    }
+
+
+def sessions(table: pa.Table) -> dict[str, np.ndarray]:
+    """Agent sessions (rows grouped by non-empty ``session_id``), every status:
+
+    - ``completion_ms``: last answer end (``max(sent_ns + e2e_ns)``) − first send
+      (``min(sent_ns)``), ``/ 1e6``: the agent's task completion time
+    - ``calls``: rows per session
+    """
+    ids = (
+        np.asarray(table["session_id"].to_numpy(zero_copy_only=False), dtype=object)
+        if table.num_rows
+        else None
+    )
+    if ids is None:
+        return {"completion_ms": np.zeros(0), "calls": np.zeros(0)}
+    keep = ids != ""
+    if not keep.any():
+        return {"completion_ms": np.zeros(0), "calls": np.zeros(0)}
+    ids = ids[keep]
+    sent = _num(table, "sent_ns")[keep]
+    ends = _ends_ns(table)[keep]
+    _, group = np.unique(ids, return_inverse=True)
+    n = int(group.max()) + 1
+    first = np.full(n, np.inf)
+    last = np.full(n, -np.inf)
+    np.minimum.at(first, group, sent)
+    np.maximum.at(last, group, ends)
+    calls = np.bincount(group, minlength=n).astype(float)
+    return {"completion_ms": (last - first) / 1e6, "calls": calls}
+
+
+def group_values(table: pa.Table, key: str) -> list[Any]:
+    """Distinct values of column ``key``, sorted."""
+    return sorted(v for v in pc.unique(table[key]).to_pylist() if v is not None)
+
+
+def subset(table: pa.Table, key: str, value: Any) -> pa.Table:
+    return table.filter(pc.equal(table[key], pa.scalar(value, table.schema.field(key).type)))
+
+
+def breakdown(table: pa.Table, key: str) -> list[dict[str, Any]]:
+    """One entry per distinct value of ``key``: rows, ok rows, TTFT and E2E distributions,
+    and the cache figures (see ``cache``)."""
+    out = []
+    for value in group_values(table, key):
+        rows = subset(table, key, value)
+        out.append(
+            {
+                key: value,
+                "requests": rows.num_rows,
+                "ok": ok_rows(rows).num_rows,
+                "ttft_ms": distribution(ttft_ms(rows)),
+                "e2e_ms": distribution(e2e_ms(rows)),
+                "cache": cache(rows),
+            }
+        )
+    return out
+
+
+def first_and_branch_calls(table: pa.Table) -> dict[str, pa.Table]:
+    """``first``: rows with no parent node (an agent's opening calls, ``depth == 0``);
+    ``branch``: rows with at least one parent (calls that extend a parent's context)."""
+    n_parents = pc.fill_null(pc.list_value_length(table["parent_nodes"]), 0)
+    has_parent = pc.greater(n_parents, 0)
+    return {"first": table.filter(pc.invert(has_parent)), "branch": table.filter(has_parent)}
+
+
+def summary_figures(table: pa.Table, slo: SLO | None = None) -> dict[str, Any]:
+    """Every headline figure of one table (one target), as plain JSON-ready values."""
+    calls = first_and_branch_calls(table) if "parent_nodes" in table.column_names else None
+    s = sessions(table) if "session_id" in table.column_names else None
+    out: dict[str, Any] = {
+        "requests": table.num_rows,
+        "ok": ok_rows(table).num_rows,
+        "span_s": span_s(table),
+        "ttft_ms": distribution(ttft_ms(table)),
+        "itl_ms": distribution(itl_ms(table)),
+        "tpot_ms": distribution(tpot_ms(table)),
+        "e2e_ms": distribution(e2e_ms(table)),
+        "queue_ms": distribution(queue_ms(table)),
+        "throughput": throughput(table),
+        "errors": errors(table),
+        "cache": cache(table),
+    }
+    if calls is not None:
+        out["first_call_ttft_ms"] = distribution(ttft_ms(calls["first"]))
+        out["branch_call_ttft_ms"] = distribution(ttft_ms(calls["branch"]))
+    if s is not None:
+        out["sessions"] = {
+            "count": int(s["calls"].size),
+            "completion_ms": distribution(s["completion_ms"]),
+            "calls": distribution(s["calls"]),
+        }
+    if slo is not None:
+        out["goodput"] = goodput(table, slo)
+    return out
