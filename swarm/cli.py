@@ -393,6 +393,38 @@ def export(
     print(f"wrote {count} requests to {out}", file=sys.stderr)
 
 
+@app.command()
+def report(
+    run_dir: Annotated[str, typer.Argument(help="a run folder")],
+    html: Annotated[
+        Path | None, typer.Option("--html", help="also write a self-contained HTML report with plots")
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="print the figures as JSON instead of tables")
+    ] = False,
+    slo: Annotated[
+        list[str] | None, typer.Option(help="an SLO for goodput, e.g. --slo ttft:200ms --slo itl:50ms")
+    ] = None,
+) -> None:
+    """Every figure of a run, per target, from its trace (terminal tables, --html, --json)."""
+    from swarm.cli_report import report_command
+
+    report_command(run_dir, html, json_out, slo or [])
+
+
+@app.command()
+def compare(
+    run_dirs: Annotated[list[str], typer.Argument(help="run folders (or one run with several targets)")],
+    json_out: Annotated[bool, typer.Option("--json", help="print the matrix as JSON")] = False,
+    slo: Annotated[list[str] | None, typer.Option(help="an SLO for goodput, e.g. --slo ttft:200ms")] = None,
+    force: Annotated[bool, typer.Option(help="compare runs whose workloads differ (seed, spec)")] = False,
+) -> None:
+    """Targets side by side: one row per dimension, a column per target, who leads and by how much."""
+    from swarm.cli_report import compare_command
+
+    compare_command(run_dirs, json_out, slo or [], force)
+
+
 def main() -> None:
     """Console entry point: runs the app, turning bad input into one line and exit code 2."""
     try:

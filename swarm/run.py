@@ -21,15 +21,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from swarm import __version__
 from swarm.catalog import Catalog
-from swarm.engines.client import Timeouts, normalise_base_url, redact_url
+from swarm.engines.client import Timeouts, api_key_from_env, normalise_base_url, redact_url
+from swarm.engines.profiles import get_profile
 from swarm.errors import InputError
 from swarm.live_stats import RunStats
 from swarm.record import RequestRecord
 from swarm.runner import ResolvedTarget, TargetOutcome, run_agents
+from swarm.server_metrics import ServerMetricsScraper, write_server_metrics
 from swarm.trace.manifest import RunManifest, RunStatus, TargetInfo, WorkerInfo, new_run_id, versions
 from swarm.trace.sink import ParquetTraceSink, TraceSink
 from swarm.trace.storage import RunStorage
@@ -222,6 +225,19 @@ def make_executor(spec: RunSpec) -> Executor:
 SendToTarget = Callable[[ResolvedTarget, TraceSink, RunStats, str, RunStorage], TargetOutcome]
 
 
+def _scraper_for(target: ResolvedTarget, interval_s: float) -> ServerMetricsScraper | None:
+    """A scraper of the target's Prometheus endpoint (the profile's path), if it has one."""
+    path = get_profile(target.engine).metrics_path
+    if not path or interval_s <= 0:
+        return None
+    key = api_key_from_env(target.api_key_env)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return ServerMetricsScraper(
+        target=target.name, engine=target.engine, url=target.url.rstrip("/") + path,
+        interval_s=interval_s, headers=headers,
+    )  # fmt: skip
+
+
 def run_on_targets(
     target_specs: list[TargetSpec],
     *,
@@ -232,6 +248,7 @@ def run_on_targets(
     send: SendToTarget,
     context: contextlib.AbstractContextManager[Any] | None = None,
     on_target_start: Callable[[ResolvedTarget, RunStats], None] | None = None,
+    metrics_interval_s: float = 1.0,
 ) -> RunResult:
     """The frame of every run: resolve targets (or start the emulators), create the run folder
     and manifest, call ``send`` once per target with a fresh sink, and finish the manifest with
@@ -273,16 +290,22 @@ def run_on_targets(
         result = RunResult(run_dir=location, storage=storage, manifest=manifest)
         status = RunStatus.COMPLETE
         reasons: list[str] = []
+        scrapers: list[ServerMetricsScraper] = []
         try:
             for target in targets:
                 stats = RunStats()
                 if on_target_start is not None:
                     on_target_start(target, stats)
                 sink = ParquetTraceSink(storage, writer=_safe_name(target.name), keep_text=record_text)
+                scraper = _scraper_for(target, metrics_interval_s)
+                if scraper is not None:
+                    scrapers.append(scraper.start())
                 started = time.monotonic()
                 try:
                     outcome = send(target, sink, stats, run_id, storage)
                 finally:
+                    if scraper is not None:
+                        scraper.stop()
                     sink.close()
                     for k, v in stats.by_status.items():
                         manifest.counts[k] = manifest.counts.get(k, 0) + v
@@ -316,6 +339,10 @@ def run_on_targets(
             manifest.status = status
             manifest.status_reason = "; ".join(reasons) or None
             manifest.parts = [n for n in storage.list("requests") if n.endswith(".parquet")]
+            try:
+                manifest.server_metrics = write_server_metrics(storage, scrapers)
+            except (OSError, pa.ArrowException) as exc:  # the requests matter more; say so and go on
+                log.error("could not write the server metrics: %s", exc)
             manifest.finished_at = dt.datetime.now(dt.timezone.utc).isoformat()
             manifest.write(storage)
     return result

@@ -13,6 +13,8 @@ from swarm.record import TRACE_SCHEMA
 
 MS = 1_000_000
 S = 1_000_000_000
+#: Wall-clock nanoseconds of today: above 2**53, where float64 would lose precision.
+WALL = 1_795_987_208_128_635_443
 
 
 def _row(**fields: Any) -> dict[str, Any]:
@@ -27,6 +29,8 @@ def _row(**fields: Any) -> dict[str, Any]:
         "prompt_parts": None, "prompt_roles": None, "output_text": None,
     }  # fmt: skip
     row.update(fields)
+    row["sent_ns"] += WALL
+    row["scheduled_ns"] += WALL
     return row
 
 

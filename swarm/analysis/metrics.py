@@ -120,28 +120,39 @@ def tpot_ms(table: pa.Table) -> np.ndarray:
     return (e2e[valid] - ttft[valid]) / (tokens[valid] - 1) / 1e6
 
 
-def _ends_ns(table: pa.Table) -> np.ndarray:
-    sent = _num(table, "sent_ns")
-    e2e = _num(table, "e2e_ns")
-    return sent + np.nan_to_num(e2e, nan=0.0)
+def first_sent_ns(table: pa.Table) -> int:
+    """The table's first ``sent_ns`` (the origin of the relative times below)."""
+    return int(pc.min(table["sent_ns"]).as_py())
+
+
+def _sent_rel_ns(table: pa.Table, origin: int) -> np.ndarray:
+    """``sent_ns − origin`` as float64. (Wall-clock nanoseconds are above 2**53, where float64
+    loses precision, so the origin is subtracted in integers first.)"""
+    sent = np.asarray(table["sent_ns"].to_numpy(zero_copy_only=False), dtype=np.int64)
+    return (sent - origin).astype(np.float64)
+
+
+def _ends_rel_ns(table: pa.Table, origin: int) -> np.ndarray:
+    return _sent_rel_ns(table, origin) + np.nan_to_num(_num(table, "e2e_ns"), nan=0.0)
 
 
 def span_s(table: pa.Table) -> float | None:
     """First ``sent_ns`` to the last answer end (``sent_ns + e2e_ns``), in seconds."""
     if table.num_rows == 0:
         return None
-    span = (float(np.max(_ends_ns(table))) - float(np.min(_num(table, "sent_ns")))) / 1e9
+    span = float(np.max(_ends_rel_ns(table, first_sent_ns(table)))) / 1e9
     return span if span > 0 else None
 
 
-def output_token_times(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-    """When output tokens arrived: for each chunk of each ok row, its wall time
-    (``sent_ns + chunk_ns[i]``) and its share of the row's tokens (``completion_tokens /
-    len(chunk_ns)``: a chunk may carry several tokens; the row's tokens are spread evenly)."""
+def output_token_times(table: pa.Table, origin: int) -> tuple[np.ndarray, np.ndarray]:
+    """When output tokens arrived: for each chunk of each ok row, its time in ns from
+    ``origin`` (``sent_ns + chunk_ns[i] − origin``) and its share of the row's tokens
+    (``completion_tokens / len(chunk_ns)``: a chunk may carry several tokens; the row's
+    tokens are spread evenly over its chunks)."""
     ok = ok_rows(table)
     flat, offsets = _chunk_lists(ok)
     n = offsets[1:] - offsets[:-1]
-    sent = _num(ok, "sent_ns")
+    sent = _sent_rel_ns(ok, origin)
     tokens = np.nan_to_num(_num(ok, "completion_tokens"), nan=0.0)
     share = np.divide(tokens, n, out=np.zeros_like(tokens), where=n > 0)
     return np.repeat(sent, n) + flat, np.repeat(share, n)
@@ -163,10 +174,9 @@ def throughput(table: pa.Table, window_s: float = 1.0) -> dict[str, float | None
     prompt = float(np.nansum(_num(ok, "prompt_tokens"))) if ok.num_rows else 0.0
     peak = None
     if table.num_rows:
-        times, share = output_token_times(table)
+        times, share = output_token_times(table, first_sent_ns(table))
         if times.size:
-            start = float(np.min(_num(table, "sent_ns")))
-            bins = ((times - start) // (window_s * 1e9)).astype(np.int64)
+            bins = (times // (window_s * 1e9)).astype(np.int64)
             peak = float(np.bincount(bins, weights=share).max()) / window_s
     return {
         "output_tokens_per_s": completion / span if span else None,
@@ -182,15 +192,15 @@ def timeline(table: pa.Table, bin_s: float = 1.0) -> dict[str, list[float]]:
     start ``<`` their end)."""
     if table.num_rows == 0:
         return {"t_s": [], "output_tokens_per_s": [], "in_flight": []}
-    sent = _num(table, "sent_ns")
-    ends = _ends_ns(table)
-    start = float(sent.min())
-    nbins = int(np.ceil((float(ends.max()) - start) / (bin_s * 1e9))) + 1
-    edges = start + np.arange(nbins) * bin_s * 1e9
-    times, share = output_token_times(table)
+    origin = first_sent_ns(table)
+    sent = _sent_rel_ns(table, origin)
+    ends = _ends_rel_ns(table, origin)
+    nbins = int(np.ceil(float(ends.max()) / (bin_s * 1e9))) + 1
+    edges = np.arange(nbins) * bin_s * 1e9
+    times, share = output_token_times(table, origin)
     tokens: np.ndarray = np.zeros(nbins)
     if times.size:
-        idx = np.clip(((times - start) // (bin_s * 1e9)).astype(np.int64), 0, nbins - 1)
+        idx = np.clip((times // (bin_s * 1e9)).astype(np.int64), 0, nbins - 1)
         tokens = np.bincount(idx, weights=share, minlength=nbins)
     in_flight: np.ndarray = np.searchsorted(np.sort(sent), edges, side="right") - np.searchsorted(
         np.sort(ends), edges, side="right"
@@ -335,8 +345,9 @@ def sessions(table: pa.Table) -> dict[str, np.ndarray]:
     if not keep.any():
         return {"completion_ms": np.zeros(0), "calls": np.zeros(0)}
     ids = ids[keep]
-    sent = _num(table, "sent_ns")[keep]
-    ends = _ends_ns(table)[keep]
+    origin = first_sent_ns(table)
+    sent = _sent_rel_ns(table, origin)[keep]
+    ends = _ends_rel_ns(table, origin)[keep]
     _, group = np.unique(ids, return_inverse=True)
     n = int(group.max()) + 1
     first = np.full(n, np.inf)

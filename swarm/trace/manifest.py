@@ -82,6 +82,9 @@ class RunManifest(BaseModel):
     workers: list[WorkerInfo] = Field(default_factory=list)
     counts: dict[str, int] = Field(default_factory=dict, description="requests by status")
     parts: list[str] = Field(default_factory=list)
+    server_metrics: str | None = Field(
+        default=None, description="file of the targets' scraped Prometheus samples, if any were had"
+    )
     versions: dict[str, str] = Field(default_factory=dict)
     replay_of: dict[str, Any] | None = Field(
         default=None, description="for a replay: the source (path, format, run id), mode, speed, filters"

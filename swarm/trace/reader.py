@@ -20,13 +20,14 @@ from swarm.trace.storage import RunStorage
 RunLocation = str | os.PathLike[str] | RunStorage
 
 
-def _storage(run_dir: RunLocation) -> RunStorage:
+def as_storage(run_dir: RunLocation) -> RunStorage:
+    """A run location (path, URI or RunStorage) as a RunStorage."""
     return run_dir if isinstance(run_dir, RunStorage) else RunStorage.at(run_dir)
 
 
 def list_parts(run_dir: RunLocation) -> list[Path]:
     """Closed part files of a run, in name order (paths within the run's filesystem)."""
-    storage = _storage(run_dir)
+    storage = as_storage(run_dir)
     if not storage.exists(REQUESTS_DIR):
         raise FileNotFoundError(
             f"{storage.path(REQUESTS_DIR)}: no requests folder (is this a run directory?)"
@@ -37,14 +38,14 @@ def list_parts(run_dir: RunLocation) -> list[Path]:
 
 def unfinished_parts(run_dir: RunLocation) -> list[Path]:
     """Parts left open by a process that did not close them (e.g. killed)."""
-    storage = _storage(run_dir)
+    storage = as_storage(run_dir)
     names = [n for n in storage.list(REQUESTS_DIR) if n.endswith(INPROGRESS_SUFFIX)]
     return [Path(storage.path(f"{REQUESTS_DIR}/{n}")) for n in names]
 
 
 def read_requests(run_dir: RunLocation, columns: list[str] | None = None) -> pa.Table:
     """All request rows of a run as one table (empty table of the trace schema if none)."""
-    storage = _storage(run_dir)
+    storage = as_storage(run_dir)
     parts = list_parts(storage)
     if not parts:
         table = TRACE_SCHEMA.empty_table()

@@ -1,0 +1,252 @@
+"""``swarm report --html``: the report as one self-contained page that opens offline.
+
+Place in the map (DESIGN.md, "Analysis"): the same figures as the terminal view and
+``--json`` (``report.build_report``), plus plots drawn as inline SVG (``svgplot``): TTFT and
+E2E CDFs per target, TTFT by tree depth, cache hit ratio realised vs ideal by depth, output
+throughput and requests in flight over time, agent task completion CDF, and the engine's own
+cache hit ratio and queue length where they were scraped. A plot with nothing to show is left
+out and the page says why. No script, no external resource.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from swarm.analysis import metrics as m
+from swarm.analysis.report import LoadedRun
+from swarm.analysis.svgplot import Series, cdf, line_chart
+
+_CSS = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; max-width: 1400px; }
+h1 { font-size: 20px; } h2 { font-size: 17px; margin-top: 28px; }
+table { border-collapse: collapse; margin: 8px 0; }
+th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
+.plots { display: flex; flex-wrap: wrap; gap: 12px; }
+figure.plot { margin: 0; border: 1px solid #eee; padding: 6px; }
+figcaption { font-weight: 600; margin-bottom: 4px; }
+.tick { font-size: 10px; fill: #555; } .axis { font-size: 11px; fill: #333; }
+.legend { font-size: 12px; } .key { margin-right: 12px; white-space: nowrap; }
+.key svg { vertical-align: middle; margin-right: 4px; }
+.note { color: #666; } .warn { color: #a40; }
+"""
+
+
+def _f(value: Any, spec: str = ".1f") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return format(value, spec)
+    return html.escape(str(value))
+
+
+def _summary_table(report: dict[str, Any]) -> str:
+    targets = report["targets"]
+    names = list(targets)
+    rows: list[tuple[str, list[str]]] = []
+
+    def add(label: str, getter: Any, spec: str = ".1f") -> None:
+        rows.append((label, [_f(getter(targets[n]), spec) for n in names]))
+
+    add("engine", lambda t: t["engine"] + (" (emulated)" if t["emulated"] else ""))
+    add("requests", lambda t: t["figures"]["requests"])
+    add("ok", lambda t: t["figures"]["ok"])
+    add("error rate", lambda t: t["figures"]["errors"]["error_rate"], ".2%")
+    for q in ("p50", "p90", "p99", "p99.9", "max"):
+        add(f"TTFT {q} (ms)", lambda t, q=q: t["figures"]["ttft_ms"][q])
+    for q in ("p50", "p99"):
+        add(f"ITL {q} (ms)", lambda t, q=q: t["figures"]["itl_ms"][q])
+        add(f"TPOT {q} (ms)", lambda t, q=q: t["figures"]["tpot_ms"][q])
+        add(f"E2E {q} (ms)", lambda t, q=q: t["figures"]["e2e_ms"][q])
+    add("client queue p99 (ms)", lambda t: t["figures"]["queue_ms"]["p99"], ".2f")
+    add("output tokens/s", lambda t: t["figures"]["throughput"]["output_tokens_per_s"])
+    add("peak output tokens/s (1 s)", lambda t: t["figures"]["throughput"]["peak_output_tokens_per_s"])
+    add("total tokens/s", lambda t: t["figures"]["throughput"]["total_tokens_per_s"])
+    add("cache hit ratio (client)", lambda t: t["figures"]["cache"]["hit_ratio"], ".1%")
+    add("ideal hit ratio", lambda t: t["figures"]["cache"]["ideal_hit_ratio"], ".1%")
+    add("prefill tokens saved", lambda t: t["figures"]["cache"]["prefill_tokens_saved"])
+    add("cache hit ratio (server)", lambda t: (t["server"] or {}).get("cache_hit_ratio"), ".1%")
+    add("server queue mean", lambda t: ((t["server"] or {}).get("queue") or {}).get("mean"), ".2f")
+    add("server queue max", lambda t: ((t["server"] or {}).get("queue") or {}).get("max"), ".0f")
+    add("agent sessions", lambda t: t["figures"].get("sessions", {}).get("count"))
+    add(
+        "task completion p50 (ms)",
+        lambda t: t["figures"].get("sessions", {}).get("completion_ms", {}).get("p50"),
+    )
+    add(
+        "task completion p95 (ms)",
+        lambda t: t["figures"].get("sessions", {}).get("completion_ms", {}).get("p95"),
+    )
+    add("calls per session (mean)", lambda t: t["figures"].get("sessions", {}).get("calls", {}).get("mean"))
+    if report.get("slo"):
+        add("goodput (req/s)", lambda t: t["figures"]["goodput"]["request_goodput_per_s"], ".2f")
+        add("goodput share", lambda t: t["figures"]["goodput"]["good_fraction"], ".1%")
+    head = "".join(f"<th>{html.escape(n)}</th>" for n in names)
+    body = "".join(
+        f"<tr><td>{label}</td>{''.join(f'<td>{v}</td>' for v in vals)}</tr>" for label, vals in rows
+    )
+    return f"<table><tr><th>figure</th>{head}</tr>{body}</table>"
+
+
+def render_html(run: LoadedRun, report: dict[str, Any]) -> str:
+    """The whole page for ``report`` (built from ``run`` by ``build_report``)."""
+    names = list(report["targets"])
+    plots: list[str] = []
+    missing: list[str] = []
+
+    def add_plot(plot_id: str, title: str, series: list[Series], why_empty: str, **kwargs: Any) -> None:
+        if any(len(s.x) for s in series):
+            plots.append(line_chart(plot_id, title, [s for s in series if len(s.x)], **kwargs))
+        else:
+            missing.append(f"{title}: {why_empty}")
+
+    tables = {n: run.rows_of(n) for n in names}
+    add_plot(
+        "ttft-cdf", "TTFT, CDF per target",
+        [Series(n, *cdf(m.ttft_ms(tables[n]))) for n in names], "no successful request",
+        x_label="TTFT (ms)", y_label="fraction of requests", y_min=0, y_max=1,
+    )  # fmt: skip
+    add_plot(
+        "e2e-cdf", "E2E latency, CDF per target",
+        [Series(n, *cdf(m.e2e_ms(tables[n]))) for n in names], "no successful request",
+        x_label="E2E (ms)", y_label="fraction of requests", y_min=0, y_max=1,
+    )  # fmt: skip
+    depth_series: list[Series] = []
+    cache_series: list[Series] = []
+    for k, n in enumerate(names):
+        rows = m.breakdown(tables[n], "depth")
+        with_ttft = [r for r in rows if r["ttft_ms"]["p50"] is not None]
+        if len(rows) > 1:
+            depth_series.append(
+                Series(
+                    f"{n} p50",
+                    [r["depth"] for r in with_ttft],
+                    [r["ttft_ms"]["p50"] for r in with_ttft],
+                    markers=True,
+                    color=k,
+                )
+            )
+            depth_series.append(
+                Series(
+                    f"{n} p90",
+                    [r["depth"] for r in with_ttft],
+                    [r["ttft_ms"]["p90"] for r in with_ttft],
+                    dashed=True,
+                    color=k,
+                )
+            )
+        with_cache = [r for r in rows if r["cache"]["hit_ratio"] is not None]
+        if len(rows) > 1 and with_cache:
+            cache_series.append(
+                Series(
+                    f"{n} realised",
+                    [r["depth"] for r in with_cache],
+                    [r["cache"]["hit_ratio"] for r in with_cache],
+                    markers=True,
+                    color=k,
+                )
+            )
+            ideal = [r for r in with_cache if r["cache"]["ideal_hit_ratio"] is not None]
+            cache_series.append(
+                Series(
+                    f"{n} ideal",
+                    [r["depth"] for r in ideal],
+                    [r["cache"]["ideal_hit_ratio"] for r in ideal],
+                    dashed=True,
+                    color=k,
+                )
+            )
+    add_plot(
+        "ttft-depth", "TTFT by tree depth (where prefix reuse shows)", depth_series,
+        "every request is at one depth", x_label="depth", y_label="TTFT (ms)",
+    )  # fmt: skip
+    add_plot(
+        "cache-depth", "Prefix-cache hit ratio by depth: realised (solid) vs ideal (dashed)", cache_series,
+        "no depth breakdown, or the engine reported no cached tokens", x_label="depth", y_label="hit ratio",
+        y_min=0, y_max=1,
+    )  # fmt: skip
+    timelines = {n: m.timeline(tables[n]) for n in names}
+    add_plot(
+        "throughput-time", "Output tokens/s over time (1 s bins)",
+        [Series(n, timelines[n]["t_s"], timelines[n]["output_tokens_per_s"]) for n in names], "no request",
+        x_label="seconds from the target's first send", y_label="output tokens/s",
+    )  # fmt: skip
+    add_plot(
+        "inflight-time", "Requests in flight over time",
+        [Series(n, timelines[n]["t_s"], timelines[n]["in_flight"]) for n in names], "no request",
+        x_label="seconds from the target's first send", y_label="requests in flight",
+    )  # fmt: skip
+    add_plot(
+        "completion-cdf", "Agent task completion time, CDF per target",
+        [Series(n, *cdf(m.sessions(tables[n])["completion_ms"] / 1000)) for n in names],
+        "no agent sessions (an imported trace has none)", x_label="task completion (s)",
+        y_label="fraction of agent sessions", y_min=0, y_max=1,
+    )  # fmt: skip
+    server = {n: report["targets"][n]["server"] for n in names if report["targets"][n]["server"]}
+    if server:
+        add_plot(
+            "server-cache-time", "Engine-reported cache hit ratio over time",
+            [Series(n, s["cache_timeline"]["t_s"], s["cache_timeline"]["hit_ratio"]) for n, s in server.items()],
+            "the engines' metrics have no cache counters", x_label="seconds from the target's first send",
+            y_label="hit ratio", y_min=0, y_max=1,
+        )  # fmt: skip
+        add_plot(
+            "server-queue-time", "Engine-reported queue length over time",
+            [Series(n, s["queue"]["t_s"], s["queue"]["values"]) for n, s in server.items() if s.get("queue")],
+            "the engines' metrics have no queue gauge", x_label="seconds from the target's first send",
+            y_label="requests waiting",
+        )  # fmt: skip
+    else:
+        missing.append("engine-side metrics: none were scraped for this run")
+
+    info = report["run"]
+    emulated = [n for n in names if report["targets"][n]["emulated"]]
+    notes = []
+    if emulated:
+        notes.append(
+            f"Targets {', '.join(emulated)} are swarm's built-in emulator, not a real engine: its figures "
+            "describe a model of an engine on this machine."
+        )
+    if info.get("unfinished_parts"):
+        notes.append(f"{info['unfinished_parts']} trace part(s) were left unfinished and are not included.")
+    if info.get("status") != "complete":
+        notes.append(
+            f"Run status: {info.get('status')} ({info.get('status_reason') or 'no reason recorded'})."
+        )
+    breakdown_html = []
+    for n in names:
+        for key, rows in report["targets"][n]["breakdowns"].items():
+            head = (
+                "<tr><th>"
+                + html.escape(key)
+                + "</th><th>requests</th><th>TTFT p50</th><th>TTFT p99</th><th>E2E p50</th><th>cache hit</th><th>ideal</th></tr>"
+            )
+            body = "".join(
+                f"<tr><td>{_f(r[key])}</td><td>{r['requests']}</td><td>{_f(r['ttft_ms']['p50'])}</td>"
+                f"<td>{_f(r['ttft_ms']['p99'])}</td><td>{_f(r['e2e_ms']['p50'])}</td>"
+                f"<td>{_f(r['cache']['hit_ratio'], '.1%')}</td><td>{_f(r['cache']['ideal_hit_ratio'], '.1%')}</td></tr>"
+                for r in rows
+            )
+            breakdown_html.append(
+                f"<h3>{html.escape(n)} by {html.escape(key)} (ms)</h3><table>{head}{body}</table>"
+            )
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>swarm report {html.escape(info["run_id"])}</title>
+<style>{_CSS}</style></head>
+<body>
+<h1>swarm report: {html.escape(info["run_id"])}</h1>
+<p>{html.escape(info["kind"])} · status {html.escape(str(info["status"]))} · created {html.escape(str(info["created_at"]))}
+· workload {html.escape(", ".join(f"{k}={v}" for k, v in info["workload"].items()))}
+{("· SLO " + html.escape(report["slo"])) if report.get("slo") else ""}</p>
+{"".join(f'<p class="warn">{html.escape(t)}</p>' for t in notes)}
+<h2>Summary (from the trace; latencies in ms)</h2>
+{_summary_table(report)}
+<h2>Plots</h2>
+<div class="plots">{"".join(plots)}</div>
+{"".join(f'<p class="note">Not plotted: {html.escape(t)}.</p>' for t in missing)}
+<h2>Breakdowns</h2>
+{"".join(breakdown_html) or '<p class="note">Every request has the same depth, role, profile, topology and system prompt.</p>'}
+</body></html>
+"""
