@@ -38,7 +38,9 @@ def _table(rows: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=TRACE_SCHEMA)
 
 
-def _streamed(sent_s: float, ttft_ms: float, gaps_ms: list[float], tokens: int, **fields: Any) -> dict[str, Any]:
+def _streamed(
+    sent_s: float, ttft_ms: float, gaps_ms: list[float], tokens: int, **fields: Any
+) -> dict[str, Any]:
     chunks = [int(ttft_ms * MS)]
     for g in gaps_ms:
         chunks.append(chunks[-1] + int(g * MS))
