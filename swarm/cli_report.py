@@ -136,11 +136,9 @@ def compare_table(comparison: dict[str, Any]) -> Table:
         table.add_column(c + (" (emulated)" if comparison["emulated"].get(c) else ""), justify="right")
     table.add_column("leader (ratio)", justify="left")
     for row in comparison["rows"]:
-        spec = (
-            ".1%"
-            if row["dimension"] in ("cache hit ratio", "ideal hit ratio", "goodput share", "error rate")
-            else ".1f"
-        )
+        spec = {"": ".1%", "tok": ",.0f"}.get(row["unit"], ".1f")
+        if row["dimension"] == "requests":
+            spec = ",.0f"
         unit = f" ({row['unit']})" if row["unit"] else ""
         better = {"lower": " ↓", "higher": " ↑"}.get(row["better"], "")
         lead = "-"
