@@ -198,3 +198,74 @@ async def test_api_key_from_env_is_sent_and_never_recorded(monkeypatch: pytest.M
     assert seen == ["Bearer sk-planted-secret"]
     assert r.status is Status.HTTP_ERROR
     assert "sk-planted-secret" not in repr(r) and "[REDACTED]" in (r.error or "")
+
+
+class _ClosingServer:
+    """A raw HTTP/1.1 server that advertises keep-alive but, on the ``drop_on``-th request of a
+    connection, closes it without answering (what a client sees when a server closed a pooled
+    connection that the pool handed out again before noticing)."""
+
+    def __init__(self, drop_on: int) -> None:
+        self.drop_on = drop_on
+        self.connections = 0
+        self.answered = 0
+        self.dropped = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        served = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":", 1)[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                await reader.readexactly(length)
+                served += 1
+                if served == self.drop_on:
+                    self.dropped += 1
+                    return
+                body = CONTENT * 2 + b"data: [DONE]\n\n"
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: keep-alive\r\n"
+                    b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+                )
+                await writer.drain()
+                self.answered += 1
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return
+        finally:
+            writer.close()
+
+
+async def _with_closing_server(drop_on: int, sends: int) -> tuple[_ClosingServer, list[RequestRecord]]:
+    server = _ClosingServer(drop_on)
+    listener = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    try:
+        async with open_http_session() as session:
+            client = HttpEngineClient(session, f"http://127.0.0.1:{port}", get_profile("llamacpp"))
+            records = []
+            for _ in range(sends):  # one after another: each reuses the previous connection
+                records.append(await client.send(EngineRequest(messages=(ChatMessage("user", "hi"),), max_tokens=2)))
+    finally:
+        listener.close()
+        await listener.wait_closed()
+    return server, records
+
+
+def test_a_dead_pooled_connection_is_retried_on_a_fresh_one() -> None:
+    server, records = asyncio.run(_with_closing_server(drop_on=2, sends=3))
+    assert [r.status for r in records] == [Status.OK] * 3
+    assert all(len(r.chunk_ns) == 2 for r in records)
+    assert server.dropped >= 1 and server.answered == 3  # each request answered exactly once
+    assert server.connections >= 2
+
+
+def test_a_connection_closed_on_its_first_request_is_a_failure_not_a_retry() -> None:
+    server, records = asyncio.run(_with_closing_server(drop_on=1, sends=2))
+    assert [r.status for r in records] == [Status.STREAM_ERROR] * 2
+    assert all("ServerDisconnected" in (r.error or "") for r in records)
+    assert server.connections == 2 and server.answered == 0  # one attempt per request, no more

@@ -107,12 +107,39 @@ def open_http_session(
     )
     return aiohttp.ClientSession(
         connector=connector,
+        trace_configs=[_connection_trace()],
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s),
         auto_decompress=False,
         read_bufsize=1 << 16,
         skip_auto_headers=("User-Agent",),
         headers={"User-Agent": "swarm-loadgen"},
     )
+
+
+class _Attempt:
+    """Per-request trace context: whether aiohttp gave the request a pooled connection."""
+
+    __slots__ = ("reused",)
+
+    def __init__(self) -> None:
+        self.reused = False
+
+
+def _connection_trace() -> aiohttp.TraceConfig:
+    """Marks an ``_Attempt`` (passed as ``trace_request_ctx``) whose connection came from the pool."""
+
+    async def on_reuse(_session: object, ctx: Any, _params: object) -> None:
+        attempt = getattr(ctx, "trace_request_ctx", None)
+        if isinstance(attempt, _Attempt):
+            attempt.reused = True
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_reuseconn.append(on_reuse)
+    return trace
+
+
+#: A pooled connection can be found dead on use this many times in a row before a send gives up.
+DEAD_POOLED_RETRIES = 3
 
 
 def normalise_base_url(url: str) -> str:
@@ -308,7 +335,31 @@ class HttpEngineClient:
         end = t0
         watchdog.arm(self.timeouts)
         try:
-            async with self.session.post(self.url, data=payload, headers=self._headers) as resp:
+            for retry in range(DEAD_POOLED_RETRIES + 1):
+                # A server may close a keep-alive connection after a response (llama-server does
+                # after a stream) and the pool can hand it out before the close is seen: the
+                # request then dies on a reused connection before any response. That request
+                # never reached the server, so it is sent again, on another connection, with
+                # its clock restarted. A failure on a fresh connection is never retried.
+                attempt = _Attempt()
+                try:
+                    resp = await self.session.post(
+                        self.url, data=payload, headers=self._headers, trace_request_ctx=attempt
+                    )
+                    break
+                except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                    if (
+                        not attempt.reused
+                        or retry == DEAD_POOLED_RETRIES
+                        or isinstance(exc, aiohttp.ClientConnectorError)
+                    ):
+                        raise
+                    log.debug(
+                        "request to %s: pooled connection was closed (%s); sending again", self.target, exc
+                    )
+                    sent_wall = self.wall_clock()
+                    t0 = _perf_ns()
+            async with resp:
                 http_status = resp.status
                 if resp.status >= 400:
                     raw = await resp.content.read(65536)
