@@ -152,6 +152,10 @@ def probe(
     elif result.cache_reported is False:
         cached = "NO"
     table.add_row("cached tokens reported", cached)
+    if result.first_ttft_ms is not None and result.second_ttft_ms is not None:
+        table.add_row(
+            "TTFT cold / shared prefix", f"{result.first_ttft_ms:.0f} ms / {result.second_ttft_ms:.0f} ms"
+        )
     console.print(table)
     for line in result.request_errors:
         console.print(f"[red]request failed:[/red] {line}")

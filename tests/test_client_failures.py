@@ -249,7 +249,9 @@ async def _with_closing_server(drop_on: int, sends: int) -> tuple[_ClosingServer
             client = HttpEngineClient(session, f"http://127.0.0.1:{port}", get_profile("llamacpp"))
             records = []
             for _ in range(sends):  # one after another: each reuses the previous connection
-                records.append(await client.send(EngineRequest(messages=(ChatMessage("user", "hi"),), max_tokens=2)))
+                records.append(
+                    await client.send(EngineRequest(messages=(ChatMessage("user", "hi"),), max_tokens=2))
+                )
     finally:
         listener.close()
         await listener.wait_closed()

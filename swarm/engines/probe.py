@@ -32,8 +32,11 @@ from swarm.record import RequestRecord
 
 log = logging.getLogger(__name__)
 
-#: Words in the shared prefix of the two cache-test requests (a multiple of common block sizes).
-PROBE_PREFIX_WORDS = 640
+#: Words in the shared prefix of the two cache-test requests: random 3-7 letter words are about
+#: 2.8 tokens each for a real tokenizer, so ~500 tokens, many blocks of any engine's block size,
+#: yet within a small context (llama-server gives each slot ``-c / --parallel`` tokens: 1,024 for
+#: ``-c 8192 --parallel 8``; 640 words, 1,819 tokens, did not fit).
+PROBE_PREFIX_WORDS = 180
 
 
 @dataclass
@@ -49,6 +52,9 @@ class ProbeResult:
     first_cached_tokens: int | None = None
     second_cached_tokens: int | None = None
     second_prompt_tokens: int | None = None
+    #: time to first token of the first (cold) and the second (shared-prefix) test request
+    first_ttft_ms: float | None = None
+    second_ttft_ms: float | None = None
     request_errors: list[str] = field(default_factory=list)
     advice: list[str] = field(default_factory=list)
 
@@ -205,12 +211,17 @@ async def _cache_test(
         records.append(record)
         if not record.ok:
             result.request_errors.append(f"{record.status.value}: {record.error}")
-            result.advice.append("test requests failed; check the model name (--model) and API key")
+            result.advice.append(
+                "the test requests failed (see request_errors): check the model name (--model), the API "
+                "key, and that the server's context per request holds about 600 tokens"
+            )
             return
     first, second = records
     result.first_cached_tokens = first.cached_tokens
     result.second_cached_tokens = second.cached_tokens
     result.second_prompt_tokens = second.prompt_tokens
+    result.first_ttft_ms = first.ttft_ns / 1e6 if first.ttft_ns is not None else None
+    result.second_ttft_ms = second.ttft_ns / 1e6 if second.ttft_ns is not None else None
     if second.cached_tokens is None:
         result.cache_reported = False
         result.advice.append(f"cached tokens are not reported: {profile.cache_report_hint}")

@@ -1,0 +1,147 @@
+"""A real engine in the loop: llama.cpp's llama-server with Gemma 3 270M, on loopback.
+
+One server for the module; one small tree-of-thought swarm through ``swarm run`` (Ray) against
+it, then ``swarm probe``, a replay of that run, and ``swarm report`` on the result. Marked
+``engine``; skipped where the packages are missing, except in CI, where ``.ci/run`` installs
+them and a missing one is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+from llama_server import llama_server, locate
+
+from swarm.analysis import metrics as m
+from swarm.trace.manifest import RunManifest
+from swarm.trace.reader import read_requests
+
+pytestmark = pytest.mark.engine
+
+SWARM = [sys.executable, "-m", "swarm.cli"]
+
+PROFILE = """\
+name: tiny_reasoner
+description: a 300-token shared system prompt, short tasks, 8-token thoughts
+system_prompt: {style: prose, tokens: 300}
+task_tokens: {dist: constant, value: 40}
+instruction_tokens: {dist: constant, value: 10}
+output_tokens:
+  default: {dist: constant, value: 8}
+think_time_s: {dist: constant, value: 0}
+"""
+
+TOPOLOGY = """\
+name: tot_2x2
+description: tree of thought, branching 2, depth 2, every thought kept
+generator: tree_of_thought
+params: {branching: 2, depth: 2, evaluate: false, beam_width: 4}
+"""
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    found = locate()
+    if isinstance(found, str):
+        if os.environ.get("CI"):
+            pytest.fail(f"engine tests need llama.cpp in CI: {found}")
+        pytest.skip(found)
+    binary, model = found
+    with llama_server(binary, model, tmp_path_factory.mktemp("llama") / "server.log") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def swarm_run(llama: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """6 agents, branching 2, depth 2, one shared 300-token system prompt, through Ray.
+
+    One request at a time, an agent every 4 s: llama-server keeps one prompt per slot and
+    picks the idle slot with the longest common prefix, so a request reuses what the previous
+    requests left in a slot; sent one by one, each call follows its close relatives and the
+    reuse shows in TTFT. (Sent concurrently on two CPU threads, queueing inside the server
+    dominates TTFT and concurrent siblings land on slots that lack their parent's context.)"""
+    folder = tmp_path_factory.mktemp("spec")
+    (folder / "tiny_reasoner.yaml").write_text(PROFILE)
+    (folder / "tot_2x2.yaml").write_text(TOPOLOGY)
+    out = subprocess.run(
+        [
+            *SWARM, "run", "--target", f"llama={llama}", "--agents", "6", "--system-prompts", "1",
+            "--profile", str(folder / "tiny_reasoner.yaml"), "--topology", str(folder / "tot_2x2.yaml"),
+            "--arrival", "constant:0.25", "--max-in-flight", "1", "--executor", "ray", "--workers", "1",
+            "--output", str(folder / "runs"), "--json",
+        ],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    return str(json.loads(out.stdout)["run_dir"])
+
+
+def test_probe_identifies_the_engine_model_and_cache_reporting(llama: str) -> None:
+    out = subprocess.run([*SWARM, "probe", llama, "--json"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout)
+    assert result["engine"] == "llamacpp" and result["emulator"] is False
+    assert result["model"] and "gemma" in result["model"].lower()
+    assert result["cache_reported"] is True
+    assert result["second_cached_tokens"] > 0
+    assert result["metrics_path"] == "/metrics"
+    assert result["second_ttft_ms"] < result["first_ttft_ms"]
+    print(
+        f"llama.cpp probe: cold {result['first_ttft_ms']:.0f} ms, {result['second_cached_tokens']} of "
+        f"{result['second_prompt_tokens']} cached {result['second_ttft_ms']:.0f} ms, "
+        f"ratio {result['first_ttft_ms'] / result['second_ttft_ms']:.1f}"
+    )
+
+
+def test_swarm_on_a_real_engine_reuses_the_shared_prefix(swarm_run: str) -> None:
+    table = read_requests(swarm_run)
+    manifest = RunManifest.read(swarm_run)
+    assert manifest.targets[0].engine == "llamacpp" and not manifest.targets[0].emulated
+    assert table.num_rows >= 6 * 7  # a plan, 2 + 4 thoughts and an answer per agent
+    assert set(table["status"].to_pylist()) == {"ok"}, m.errors(table)
+    assert set(table["completion_tokens"].to_pylist()) == {8}
+    children = table.filter(pc.greater(pc.list_value_length(table["parent_nodes"]), 0))
+    assert min(children["cached_tokens"].to_pylist()) > 0
+    calls = m.first_and_branch_calls(table)
+    first = m.distribution(m.ttft_ms(calls["first"]))["p50"]
+    branch = m.distribution(m.ttft_ms(calls["branch"]))["p50"]
+    assert first is not None and branch is not None and branch < first
+    print(
+        f"llama.cpp TTFT p50: first calls {first:.0f} ms, branch calls {branch:.0f} ms, ratio {first / branch:.1f}"
+    )
+
+
+def test_replay_against_the_same_server(swarm_run: str, llama: str, tmp_path: Path) -> None:
+    out = subprocess.run(
+        [*SWARM, "replay", swarm_run, "--target", f"llama={llama}", "--output", str(tmp_path), "--json"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    replayed = read_requests(json.loads(out.stdout)["run_dir"])
+    original = read_requests(swarm_run)
+    assert replayed.num_rows == original.num_rows
+    assert set(replayed["status"].to_pylist()) == {"ok"}
+    key = ("session_id", "node", "prompt_tokens_est")
+    assert sorted(zip(*(replayed[k].to_pylist() for k in key), strict=True)) == sorted(
+        zip(*(original[k].to_pylist() for k in key), strict=True)
+    )
+
+
+def test_report_on_the_real_run(swarm_run: str, tmp_path: Path) -> None:
+    out = subprocess.run(
+        [*SWARM, "report", swarm_run, "--json", "--html", str(tmp_path / "r.html")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout)["targets"]["llama"]
+    assert report["engine"] == "llamacpp" and report["emulated"] is False
+    assert report["figures"]["cache"]["hit_ratio"] > 0.3
+    assert report["server"] is not None and report["server"]["scrapes"] >= 1
+    assert (tmp_path / "r.html").stat().st_size > 5_000
