@@ -143,5 +143,8 @@ def test_report_on_the_real_run(swarm_run: str, tmp_path: Path) -> None:
     report = json.loads(out.stdout)["targets"]["llama"]
     assert report["engine"] == "llamacpp" and report["emulated"] is False
     assert report["figures"]["cache"]["hit_ratio"] > 0.3
-    assert report["server"] is not None and report["server"]["scrapes"] >= 1
+    server = report["server"]
+    assert server is not None and server["scrapes"] >= 1
+    assert server["cache_hit_ratio"] == pytest.approx(report["figures"]["cache"]["hit_ratio"], abs=0.02)
+    assert server["queue"]["metric"] == "llamacpp:requests_deferred"
     assert (tmp_path / "r.html").stat().st_size > 5_000

@@ -5,7 +5,9 @@ Prometheus endpoint (see ``swarm.server_metrics`` for the file) and derives, per
 
 - ``cache_hit_ratio``: from counters, Δ hits / Δ queries between the first and the last scrape
   (SGLang ``sglang:cached_tokens_total`` / ``sglang:prompt_tokens_total``; vLLM
-  ``vllm:prefix_cache_hits_total`` / ``vllm:prefix_cache_queries_total``); where the engine
+  ``vllm:prefix_cache_hits_total`` / ``vllm:prefix_cache_queries_total``; llama.cpp
+  ``llamacpp:prompt_tokens_cached_total`` / (that + ``llamacpp:prompt_tokens_total``, which
+  counts computed tokens only)); where the engine
   only has a gauge (TensorRT-LLM ``trtllm_kv_cache_hit_rate``), its last value
 - ``queue``: the waiting-requests gauge (``sglang:num_queue_reqs``,
   ``vllm:num_requests_waiting``, ``trtllm_num_requests_waiting``,
@@ -28,9 +30,12 @@ import pyarrow.parquet as pq
 from swarm.trace.reader import RunLocation, as_storage
 
 FILE_NAME = "server_metrics.parquet"
+#: (hits, counter, whether the counter includes the hits): llama.cpp counts only the prompt
+#: tokens it computed, so its queries are hits + computed.
 CACHE_COUNTERS = (
-    ("sglang:cached_tokens_total", "sglang:prompt_tokens_total"),
-    ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
+    ("sglang:cached_tokens_total", "sglang:prompt_tokens_total", True),
+    ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", True),
+    ("llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total", False),
 )
 CACHE_GAUGES = ("trtllm_kv_cache_hit_rate",)
 QUEUE_GAUGES = (
@@ -78,10 +83,12 @@ def target_figures(table: pa.Table, start_ns: int | None = None) -> dict[str, An
     out["cache_hit_ratio"] = None
     out["cache_source"] = None
     out["cache_timeline"] = {"t_s": [], "hit_ratio": []}
-    for hits_name, queries_name in CACHE_COUNTERS:
+    for hits_name, queries_name, includes_hits in CACHE_COUNTERS:
         th, hits = _series(table, hits_name)
         tq, queries = _series(table, queries_name)
         if hits.size >= 2 and tq.size == th.size and np.array_equal(th, tq):
+            if not includes_hits:
+                queries = queries + hits
             d_hits, d_queries = np.diff(hits), np.diff(queries)
             total = float(queries[-1] - queries[0])
             out["cache_hit_ratio"] = float(hits[-1] - hits[0]) / total if total > 0 else None
