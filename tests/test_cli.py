@@ -83,10 +83,10 @@ def test_probe_identifies_emulators(emulator_process: Callable[..., object]) -> 
     sg = emulator_process("--engine", "sglang")
     out = swarm("probe", sg.url)  # type: ignore[attr-defined]
     assert out.returncode == 0, out.stderr
-    assert "SGLang (swarm emulator)" in out.stdout and "yes (640 of 642" in out.stdout
+    assert "SGLang (swarm emulator)" in out.stdout and "yes (180 of 182" in out.stdout
     trt = emulator_process("--engine", "trtllm")
     out = swarm("probe", trt.url, "--json")  # type: ignore[attr-defined]
-    assert '"engine": "trtllm"' in out.stdout and '"second_cached_tokens": 640' in out.stdout
+    assert '"engine": "trtllm"' in out.stdout and '"second_cached_tokens": 160' in out.stdout
 
 
 def test_probe_advises_when_cached_tokens_are_not_reported(emulator_process: Callable[..., object]) -> None:
