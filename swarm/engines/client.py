@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import html
+import itertools
 import logging
 import os
 import re
@@ -324,7 +325,9 @@ class HttpEngineClient:
         """Send ``request`` (its body pre-encoded by ``encode`` when ``payload`` is given)."""
         if payload is None:
             payload = self.encode(request)
-        decoder = StreamDecoder(self.dialect, self.profile, cumulative=self.generate_cumulative)
+        decoder = StreamDecoder(
+            self.dialect, self.profile, cumulative=self.generate_cumulative, keep_text=request.keep_text
+        )
         chunk_ns: list[int] = []
         status = Status.OK
         error: str | None = None
@@ -462,17 +465,22 @@ class HttpEngineClient:
     ) -> None:
         parser = SSEParser()
         done = False
-        feed = decoder.feed
+        feed_many = decoder.feed_many
+        parse = parser.feed
         async for data in resp.content.iter_any():
             now = _perf_ns() - t0
-            for payload in parser.feed(data):
-                if payload == b"[DONE]":
-                    done = True
-                    continue
-                if feed(payload):
-                    if not chunk_ns:
-                        watchdog.first_token_seen()
-                    chunk_ns.append(now)
+            payloads = parse(data)
+            if not payloads:
+                continue
+            if b"[DONE]" in payloads:
+                done = True
+                payloads = [p for p in payloads if p != b"[DONE]"]
+            count = feed_many(payloads) if payloads else 0
+            if count:
+                if not chunk_ns:
+                    watchdog.first_token_seen()
+                chunk_ns.extend(itertools.repeat(now, count))  # events of one read share its time
+        feed = decoder.feed
         for payload in parser.close():
             if payload == b"[DONE]":
                 done = True

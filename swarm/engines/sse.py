@@ -31,7 +31,41 @@ class SSEParser:
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """Consume ``chunk``; return the payloads of every event completed by it."""
-        buf = self._tail + chunk if self._tail else chunk
+        if not self._data and b"\r" not in chunk:
+            return self._feed_blocks(self._tail + chunk if self._tail else chunk)
+        return self._feed_lines(self._tail + chunk if self._tail else chunk)
+
+    def _feed_blocks(self, buf: bytes) -> list[bytes]:
+        """The common case, no event half-read and LF line ends: split at blank lines, and an
+        event that is one ``data: `` line is its payload without looking at its lines."""
+        blocks = buf.split(b"\n\n")
+        rest = blocks.pop()
+        body_len = len(buf) - len(rest)
+        events: list[bytes]
+        if (
+            blocks
+            and buf.startswith(b"data: ")
+            and buf.count(b"\n", 0, body_len) == 2 * len(blocks)
+            and buf.count(b"\n\ndata: ", 0, body_len) == len(blocks) - 1
+        ):
+            # every complete event is one "data: " line (no other newline among them)
+            events = [block[6:] for block in blocks]
+            self._tail = b""
+            if rest:
+                events += self._feed_lines(rest)
+            return events
+        events = []
+        for block in blocks:
+            if block[:6] == b"data: " and b"\n" not in block:
+                events.append(block[6:])
+            elif block:  # comments, several lines, other fields: the general path
+                events += self._feed_lines(block + b"\n\n")
+        self._tail = b""
+        if rest:
+            events += self._feed_lines(rest)
+        return events
+
+    def _feed_lines(self, buf: bytes) -> list[bytes]:
         if b"\r" in buf:
             # A CR at the very end may be the first half of a CRLF: keep it for the next read.
             held = buf.endswith(b"\r")
