@@ -56,6 +56,12 @@ def emulate(
             "--no-cache-report", help="sglang: do not report cached tokens (as without --enable-cache-report)"
         ),
     ] = False,
+    stamp_chunks: Annotated[
+        bool,
+        typer.Option(
+            help="stamp each streamed content event with its send time (monotonic ns; for benchmarks)"
+        ),
+    ] = False,
 ) -> None:
     """Serve an emulated engine (SGLang or TensorRT-LLM API) on loopback until Ctrl-C."""
     import asyncio
@@ -84,6 +90,7 @@ def emulate(
             cache_capacity_tokens=cache_tokens or None,
             block_tokens=block_tokens,
             cache_report=not no_cache_report,
+            stamp_chunks=stamp_chunks,
         )
     except ValidationError as exc:
         err = exc.errors()[0]

@@ -68,6 +68,7 @@ async def run_agents(
     stop: asyncio.Event | None = None,
     api_key: str | None = None,
     seed_shared_prefixes: bool = False,
+    measure_send_stamps: bool = False,
 ) -> TargetOutcome:
     """Run the given agents of ``workload`` against ``target``; returns when all have ended.
 
@@ -104,6 +105,7 @@ async def run_agents(
             api_key_env=None if api_key else target.api_key_env,
             api_key=api_key,
             wall_clock=wall_clock or time.time_ns,
+            measure_send_stamps=measure_send_stamps,
         )
         index = PrefixIndex()
         if seed_shared_prefixes:

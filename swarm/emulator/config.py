@@ -61,3 +61,10 @@ class EmulatorConfig(BaseModel):
         default=True,
         description="sglang: report cached tokens in OpenAI usage (as --enable-cache-report)",
     )
+    stamp_chunks: bool = Field(
+        default=False,
+        description=(
+            'add "swarm_sent_ns" (this host\'s monotonic clock at the write) to every streamed '
+            "content event, so a client on the same host can measure its own receive delay"
+        ),
+    )

@@ -190,9 +190,15 @@ class _Handlers:
         prefix = b"data: " + dumps(head)[:-1] + b',"choices":[{"index":0,'
         prefix += b'"delta":{"content":' if chat else b'"text":'
         suffix = (b"}," if chat else b",") + b'"logprobs":null,"finish_reason":null}]}\n\n'
+        stamp = cfg.stamp_chunks
         first = True
         async with aclosing(gen.tokens()) as stream:
             async for words in stream:
+                if stamp:  # the send time of this write, on every event of it
+                    suffix = (b"}," if chat else b",") + (
+                        b'"logprobs":null,"finish_reason":null}],"swarm_sent_ns":%d}\n\n'
+                        % time.perf_counter_ns()
+                    )
                 events = []
                 for word in words:
                     events.append(prefix + dumps(word if first else " " + word) + suffix)

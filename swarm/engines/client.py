@@ -139,6 +139,8 @@ def _connection_trace() -> aiohttp.TraceConfig:
     return trace
 
 
+_SENT_STAMP = re.compile(rb'"swarm_sent_ns":(\d+)')
+
 #: A pooled connection can be found dead on use this many times in a row before a send gives up.
 DEAD_POOLED_RETRIES = 3
 
@@ -281,6 +283,7 @@ class HttpEngineClient:
         api_key: str | None = None,
         generate_cumulative: bool = True,
         wall_clock: Callable[[], int] = time.time_ns,
+        measure_send_stamps: bool = False,
     ) -> None:
         self.session = session
         self.base_url = normalise_base_url(base_url)
@@ -292,6 +295,9 @@ class HttpEngineClient:
         self.generate_cumulative = generate_cumulative
         #: wall clock for sent_ns; on a cluster worker it is shifted onto the driver's clock
         self.wall_clock = wall_clock
+        #: benchmarks: read the emulator's ``swarm_sent_ns`` stamps (``--stamp-chunks``) and keep,
+        #: per content event, receive time minus send time in ``record.extra["stamp_delays_ns"]``
+        self.measure_send_stamps = measure_send_stamps
         self.url = self.base_url + PATHS[self.dialect]
         self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         key = api_key or api_key_from_env(api_key_env)
@@ -333,6 +339,7 @@ class HttpEngineClient:
         error: str | None = None
         http_status: int | None = None
         watchdog = _Watchdog()
+        stamp_delays: list[int] | None = [] if self.measure_send_stamps else None
         sent_wall = self.wall_clock()
         t0 = _perf_ns()
         end = t0
@@ -369,7 +376,7 @@ class HttpEngineClient:
                     text = describe_error_body(raw, resp.headers.get("Content-Type", ""))
                     raise _Outcome(Status.HTTP_ERROR, f"HTTP {resp.status}: {text}", resp.status)
                 if request.stream:
-                    await self._read_stream(resp, decoder, chunk_ns, t0, watchdog)
+                    await self._read_stream(resp, decoder, chunk_ns, t0, watchdog, stamp_delays)
                 else:
                     raw = await resp.read()
                     now = _perf_ns() - t0
@@ -453,6 +460,7 @@ class HttpEngineClient:
             prompt_parts=tuple(m.content for m in request.messages) if request.keep_text else None,
             prompt_roles=tuple(m.role for m in request.messages) if request.keep_text else None,
             output_text=decoder.text if request.keep_text else None,
+            extra={"stamp_delays_ns": stamp_delays} if stamp_delays is not None else {},
         )
 
     async def _read_stream(
@@ -462,6 +470,7 @@ class HttpEngineClient:
         chunk_ns: list[int],
         t0: int,
         watchdog: _Watchdog,
+        stamp_delays: list[int] | None = None,
     ) -> None:
         parser = SSEParser()
         done = False
@@ -476,6 +485,9 @@ class HttpEngineClient:
                 done = True
                 payloads = [p for p in payloads if p != b"[DONE]"]
             count = feed_many(payloads) if payloads else 0
+            if stamp_delays is not None:
+                received = t0 + now
+                stamp_delays += [received - int(m) for p in payloads for m in _SENT_STAMP.findall(p)]
             if count:
                 if not chunk_ns:
                     watchdog.first_token_seen()

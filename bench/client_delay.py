@@ -1,0 +1,107 @@
+"""Client-side delay: how late swarm sees a chunk that the engine has already sent.
+
+The emulator (fixed timing: first token at 50 ms, then one every 10 ms) runs with
+``--stamp-chunks``: every streamed content event carries ``swarm_sent_ns``, the emulator's
+``perf_counter_ns`` (CLOCK_MONOTONIC, shared by the processes of one host) when it wrote the
+event. The client keeps, per content event, its receive time minus that stamp. The first event
+of a request gives the TTFT delay, the others the ITL delay; p50 / p99 / max over all requests.
+
+Each size runs in a fresh interpreter: N agents (a chain of 4 calls, 16 output tokens, no
+think time) started evenly over one agent's lifetime, so about N are in flight, in one process
+(what one Ray worker runs), against one emulator process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.common import Row
+
+SIZES = (500, 2000, 10000)
+AGENT_LIFETIME_S = 0.8  # 4 calls of 50 ms + 15 x 10 ms
+TARGETS_MS = {500: 2.0, 2000: 10.0}
+
+
+def one(agents: int, url: str) -> dict[str, float]:
+    import asyncio
+
+    import numpy as np
+
+    from swarm.arrival import ArrivalSpec
+    from swarm.catalog import Catalog
+    from swarm.engines.client import Timeouts
+    from swarm.record import RequestRecord
+    from swarm.runner import ResolvedTarget, run_agents
+    from swarm.workload import MixEntry, Workload, WorkloadSpec
+
+    catalog = Catalog(agent_dirs=[Path(__file__).parent / "profiles"])
+    spec = WorkloadSpec(
+        agents=agents,
+        mix=[MixEntry(profile="bench_agent", topology="chain")],
+        # starts spread evenly over one agent's lifetime (~0.8 s): about N agents in flight,
+        # not N sends on the same instant (a herd that measures a burst, not a steady swarm)
+        arrival=ArrivalSpec(process="constant", rate=agents / AGENT_LIFETIME_S),
+    )
+    records: list[RequestRecord] = []
+    target = ResolvedTarget("t", url, "sglang", "openai-chat", "m")
+    asyncio.run(
+        run_agents(
+            Workload(spec, catalog), range(agents), target, records.append,
+            timeouts=Timeouts(first_token_s=300, total_s=600), measure_send_stamps=True,
+        )  # fmt: skip
+    )
+    delays = [r.extra.get("stamp_delays_ns") or [] for r in records if r.ok]
+    ttft = np.array([d[0] for d in delays if d], dtype=float) / 1e6
+    itl = np.array([x for d in delays for x in d[1:]], dtype=float) / 1e6
+    out: dict[str, float] = {"requests": len(records), "ok": sum(r.ok for r in records)}
+    for name, values in (("ttft", ttft), ("itl", itl)):
+        out[f"{name}_p50"] = float(np.percentile(values, 50)) if values.size else float("nan")
+        out[f"{name}_p99"] = float(np.percentile(values, 99)) if values.size else float("nan")
+        out[f"{name}_max"] = float(values.max()) if values.size else float("nan")
+    return out
+
+
+def run(sizes: tuple[int, ...] = SIZES) -> list[Row]:
+    from swarm.emulator.process import EmulatorProcess
+
+    rows: list[Row] = []
+    for n in sizes:
+        args = ["--engine", "sglang", "--timing", "fixed", "--first-token-ms", "50", "--token-ms", "10",
+                "--stamp-chunks", "--cache-tokens", "0"]  # fmt: skip
+        with EmulatorProcess(args) as emu:
+            out = subprocess.run(
+                [sys.executable, "-m", "bench.client_delay", "--agents", str(n), "--url", emu.url],
+                capture_output=True, text=True, timeout=900,
+            )  # fmt: skip
+        if out.returncode != 0:
+            raise RuntimeError(f"client-delay child failed: {out.stderr[-2000:]}")
+        res = json.loads(out.stdout.strip().splitlines()[-1])
+        tag = f"client delay, {n} agents"
+        target = TARGETS_MS.get(n)
+        rows += [
+            Row(f"{tag}: TTFT p50", res["ttft_p50"], "ms"),
+            Row(
+                f"{tag}: TTFT p99", res["ttft_p99"], "ms",
+                target=f"<= {target:g} ms" if target else None,
+                met=(res["ttft_p99"] <= target) if target else None,
+            ),  # fmt: skip
+            Row(f"{tag}: TTFT max", res["ttft_max"], "ms"),
+            Row(f"{tag}: ITL p50", res["itl_p50"], "ms"),
+            Row(f"{tag}: ITL p99", res["itl_p99"], "ms"),
+            Row(f"{tag}: ITL max", res["itl_max"], "ms"),
+        ]
+        if res["ok"] != res["requests"]:
+            rows.append(Row(f"{tag}: failed requests", res["requests"] - res["ok"], "requests"))
+    return rows
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--agents", type=int, required=True)
+    parser.add_argument("--url", required=True)
+    args = parser.parse_args()
+    print(json.dumps(one(args.agents, args.url)))
