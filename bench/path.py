@@ -31,8 +31,12 @@ async def _bare(url: str, body: bytes) -> float:
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
 
         async def one() -> None:
-            async with sem, session.post(url + "/v1/chat/completions", data=body,
-                                         headers={"Content-Type": "application/json"}) as resp:  # fmt: skip
+            async with (
+                sem,
+                session.post(
+                    url + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+                ) as resp,
+            ):
                 async for _ in resp.content.iter_any():
                     pass
 
@@ -77,9 +81,15 @@ def run() -> list[Row]:
     from swarm.engines.dialects import dumps
 
     body = dumps(
-        {"model": "m", "messages": [{"role": "user", "content": "count to many"}], "max_tokens": TOKENS,
-         "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
-    )  # fmt: skip
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "count to many"}],
+            "max_tokens": TOKENS,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "ignore_eos": True,
+        }
+    )
     bare: list[float] = []
     full: list[float] = []
     with EmulatorProcess(["--engine", "sglang", "--timing", "zero", "--cache-tokens", "0"]) as emu:
@@ -90,6 +100,11 @@ def run() -> list[Row]:
     return [
         Row(
             f"path efficiency: chunks/s, swarm's full path vs bare aiohttp ({IN_FLIGHT} in flight)",
-            max(full), "chunks/s", baseline=max(bare), ratio=ratio, target=">= 0.8", met=ratio >= 0.8,
-        )  # fmt: skip
+            max(full),
+            "chunks/s",
+            baseline=max(bare),
+            ratio=ratio,
+            target=">= 0.8",
+            met=ratio >= 0.8,
+        )
     ]

@@ -79,6 +79,15 @@ def one(agents: int, workers: int, url: str) -> dict[str, float]:
         "chunks_per_s": chunks / duration if duration else 0.0,
         "driver_rss_mb": peak_rss_bytes() / 2**20,
         "worker_rss_mb": max((w.get("peak_rss_bytes", 0) for w in outcome.workers), default=0) / 2**20,
+        "worker_growth_kb_per_agent": max(
+            (
+                (w.get("peak_rss_bytes", 0) - w.get("start_rss_bytes", 0)) / max(w.get("sessions", 1), 1)
+                for w in outcome.workers
+            ),
+            default=0,
+        )
+        / 1024,
+        "driver_kb_per_agent": peak_rss_bytes() / agents / 1024,
         "ttft_err_p50_ms": float(np.percentile(ttft, 50)) - TTFT_MS if ttft.size else float("nan"),
         "ttft_err_p99_ms": float(np.percentile(ttft, 99)) - TTFT_MS if ttft.size else float("nan"),
     }
@@ -92,6 +101,35 @@ def _child(agents: int, workers: int, url: str) -> dict[str, float]:
     if out.returncode != 0:
         raise RuntimeError(f"bench child failed: {out.stderr[-2000:]}")
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+SCALE_AGENTS = 10_000
+
+
+def scale(agents: int = SCALE_AGENTS) -> list[Row]:
+    """10,000 concurrent agents on one Ray worker against the zero-delay emulator: requests/s,
+    chunks/s, and memory per agent (the worker's peak RSS minus its RSS when the agents
+    started, over its agents; the driver's whole peak RSS over all agents)."""
+    from swarm.emulator.process import EmulatorProcess
+
+    with EmulatorProcess(["--engine", "sglang", "--timing", "zero", "--cache-tokens", "0"]) as emu:
+        res = _child(agents, 1, emu.url)
+    tag = f"scale, {agents:,} agents x 1 Ray worker"
+    per_agent = res["worker_growth_kb_per_agent"]
+    return [
+        Row(f"{tag}: requests/s", res["requests_per_s"], "req/s"),
+        Row(f"{tag}: chunks/s", res["chunks_per_s"], "chunks/s"),
+        Row(
+            f"{tag}: ok requests",
+            res["ok"],
+            "requests",
+            target=f"= {res['requests']:,.0f}",
+            met=res["ok"] == res["requests"],
+        ),
+        Row(f"{tag}: worker RSS growth per agent", per_agent, "KB", target="<= 30 KB", met=per_agent <= 30),
+        Row(f"{tag}: worker peak RSS", res["worker_rss_mb"], "MB"),
+        Row(f"{tag}: driver peak RSS per agent", res["driver_kb_per_agent"], "KB"),
+    ]
 
 
 def run(sizes: tuple[int, ...] = SIZES, workers: tuple[int, ...] = WORKERS) -> list[Row]:

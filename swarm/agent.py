@@ -158,7 +158,9 @@ class AgentRun:
             if gate:
                 self._gated.setdefault(gate, []).append(n)
         self._decided: set[str] = set()
-        self._part_tokens: dict[str, list[object]] = {}  # tokens of each prompt part, computed once
+        # tokens of each prompt part, computed once; tuples, which the garbage collector stops
+        # tracking, so thousands of agents' prompts cost nothing in its full collections
+        self._part_tokens: dict[str, tuple[object, ...]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._idle = asyncio.Event()
         self.records = 0
@@ -247,7 +249,7 @@ class AgentRun:
         for m in messages:
             part = cache.get(m.content)
             if part is None:
-                part = cache[m.content] = list(encode(m.content))
+                part = cache[m.content] = tuple(encode(m.content))
             tokens.extend(part)
         return tokens
 

@@ -241,6 +241,7 @@ class RayExecutor:
             self.actors = []
         for i, out in outcomes.items():
             infos[i]["peak_rss_bytes"] = int(out.get("peak_rss_bytes", 0))
+            infos[i]["start_rss_bytes"] = int(out.get("start_rss_bytes", 0))
         interrupted = stop_requested or any(o.get("interrupted") for o in outcomes.values())
         return TargetOutcome(
             requests=sum(int(o.get("requests", 0)) for o in outcomes.values()),

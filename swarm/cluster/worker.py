@@ -52,6 +52,18 @@ class WorkerPayload:
     seed_shared_prefixes: bool = False  # several workers: see run_agents
 
 
+def rss_bytes() -> int:
+    """This process's resident memory now (``VmRSS``), or 0 where /proc is not there."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def peak_rss_bytes() -> int:
     """This process's peak resident memory: ``VmHWM`` of its own address space.
 
@@ -114,6 +126,7 @@ class SwarmWorker:
         shifted onto the driver's clock.
         """
         self.sessions = len(agent_ids)
+        start_rss = rss_bytes()
         wall_now, perf_now = time.time_ns(), time.perf_counter_ns()
         start_perf = perf_now + (start_wall_ns + offset_ns - wall_now)
         driver_wall_at_perf0 = wall_now - offset_ns - perf_now
@@ -147,6 +160,7 @@ class SwarmWorker:
         result = asdict(outcome)
         result["parts"] = list(self._sink.parts) if self._sink is not None else []
         result["peak_rss_bytes"] = peak_rss_bytes()
+        result["start_rss_bytes"] = start_rss
         return result
 
     async def drain(self) -> tuple[pa.RecordBatch | None, RunStats]:

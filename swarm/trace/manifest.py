@@ -60,6 +60,7 @@ class WorkerInfo(BaseModel):
     sessions_cut: int = Field(default=0, description="assigned sessions that did not finish")
     requests: int = Field(default=0, description="records received from it")
     peak_rss_bytes: int = Field(default=0, description="the worker process's peak resident memory")
+    start_rss_bytes: int = Field(default=0, description="its resident memory when its agents started")
 
 
 class RunManifest(BaseModel):
