@@ -46,6 +46,7 @@ def at_rate(url: str, rate: float) -> tuple[float, float, float]:
             range(agents),
             ResolvedTarget("t", url, "sglang", "openai-chat", "m"),
             records.append,
+            record_text=False,  # as `swarm run` without --record-text
         )
     )
     sent = np.array([r.sent_ns for r in records], dtype=np.int64)

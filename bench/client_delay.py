@@ -60,6 +60,7 @@ def one(agents: int, url: str, profile: str) -> dict[str, float]:
             records.append,
             timeouts=Timeouts(first_token_s=300, total_s=600),
             measure_send_stamps=True,
+            record_text=False,  # as `swarm run` without --record-text
         )
     )
     delays = [r.extra.get("stamp_delays_ns") or [] for r in records if r.ok]

@@ -132,6 +132,10 @@ class AgentEnv:
         default=lambda perf_ns: time.time_ns() - time.perf_counter_ns() + perf_ns
     )
     in_flight: list[int] = field(default_factory=lambda: [0])
+    #: the trace stores prompt parts and outputs (``--record-text``); with ``context: live``
+    #: outputs are kept anyway (children read them). Otherwise a streamed answer is only
+    #: counted, which is the client's fast path.
+    record_text: bool = True
 
 
 class AgentRun:
@@ -279,6 +283,9 @@ class AgentRun:
             messages = self.messages(node)
             tokens = self._prompt_tokens(messages)
             ideal = env.index.observe(tokens)
+            hashes = block_hashes(tokens)  # type: ignore[arg-type]
+            prompt_tokens_est = len(tokens)
+            del tokens  # not held while the request is in flight (thousands of agents)
             parents = tuple(p for p in self.template.context_parents(node) if self.state.get(p) == ALIVE)
             request = EngineRequest(
                 messages=messages,
@@ -300,10 +307,10 @@ class AgentRun:
                 ),
                 scheduled_ns=env.wall_at(due_perf_ns),
                 stream=env.stream,
-                prompt_tokens_est=len(tokens),
+                prompt_tokens_est=prompt_tokens_est,
                 ideal_cached_tokens_est=ideal,
-                block_hashes=block_hashes(tokens),  # type: ignore[arg-type]
-                keep_text=True,
+                block_hashes=hashes,
+                keep_text=env.record_text or env.context == "live",
             )
             record = await env.client.send(request)
         finally:

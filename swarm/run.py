@@ -142,6 +142,7 @@ class InProcessExecutor:
                 run_id=run_id,
                 timeouts=timeouts,
                 stop=stop,
+                record_text=keep_text,
             )
 
         outcome: TargetOutcome = run_async_with_signals(main)

@@ -69,6 +69,7 @@ async def run_agents(
     api_key: str | None = None,
     seed_shared_prefixes: bool = False,
     measure_send_stamps: bool = False,
+    record_text: bool = True,
 ) -> TargetOutcome:
     """Run the given agents of ``workload`` against ``target``; returns when all have ended.
 
@@ -121,6 +122,7 @@ async def run_agents(
             stream=spec.stream,
             run_id=run_id,
             worker=worker,
+            record_text=record_text,
         )
         if wall_at is not None:
             env.wall_at = wall_at

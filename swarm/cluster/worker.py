@@ -153,6 +153,7 @@ class SwarmWorker:
                 stop=self._stop,
                 api_key=self._api_key,
                 seed_shared_prefixes=self.payload.seed_shared_prefixes,
+                record_text=self.payload.keep_text,
             )
         finally:
             if self._sink is not None:
