@@ -10,6 +10,7 @@ The same loop runs in the in-process executor and inside each Ray worker.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -53,6 +54,55 @@ class TargetOutcome:
 
 
 async def run_agents(
+    workload: Workload,
+    agent_ids: Sequence[int],
+    target: ResolvedTarget,
+    on_record: Callable[[RequestRecord], None],
+    *,
+    stats: RunStats | None = None,
+    run_id: str = "",
+    worker: int = 0,
+    start_perf_ns: int | None = None,
+    wall_at: Callable[[int], int] | None = None,
+    wall_clock: Callable[[], int] | None = None,
+    timeouts: Timeouts | None = None,
+    stop: asyncio.Event | None = None,
+    api_key: str | None = None,
+    seed_shared_prefixes: bool = False,
+    measure_send_stamps: bool = False,
+    record_text: bool = True,
+) -> TargetOutcome:
+    """Run the given agents of ``workload`` against ``target`` (see ``_run_agents``).
+
+    Everything alive before the agents start (modules, the workload) is left out of the
+    garbage collector's passes while they run (``gc.freeze``), and put back at the end: a full
+    pass over it is a stall that every stream in flight sees as late chunks.
+    """
+    gc.freeze()
+    try:
+        return await _run_agents(
+            workload,
+            agent_ids,
+            target,
+            on_record,
+            stats=stats,
+            run_id=run_id,
+            worker=worker,
+            start_perf_ns=start_perf_ns,
+            wall_at=wall_at,
+            wall_clock=wall_clock,
+            timeouts=timeouts,
+            stop=stop,
+            api_key=api_key,
+            seed_shared_prefixes=seed_shared_prefixes,
+            measure_send_stamps=measure_send_stamps,
+            record_text=record_text,
+        )
+    finally:
+        gc.unfreeze()
+
+
+async def _run_agents(
     workload: Workload,
     agent_ids: Sequence[int],
     target: ResolvedTarget,
