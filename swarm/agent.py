@@ -8,7 +8,9 @@ the engine's real output (``context: live``) or the Workload's stand-in
 (``context: synthetic``).
 
 Node states: ``done`` (answered, alive), ``cut`` (answered, but its branch ends: beam not
-kept, or early stop), ``failed`` (the request failed: the branch is aborted), ``pruned`` (never
+kept, or early stop), ``failed`` (the request failed, after any retries the workload allows:
+the branch is aborted; with ``on_failure: standin`` the node counts as answered with its
+stand-in output instead, so the tree keeps its shape), ``pruned`` (never
 sent, because every context parent is dead), ``skipped`` (never sent, because the run
 stopped: duration, request limit, interrupt). A node with several context parents runs while
 at least one is alive, with the dead ones left out of its prompt.
@@ -31,7 +33,8 @@ from swarm.engines.dialects import ChatMessage
 from swarm.prefix import PrefixIndex, block_hashes
 from swarm.record import RequestIdentity, RequestRecord, Status
 from swarm.tokenizer import Tokenizer
-from swarm.workload import AgentPlan
+from swarm.retry import is_retryable, retry_delay_s, retry_request_id
+from swarm.workload import AgentPlan, NodePlan
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +139,11 @@ class AgentEnv:
     #: outputs are kept anyway (children read them). Otherwise a streamed answer is only
     #: counted, which is the client's fast path.
     record_text: bool = True
+    #: retries of a failed call, and the backoff before the first (doubling after)
+    retries: int = 0
+    retry_backoff_s: float = 0.5
+    #: abort_branch, or standin: a call that failed for good still feeds its stand-in output on
+    on_failure: str = "abort_branch"
 
 
 class AgentRun:
@@ -275,60 +283,83 @@ class AgentRun:
         delay = (due_perf_ns - time.perf_counter_ns()) / 1e9
         if delay > 0:
             await asyncio.sleep(delay)
-        if not await env.gate.acquire():
-            self._resolve(node, "skipped")
-            return
-        env.in_flight[0] += 1
-        try:
-            messages = self.messages(node)
-            tokens = self._prompt_tokens(messages)
-            ideal = env.index.observe(tokens)
-            hashes = block_hashes(tokens)  # type: ignore[arg-type]
-            prompt_tokens_est = len(tokens)
-            del tokens  # not held while the request is in flight (thousands of agents)
-            parents = tuple(p for p in self.template.context_parents(node) if self.state.get(p) == ALIVE)
-            request = EngineRequest(
-                messages=messages,
-                max_tokens=np_.max_tokens,
-                identity=RequestIdentity(
-                    run_id=env.run_id,
-                    worker=env.worker,
-                    agent_id=plan.agent_id,
-                    profile=plan.profile.name,
-                    topology=self.template.name,
-                    session_id=plan.session_id,
-                    node=node,
-                    parent_nodes=parents,
-                    depth=np_.depth,
-                    branch=np_.branch,
-                    role=np_.role,
-                    system_prompt_id=plan.system_prompt_id,
-                    request_id=f"{plan.session_id}:{node}",
-                ),
-                scheduled_ns=env.wall_at(due_perf_ns),
-                stream=env.stream,
-                prompt_tokens_est=prompt_tokens_est,
-                ideal_cached_tokens_est=ideal,
-                block_hashes=hashes,
-                keep_text=env.record_text or env.context == "live",
-            )
-            record = await env.client.send(request)
-        finally:
-            env.in_flight[0] -= 1
-            env.gate.release()
-        env.on_record(record)
-        self.records += 1
-        if record.status is Status.CANCELLED:
-            self.cancelled = True
-            self._resolve(node, "failed")
-            return
-        if record.status is not Status.OK:
+        spec_retries, backoff_s = env.retries, env.retry_backoff_s
+        first_id = f"{plan.session_id}:{node}"
+        attempt = 0
+        while True:
+            if not await env.gate.acquire():
+                if attempt == 0:
+                    self._resolve(node, "skipped")
+                else:  # the run stopped before the retry: the node failed
+                    self._resolve(node, "failed")
+                return
+            try:
+                record = await self._send(node, np_, due_perf_ns, attempt, first_id)
+            finally:
+                env.in_flight[0] -= 1
+                env.gate.release()
+            env.on_record(record)
+            self.records += 1
+            if record.status is Status.CANCELLED:
+                self.cancelled = True
+                self._resolve(node, "failed")
+                return
+            if record.ok or attempt >= spec_retries or not is_retryable(record):
+                break
+            attempt += 1
+            wait_s = retry_delay_s(record, attempt, backoff_s)
+            if wait_s > 0:
+                await asyncio.sleep(wait_s)
+            due_perf_ns = time.perf_counter_ns()
+        if not record.ok and env.on_failure != "standin":
             self._resolve(node, "failed")
             return
         turn = synthetic_turn(plan, node)
-        if env.context == "live":
+        if env.context == "live" and record.ok:
             turn[1] = record.output_text or ""
         if np_.tool_result is not None:
             await asyncio.sleep(np_.tool_s)
         self.turns[node] = turn
         self._resolve(node, "cut" if np_.early_stop else ALIVE)
+
+    async def _send(
+        self, node: str, np_: NodePlan, due_perf_ns: int, attempt: int, first_id: str
+    ) -> RequestRecord:
+        """One attempt at a node's call (the caller holds a gate slot)."""
+        env, plan = self.env, self.plan
+        env.in_flight[0] += 1
+        messages = self.messages(node)
+        tokens = self._prompt_tokens(messages)
+        ideal = env.index.observe(tokens)
+        hashes = block_hashes(tokens)  # type: ignore[arg-type]
+        prompt_tokens_est = len(tokens)
+        del tokens  # not held while the request is in flight (thousands of agents)
+        parents = tuple(p for p in self.template.context_parents(node) if self.state.get(p) == ALIVE)
+        request = EngineRequest(
+            messages=messages,
+            max_tokens=np_.max_tokens,
+            identity=RequestIdentity(
+                run_id=env.run_id,
+                worker=env.worker,
+                agent_id=plan.agent_id,
+                profile=plan.profile.name,
+                topology=self.template.name,
+                session_id=plan.session_id,
+                node=node,
+                parent_nodes=parents,
+                depth=np_.depth,
+                branch=np_.branch,
+                role=np_.role,
+                system_prompt_id=plan.system_prompt_id,
+                request_id=retry_request_id(first_id, attempt) if attempt else first_id,
+                attempt=attempt,
+                retry_of=first_id if attempt else None,
+            ),
+            scheduled_ns=env.wall_at(due_perf_ns),
+            stream=env.stream,
+            prompt_tokens_est=prompt_tokens_est,
+            ideal_cached_tokens_est=ideal,
+            block_hashes=hashes,
+            keep_text=env.record_text or env.context == "live",
+        )
+        return await env.client.send(request)

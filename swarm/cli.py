@@ -62,6 +62,15 @@ def emulate(
             help="stamp each streamed content event with its send time (monotonic ns; for benchmarks)"
         ),
     ] = False,
+    faults: Annotated[
+        str | None,
+        typer.Option(
+            help="inject faults, seeded: KIND=RATE pairs and parameters, e.g. "
+            "'mixed=0.05,stall_s=2,seed=7' or 'http_500=0.01,cut=0.02,refuse=0.01' "
+            "(kinds: refuse http_500 http_503 http_429 slow_headers stall_first stall_mid cut "
+            "malformed no_done oversized; docs/reliability.md)"
+        ),
+    ] = None,
 ) -> None:
     """Serve an emulated engine (SGLang or TensorRT-LLM API) on loopback until Ctrl-C."""
     import asyncio
@@ -70,6 +79,7 @@ def emulate(
     from pydantic import ValidationError
 
     from swarm.emulator.config import EmulatorConfig
+    from swarm.emulator.faults import FaultSpec
     from swarm.emulator.server import RunningEmulator, serve_forever
 
     if engine not in ("sglang", "trtllm"):
@@ -91,6 +101,7 @@ def emulate(
             block_tokens=block_tokens,
             cache_report=not no_cache_report,
             stamp_chunks=stamp_chunks,
+            faults=FaultSpec.parse(faults) if faults else None,
         )
     except ValidationError as exc:
         err = exc.errors()[0]
@@ -98,8 +109,9 @@ def emulate(
         raise InputError(f"--{field.replace('_', '-')}: {err['msg']}") from None
 
     def ready(server: RunningEmulator) -> None:
+        injected = " with injected faults" if config.faults is not None and config.faults.active else ""
         print(
-            f"swarm emulator ({engine} profile, {timing} timing) listening on {server.url}",
+            f"swarm emulator ({engine} profile, {timing} timing{injected}) listening on {server.url}",
             flush=True,
         )
 

@@ -65,6 +65,10 @@ class RequestIdentity:
     role: str = ""
     system_prompt_id: int = -1
     request_id: str = ""
+    #: 0 for a first send; k for the k-th retry of it (retries are off unless asked for)
+    attempt: int = 0
+    #: request_id of the first attempt, on a retry's row; None on a first attempt
+    retry_of: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +137,8 @@ TRACE_SCHEMA = pa.schema(
         pa.field("role", _STR, nullable=False),
         pa.field("system_prompt_id", pa.int32(), nullable=False),
         pa.field("request_id", _STR, nullable=False),
+        pa.field("attempt", pa.int32(), nullable=False),
+        pa.field("retry_of", _STR),
         pa.field("dialect", _STR, nullable=False),
         pa.field("model", _STR, nullable=False),
         pa.field("stream", pa.bool_(), nullable=False),

@@ -129,6 +129,9 @@ async def run_agents(
                 run_id=run_id,
                 worker=worker,
                 record_text=record_text,
+                retries=spec.retries,
+                retry_backoff_s=spec.retry_backoff_s,
+                on_failure=spec.on_failure,
             )
             if wall_at is not None:
                 env.wall_at = wall_at

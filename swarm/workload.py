@@ -66,6 +66,22 @@ class WorkloadSpec(BaseModel):
     duration_s: float | None = Field(default=None, gt=0, description="stop starting requests after this")
     max_requests: int | None = Field(default=None, ge=1, description="stop after this many requests")
     stream: bool = Field(default=True, description="stream responses")
+    retries: int = Field(
+        default=0,
+        ge=0,
+        le=10,
+        description="retries of a failed call (429, 5xx, connect, timeout, broken stream); each "
+        "attempt is its own trace row linked to the first. Off by default: a load generator "
+        "must not hide failures",
+    )
+    retry_backoff_s: float = Field(
+        default=0.5, ge=0, le=600, description="wait before retry k: this times 2**(k-1), or the 429/503's Retry-After"
+    )
+    on_failure: Literal["abort_branch", "standin"] = Field(
+        default="abort_branch",
+        description="when a call fails for good: abort_branch (the node and its descendants end), "
+        "or standin (carry on with the node's stand-in output, so the tree keeps its shape)",
+    )
     tokenizer: str | None = Field(default=None, description="local HF tokenizer.json for token estimates")
 
     def spec_hash(self) -> str:

@@ -14,6 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from swarm.emulator.faults import FaultSpec
+
 
 class EmulatorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -67,4 +69,8 @@ class EmulatorConfig(BaseModel):
             'add "swarm_sent_ns" (this host\'s monotonic clock at the write) to every streamed '
             "content event, so a client on the same host can measure its own receive delay"
         ),
+    )
+    faults: FaultSpec | None = Field(
+        default=None,
+        description="injected faults (rates per kind, seeded); none by default",
     )

@@ -17,6 +17,8 @@ import asyncio
 import errno
 import logging
 import secrets
+import socket
+import struct
 import threading
 import time
 from contextlib import aclosing
@@ -27,6 +29,7 @@ from aiohttp import web
 from swarm import __version__
 from swarm.emulator.config import EmulatorConfig
 from swarm.emulator.engine_model import EngineModel, Generation, PromptTooLong
+from swarm.emulator.faults import FaultInjector
 from swarm.emulator.formats import (
     TRTLLM_CHAT_FIELDS,
     TRTLLM_COMPLETION_FIELDS,
@@ -46,6 +49,7 @@ log = logging.getLogger(__name__)
 _MODEL_KEY = web.AppKey("engine_model", EngineModel)
 _CONFIG_KEY = web.AppKey("emulator_config", EmulatorConfig)
 _HANDLERS_KEY = web.AppKey("handlers", object)
+_FAULTS_KEY = web.AppKey("faults", object)
 _DONE = b"data: [DONE]\n\n"
 
 
@@ -56,6 +60,16 @@ def _json(obj: Any, status: int = 200) -> web.Response:
 def _bad(message: str, status: int = 400) -> web.Response:
     kind = "BadRequestError" if status == 400 else "NotFoundError"
     return _json(error_body(message, status, kind), status)
+
+
+_NATIVE_FAULTS = frozenset({"http_500", "http_503", "http_429", "slow_headers"})
+
+
+def _abort(request: web.Request) -> None:
+    """Reset the request's connection (a cut mid-stream, as a crashed server would)."""
+    transport = request.transport
+    if transport is not None:
+        transport.abort()
 
 
 def _sse(obj: Any) -> bytes:
@@ -71,9 +85,31 @@ def _message_text(content: Any) -> str:
 
 
 class _Handlers:
-    def __init__(self, config: EmulatorConfig, model: EngineModel) -> None:
+    def __init__(self, config: EmulatorConfig, model: EngineModel, faults: FaultInjector | None) -> None:
         self.config = config
         self.model = model
+        self.faults = faults
+
+    async def _fault(
+        self, body: dict[str, Any], kinds: frozenset[str] | None = None
+    ) -> tuple[str | None, web.Response | None]:
+        """The fault drawn for this request, and the response that replaces it when the fault
+        is an error status. Slow headers are waited out here."""
+        if self.faults is None:
+            return None, None
+        kind = self.faults.draw(stream=bool(body.get("stream")), kinds=kinds)
+        spec = self.faults.spec
+        if kind == "http_500":
+            return kind, _json(error_body("injected fault: internal server error", 500, "InternalServerError"), 500)
+        if kind == "http_503":
+            return kind, _json(error_body("injected fault: service unavailable", 503, "ServiceUnavailableError"), 503)
+        if kind == "http_429":
+            resp = _json(error_body("injected fault: too many requests", 429, "RateLimitError"), 429)
+            resp.headers["Retry-After"] = str(spec.retry_after_s)
+            return kind, resp
+        if kind == "slow_headers":
+            await asyncio.sleep(spec.slow_headers_s)
+        return kind, None
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -111,6 +147,9 @@ class _Handlers:
         refused = self._check_fields(body, TRTLLM_CHAT_FIELDS)
         if refused:
             return refused
+        fault, replaced = await self._fault(body)
+        if replaced is not None:
+            return replaced
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             return _bad("messages must be a non-empty list")
@@ -119,7 +158,7 @@ class _Handlers:
         gen = self._submit(tokenize_parts(parts), max_tokens)
         if isinstance(gen, web.Response):
             return gen
-        return await self._openai(request, body, gen, chat=True)
+        return await self._openai(request, body, gen, chat=True, fault=fault)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         body = await self._body(request)
@@ -128,18 +167,22 @@ class _Handlers:
         refused = self._check_fields(body, TRTLLM_COMPLETION_FIELDS)
         if refused:
             return refused
+        fault, replaced = await self._fault(body)
+        if replaced is not None:
+            return replaced
         prompt = body.get("prompt")
         if not isinstance(prompt, str):
             return _bad("prompt must be a string")
         gen = self._submit(tokenize(prompt), body.get("max_tokens"))
         if isinstance(gen, web.Response):
             return gen
-        return await self._openai(request, body, gen, chat=False)
+        return await self._openai(request, body, gen, chat=False, fault=fault)
 
     async def _openai(
-        self, request: web.Request, body: dict[str, Any], gen: Generation, *, chat: bool
+        self, request: web.Request, body: dict[str, Any], gen: Generation, *, chat: bool, fault: str | None = None
     ) -> web.StreamResponse:
         cfg = self.config
+        spec = self.faults.spec if self.faults is not None else None
         rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
         created = int(time.time())
         obj = "chat.completion" if chat else "text_completion"
@@ -147,6 +190,11 @@ class _Handlers:
             async with aclosing(gen.tokens()) as stream:
                 async for _ in stream:
                     pass
+            if spec is not None and fault == "stall_first":
+                await asyncio.sleep(spec.stall_s)
+            if fault == "cut":
+                _abort(request)
+                raise asyncio.CancelledError  # nothing more to send on a dead connection
             text = " ".join(gen.output)
             choice: dict[str, Any] = {"index": 0, "finish_reason": "length", "logprobs": None}
             if chat:
@@ -192,6 +240,10 @@ class _Handlers:
         suffix = (b"}," if chat else b",") + b'"logprobs":null,"finish_reason":null}]}\n\n'
         stamp = cfg.stamp_chunks
         first = True
+        sent = 0
+        half = max(1, gen.max_new // 2)
+        if spec is not None and fault == "stall_first":
+            await asyncio.sleep(spec.stall_s)
         async with aclosing(gen.tokens()) as stream:
             async for words in stream:
                 if stamp:  # the send time of this write, on every event of it
@@ -204,6 +256,12 @@ class _Handlers:
                     events.append(prefix + dumps(word if first else " " + word) + suffix)
                     first = False
                 await resp.write(b"".join(events))
+                before, sent = sent, sent + len(words)
+                if spec is not None and fault is not None and before < half <= sent:
+                    await self._mid_stream_fault(request, resp, fault, spec, prefix)
+        if fault == "no_done":
+            await resp.write_eof()
+            return resp
         final: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": "length"}
         if chat:
             final["delta"] = {}
@@ -215,6 +273,20 @@ class _Handlers:
         await resp.write(_DONE)
         await resp.write_eof()
         return resp
+
+    async def _mid_stream_fault(
+        self, request: web.Request, resp: web.StreamResponse, fault: str, spec: Any, prefix: bytes
+    ) -> None:
+        """Halfway through a stream: stall, cut, or send a broken or oversized event."""
+        if fault == "stall_mid":
+            await asyncio.sleep(spec.stall_s)
+        elif fault == "cut":
+            _abort(request)
+            raise asyncio.CancelledError  # the connection is gone; end the handler
+        elif fault == "malformed":
+            await resp.write(prefix + b'"cut short\n\n')
+        elif fault == "oversized":
+            await resp.write(b"data: " + b"x" * spec.oversized_bytes + b"\n\n")
 
     # -- SGLang native -------------------------------------------------------------------------
 
@@ -228,6 +300,11 @@ class _Handlers:
         params = body.get("sampling_params") or {}
         if not isinstance(params, dict):
             return _bad("sampling_params must be an object")
+        # the native API gets the error statuses and slow headers; the stream faults are
+        # injected on the OpenAI endpoints only
+        _, replaced = await self._fault(body, kinds=_NATIVE_FAULTS)
+        if replaced is not None:
+            return replaced
         gen = self._submit(tokenize(text), params.get("max_new_tokens"))
         if isinstance(gen, web.Response):
             return gen
@@ -317,6 +394,12 @@ class _Handlers:
             }
         )
 
+    async def fault_counts(self, request: web.Request) -> web.Response:
+        """``GET /swarm/faults``: requests seen and faults injected so far, by kind."""
+        if self.faults is None:
+            return _json({"requests": None, "connections": None, "injected": {}, "spec": None})
+        return _json(self.faults.snapshot())
+
     async def flush_cache(self, request: web.Request) -> web.Response:
         if self.model.flush_cache():
             return web.Response(
@@ -345,16 +428,21 @@ async def _label(request: web.Request, handler: Any) -> web.StreamResponse:
     return response
 
 
-def build_app(config: EmulatorConfig) -> web.Application:
-    """The aiohttp application of one emulated engine (the engine model starts with the app)."""
+def build_app(config: EmulatorConfig, faults: FaultInjector | None = None) -> web.Application:
+    """The aiohttp application of one emulated engine (the engine model starts with the app).
+
+    ``faults`` overrides the injector built from ``config.faults`` (a test keeps a handle)."""
     app = web.Application(middlewares=[_label], client_max_size=64 * 1024 * 1024)
     app[_CONFIG_KEY] = config
+    app[_FAULTS_KEY] = faults if faults is not None else (
+        FaultInjector(config.faults) if config.faults is not None and config.faults.active else None
+    )
 
     async def on_startup(app: web.Application) -> None:
         model = EngineModel(config)
         model.start()
         app[_MODEL_KEY] = model
-        h = _Handlers(config, model)
+        h = _Handlers(config, model, app[_FAULTS_KEY])  # type: ignore[arg-type]
         app[_HANDLERS_KEY] = h
 
     async def on_cleanup(app: web.Application) -> None:
@@ -375,6 +463,7 @@ def build_app(config: EmulatorConfig) -> web.Application:
     r.add_post("/v1/completions", route("completions"))
     r.add_get("/v1/models", route("models"))
     r.add_get("/health", route("health"))
+    r.add_get("/swarm/faults", route("fault_counts"))
     if config.engine == "sglang":
         r.add_post("/generate", route("generate"))
         r.add_get("/health_generate", route("health"))
@@ -388,6 +477,36 @@ def build_app(config: EmulatorConfig) -> web.Application:
         r.add_get("/metrics", route("metrics"))
         r.add_get("/prometheus/metrics", route("prometheus"))
     return app
+
+
+class _Reset(asyncio.Protocol):
+    """A connection refused by the ``refuse`` fault: reset (RST) as soon as it is accepted."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        transport.abort()
+
+
+class _FaultySite(web.TCPSite):
+    """A TCP site that resets the new connections the fault injector picks."""
+
+    def __init__(self, runner: web.AppRunner, host: str, port: int, faults: FaultInjector) -> None:
+        super().__init__(runner, host, port, backlog=4096)
+        self._faults = faults
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site; the listening is done here
+        server = self._runner.server
+        assert server is not None
+        faults = self._faults
+
+        def protocol() -> asyncio.BaseProtocol:
+            return _Reset() if faults.refuse_connection() else server()
+
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(protocol, self._host, self._port, backlog=4096)
 
 
 class RunningEmulator:
@@ -407,15 +526,21 @@ async def start_emulator(config: EmulatorConfig) -> RunningEmulator:
     """Start serving; raises InputError when the port is taken or the address is unusable."""
     # a client that disconnects cancels its handler (engines abort such requests); stopping
     # waits at most a second for handlers still running
+    app = build_app(config)
     runner = web.AppRunner(
-        build_app(config),
+        app,
         access_log=None,
         handle_signals=False,
         handler_cancellation=True,
         shutdown_timeout=1.0,
     )
     await runner.setup()
-    site = web.TCPSite(runner, config.host, config.port, backlog=4096)
+    faults = app[_FAULTS_KEY]
+    site: web.TCPSite
+    if isinstance(faults, FaultInjector) and faults.spec.refuse > 0:
+        site = _FaultySite(runner, config.host, config.port, faults)
+    else:
+        site = web.TCPSite(runner, config.host, config.port, backlog=4096)
     try:
         await site.start()
     except OSError as exc:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import email.utils
 import html
 import itertools
 import logging
@@ -86,11 +87,34 @@ class EngineClient(Protocol):
 
 @dataclass(frozen=True)
 class Timeouts:
-    """Limits in seconds; ``None`` disables one."""
+    """Limits in seconds; ``None`` disables one. ``idle_s``: longest silence mid-stream."""
 
     connect_s: float | None = 10.0
     first_token_s: float | None = 120.0
     total_s: float | None = 600.0
+    idle_s: float | None = 60.0
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date), None if unusable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _describe_exc(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 def open_http_session(
@@ -208,9 +232,15 @@ def describe_error_body(body: bytes, content_type: str) -> str:
 
 
 class _Watchdog:
-    """Cancels the current task when a deadline passes, remembering which one it was."""
+    """Cancels the current task when a deadline passes, remembering which one it was.
 
-    __slots__ = ("_first", "_loop", "_task", "_total", "fired")
+    Deadlines: the first token, the whole request, and (once tokens flow) the longest silence
+    between reads. The read loop only stores the time of each read in ``last_read_ns``; the
+    idle timer looks at it when it fires and re-arms itself for what is left, so a read costs
+    no timer operation.
+    """
+
+    __slots__ = ("_first", "_idle", "_idle_ns", "_loop", "_task", "_total", "fired", "last_read_ns")
 
     def __init__(self) -> None:
         task = asyncio.current_task()
@@ -219,7 +249,10 @@ class _Watchdog:
         self._loop = asyncio.get_running_loop()
         self._first: asyncio.TimerHandle | None = None
         self._total: asyncio.TimerHandle | None = None
+        self._idle: asyncio.TimerHandle | None = None
+        self._idle_ns: int | None = None
         self.fired: str | None = None
+        self.last_read_ns = 0
 
     def _fire(self, reason: str) -> None:
         if self.fired is None:
@@ -237,17 +270,31 @@ class _Watchdog:
             self._total = self._loop.call_later(
                 timeouts.total_s, self._fire, f"request not finished within {timeouts.total_s:g} s"
             )
+        if timeouts.idle_s is not None:
+            self._idle_ns = int(timeouts.idle_s * 1e9)
 
     def first_token_seen(self) -> None:
         if self._first is not None:
             self._first.cancel()
             self._first = None
+            if self._idle_ns is not None and self.fired is None:
+                self.last_read_ns = _perf_ns()
+                self._idle = self._loop.call_later(self._idle_ns / 1e9, self._check_idle)
+
+    def _check_idle(self) -> None:
+        assert self._idle_ns is not None
+        silent = _perf_ns() - self.last_read_ns
+        if silent >= self._idle_ns:
+            self._idle = None
+            self._fire(f"stream stalled: no data for {self._idle_ns / 1e9:g} s after the first token")
+        else:
+            self._idle = self._loop.call_later((self._idle_ns - silent) / 1e9, self._check_idle)
 
     def disarm(self) -> None:
-        self.first_token_seen()
-        if self._total is not None:
-            self._total.cancel()
-            self._total = None
+        for handle in (self._first, self._total, self._idle):
+            if handle is not None:
+                handle.cancel()
+        self._first = self._total = self._idle = None
 
     def absorb(self) -> None:
         """Our own cancellation fired: clear it from the task so the caller goes on."""
@@ -343,6 +390,7 @@ class HttpEngineClient:
         http_status: int | None = None
         watchdog = _Watchdog()
         stamp_delays: list[int] | None = [] if self.measure_send_stamps else None
+        extra: dict[str, Any] = {}
         sent_wall = self.wall_clock()
         t0 = _perf_ns()
         end = t0
@@ -361,12 +409,14 @@ class HttpEngineClient:
                     )
                     break
                 except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-                    if (
-                        not attempt.reused
-                        or retry == DEAD_POOLED_RETRIES
-                        or isinstance(exc, aiohttp.ClientConnectorError)
-                    ):
+                    if isinstance(exc, aiohttp.ClientConnectorError):
                         raise
+                    if not attempt.reused or retry == DEAD_POOLED_RETRIES:
+                        # closed or reset before any response: refused in effect
+                        raise _Outcome(
+                            Status.CONNECT_ERROR,
+                            f"connection closed by the server before a response: {_describe_exc(exc)}",
+                        ) from exc
                     log.debug(
                         "request to %s: pooled connection was closed (%s); sending again", self.target, exc
                     )
@@ -377,6 +427,10 @@ class HttpEngineClient:
                 if resp.status >= 400:
                     raw = await resp.content.read(65536)
                     text = describe_error_body(raw, resp.headers.get("Content-Type", ""))
+                    retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+                    if retry_after is not None:
+                        extra["retry_after_s"] = retry_after
+                        text += f" (Retry-After: {retry_after:g} s)"
                     raise _Outcome(Status.HTTP_ERROR, f"HTTP {resp.status}: {text}", resp.status)
                 if request.stream:
                     await self._read_stream(resp, decoder, chunk_ns, t0, watchdog, stamp_delays)
@@ -425,6 +479,8 @@ class HttpEngineClient:
             status, error = Status.CONNECT_ERROR, f"{type(exc).__name__}: {exc}"
         finally:
             watchdog.disarm()
+        if stamp_delays is not None:
+            extra["stamp_delays_ns"] = stamp_delays
         if error is not None:
             error = self._scrub(error)
             log.debug("request to %s failed: %s: %s", self.target, status.value, error)
@@ -463,7 +519,7 @@ class HttpEngineClient:
             prompt_parts=tuple(m.content for m in request.messages) if request.keep_text else None,
             prompt_roles=tuple(m.role for m in request.messages) if request.keep_text else None,
             output_text=decoder.text if request.keep_text else None,
-            extra={"stamp_delays_ns": stamp_delays} if stamp_delays is not None else {},
+            extra=extra,
         )
 
     async def _read_stream(
@@ -480,7 +536,9 @@ class HttpEngineClient:
         feed_many = decoder.feed_many
         parse = parser.feed
         async for data in resp.content.iter_any():
-            now = _perf_ns() - t0
+            read_ns = _perf_ns()
+            watchdog.last_read_ns = read_ns
+            now = read_ns - t0
             payloads = parse(data)
             if not payloads:
                 continue

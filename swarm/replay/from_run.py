@@ -29,7 +29,7 @@ from swarm.workload import AgentPlan, Workload, WorkloadSpec
 COLUMNS = [
     "target", "agent_id", "profile", "topology", "session_id", "node", "parent_nodes", "depth", "branch",
     "role", "system_prompt_id", "request_id", "scheduled_ns", "sent_ns", "e2e_ns", "max_tokens",
-    "completion_tokens", "prompt_tokens", "prompt_tokens_est", "block_hashes", "prompt_parts", "prompt_roles",
+    "completion_tokens", "prompt_tokens", "prompt_tokens_est", "block_hashes", "prompt_parts", "prompt_roles", "attempt",
 ]  # fmt: skip
 
 
@@ -89,7 +89,9 @@ def plan_from_run(run_dir: str, target: str | None = None) -> ReplayPlan:
         raise InputError(
             f"{run_dir}: no requests for target {chosen!r} (targets: {', '.join(targets) or 'none'})"
         )
-    rows = table.filter(pc.equal(table["target"], chosen)).to_pylist()
+    # a retry repeats its first attempt: the replay sends each request once (and retries by
+    # its own policy); traces written before the column existed have nulls there
+    rows = [r for r in table.filter(pc.equal(table["target"], chosen)).to_pylist() if not r["attempt"]]
     rows.sort(key=lambda r: (r["scheduled_ns"], r["request_id"]))
     if not rows:
         raise InputError(f"{run_dir}: the trace has no requests")
