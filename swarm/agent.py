@@ -32,8 +32,8 @@ from swarm.engines.client import EngineClient, EngineRequest
 from swarm.engines.dialects import ChatMessage
 from swarm.prefix import PrefixIndex, block_hashes
 from swarm.record import RequestIdentity, RequestRecord, Status
-from swarm.tokenizer import Tokenizer
 from swarm.retry import is_retryable, retry_delay_s, retry_request_id
+from swarm.tokenizer import Tokenizer
 from swarm.workload import AgentPlan, NodePlan
 
 log = logging.getLogger(__name__)

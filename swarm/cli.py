@@ -139,6 +139,7 @@ def probe(
         str | None, typer.Option(help="model name for the test requests (default: first served)")
     ] = None,
     api_key_env: Annotated[str | None, typer.Option(help="environment variable holding the API key")] = None,
+    api_key_file: Annotated[str | None, typer.Option(help="file holding the API key (first line)")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
 ) -> None:
     """Identify the engine at URL, its model, and whether it reports cached tokens."""
@@ -147,7 +148,9 @@ def probe(
 
     from swarm.engines.probe import probe as run_probe
 
-    result = asyncio.run(run_probe(url, engine=engine, model=model, api_key_env=api_key_env))
+    result = asyncio.run(
+        run_probe(url, engine=engine, model=model, api_key_env=api_key_env, api_key_file=api_key_file)
+    )
     if json_out:
         print(json.dumps(result.as_dict(), indent=2))
         return
@@ -204,6 +207,9 @@ def run(
         str | None, typer.Option(help="model name to request (default: the server's first)")
     ] = None,
     api_key_env: Annotated[str | None, typer.Option(help="environment variable holding the API key")] = None,
+    api_key_file: Annotated[
+        str | None, typer.Option(help="file holding the API key (first line); never pass a key as a flag")
+    ] = None,
     agents: Annotated[int | None, typer.Option(help="agent sessions (default 500)")] = None,
     profile: Annotated[
         str | None, typer.Option(help="agent profile name or YAML (default math_reasoner)")
@@ -258,6 +264,39 @@ def run(
         list[str] | None,
         typer.Option(help="extra flag for the embedded emulators, e.g. --emulator-arg=--cache-tokens=0"),
     ] = None,
+    retries: Annotated[
+        int | None,
+        typer.Option(help="retries of a failed call (default 0: failures are measured, not hidden)"),
+    ] = None,
+    retry_backoff: Annotated[
+        float | None, typer.Option(help="seconds before the first retry, doubling (Retry-After wins)")
+    ] = None,
+    on_failure: Annotated[
+        str | None,
+        typer.Option(help="abort_branch (default) or standin: carry on with the stand-in output"),
+    ] = None,
+    max_error_rate: Annotated[
+        float | None,
+        typer.Option(help="circuit breaker: stop a target when this share of recent requests failed (0-1)"),
+    ] = None,
+    error_window: Annotated[
+        int | None, typer.Option(help="requests the circuit breaker looks back over (default 100)")
+    ] = None,
+    first_token_timeout: Annotated[
+        float | None, typer.Option(help="seconds to the first token before a timeout (default 120)")
+    ] = None,
+    idle_timeout: Annotated[
+        float | None, typer.Option(help="longest silence mid-stream, seconds (default 60)")
+    ] = None,
+    request_timeout: Annotated[
+        float | None, typer.Option(help="a whole request, seconds (default 600)")
+    ] = None,
+    flush_interval: Annotated[
+        float | None,
+        typer.Option(
+            help="close a trace part at least this often, seconds: what a kill -9 can lose (default 10)"
+        ),
+    ] = None,
     progress: Annotated[bool, typer.Option(help="live progress display")] = True,
     json_out: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
 ) -> None:
@@ -275,10 +314,24 @@ def run(
     for key, value in (
         ("agents", agents), ("system_prompts", system_prompts), ("seed", seed), ("context", context),
         ("max_in_flight", max_in_flight), ("duration_s", duration), ("max_requests", max_requests),
-        ("tokenizer", tokenizer),
+        ("tokenizer", tokenizer), ("retries", retries), ("retry_backoff_s", retry_backoff),
+        ("on_failure", on_failure),
     ):  # fmt: skip
         if value is not None:
             workload[key] = value
+    timeouts = dict(data.get("timeouts") or {})
+    for key, value in (
+        ("first_token_s", first_token_timeout), ("idle_s", idle_timeout), ("total_s", request_timeout),
+    ):  # fmt: skip
+        if value is not None:
+            timeouts[key] = value
+    if timeouts:
+        data["timeouts"] = timeouts
+    for key, value in (
+        ("max_error_rate", max_error_rate), ("error_window", error_window), ("flush_interval_s", flush_interval),
+    ):  # fmt: skip
+        if value is not None:
+            data[key] = value
     if profile is not None or topology is not None:
         mix = list(workload.get("mix") or [{}])
         entry = dict(mix[0]) if len(mix) == 1 else {}
@@ -293,9 +346,9 @@ def run(
         workload["arrival"] = parse_arrival(arrival).model_dump()
     data["workload"] = workload
     if target:
-        data["targets"] = parse_targets(target, engine or [], dialect, model, api_key_env)
+        data["targets"] = parse_targets(target, engine or [], dialect, model, api_key_env, api_key_file)
     elif engine:
-        parse_targets([], engine, dialect, model, api_key_env)
+        parse_targets([], engine, dialect, model, api_key_env, api_key_file)
     if output is not None:
         data["output_dir"] = output
     if record_text:
@@ -371,6 +424,7 @@ def replay(
     ] = None,
     model: Annotated[str | None, typer.Option(help="model name to request")] = None,
     api_key_env: Annotated[str | None, typer.Option(help="environment variable holding the API key")] = None,
+    api_key_file: Annotated[str | None, typer.Option(help="file holding the API key (first line)")] = None,
     max_in_flight: Annotated[int, typer.Option(help="cap on requests in flight (0 = none)")] = 0,
     output: Annotated[str, typer.Option(help="folder (or URI) for run folders")] = "runs",
     record_text: Annotated[
@@ -388,7 +442,7 @@ def replay(
     code = replay_command(
         source=source, fmt=format, mode=mode, speed=speed, limit=limit, window=window, sample=sample, seed=seed,
         skip_bad_lines=skip_bad_lines, source_target=source_target, targets=target or [], engines=engine or [],
-        dialect=dialect, model=model, api_key_env=api_key_env, max_in_flight=max_in_flight, output=output,
+        dialect=dialect, model=model, api_key_env=api_key_env, api_key_file=api_key_file, max_in_flight=max_in_flight, output=output,
         record_text=record_text, emulator_args=emulator_arg or [], show_progress=progress and not json_out,
         json_out=json_out,
     )  # fmt: skip

@@ -125,6 +125,8 @@ def report_command(run_dir: str, html_path: Path | None, as_json: bool, slos: li
         print(json.dumps(without_timelines(report), indent=2, default=str))
         return
     console = Console()
+    for warning in report.get("warnings", []):
+        console.print(f"[bold yellow]warning:[/] {warning}")
     for table in report_tables(report):
         console.print(table)
 

@@ -55,6 +55,7 @@ class LiveView:
             "cache hit",
             "ideal",
             "queue p99",
+            "late",
         ):
             table.add_column(col, justify="right" if col != "target" else "left")
         now = time.monotonic()
@@ -82,8 +83,14 @@ class LiveView:
                 _fmt(None if snap["cache_hit_ratio"] is None else 100 * snap["cache_hit_ratio"], ".1f", "%"),
                 _fmt(None if snap["ideal_hit_ratio"] is None else 100 * snap["ideal_hit_ratio"], ".1f", "%"),
                 _fmt(snap["queue_p99_ms"], ".0f", " ms"),
+                Text(str(snap["late"]), style="bold yellow" if snap["late"] else ""),
             )
-        table.caption = "agents: done/started/total; cache hit: server-reported cached/prompt tokens; ideal: longest shared prefix"
+        table.caption = (
+            "agents: done/started/total; cache hit: server-reported cached/prompt tokens; ideal: longest "
+            "shared prefix; queue: sent minus scheduled; late: sent > 10 ms after due (the generator is behind)"
+        )
+        if any(st.late for _, st, _, _ in self.rows):
+            table.caption += "\n[bold yellow]the generator is behind its schedule: see late / queue p99[/]"
         return table
 
 
@@ -125,7 +132,12 @@ def summary_table(summary: dict[str, dict[str, Any]], emulated: set[str]) -> Tab
 
 
 def parse_targets(
-    targets: list[str], engines: list[str], dialect: str | None, model: str | None, api_key_env: str | None
+    targets: list[str],
+    engines: list[str],
+    dialect: str | None,
+    model: str | None,
+    api_key_env: str | None,
+    api_key_file: str | None = None,
 ) -> list[dict[str, Any]]:
     out = []
     if engines and len(engines) not in (1, len(targets)):
@@ -149,6 +161,7 @@ def parse_targets(
                 "dialect": dialect,
                 "model": model,
                 "api_key_env": api_key_env,
+                "api_key_file": api_key_file,
             }
         )
     return out
@@ -244,7 +257,8 @@ def detect_format(source: str) -> str:
 def replay_command(
     *, source: str, fmt: str | None, mode: str | None, speed: float, limit: int | None, window: str | None,
     sample: float | None, seed: int, skip_bad_lines: bool, source_target: str | None, targets: list[str],
-    engines: list[str], dialect: str | None, model: str | None, api_key_env: str | None, max_in_flight: int,
+    engines: list[str], dialect: str | None, model: str | None, api_key_env: str | None,
+    api_key_file: str | None = None, max_in_flight: int,
     output: str, record_text: bool, emulator_args: list[str], show_progress: bool, json_out: bool,
 ) -> int:  # fmt: skip
     import json
@@ -276,7 +290,9 @@ def replay_command(
             source, fmt, Filters(limit=limit, window=parse_window(window), sample=sample, seed=seed),
             skip_bad_lines=skip_bad_lines,
         )  # fmt: skip
-    target_specs = [TargetSpec(**t) for t in parse_targets(targets, engines, dialect, model, api_key_env)]
+    target_specs = [
+        TargetSpec(**t) for t in parse_targets(targets, engines, dialect, model, api_key_env, api_key_file)
+    ]
     console = Console(stderr=json_out, width=None if sys.stdout.isatty() else 160)
     for note in plan.notes:
         console.print(f"[yellow]{note}[/yellow]")

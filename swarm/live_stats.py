@@ -17,6 +17,8 @@ from swarm.record import RequestRecord, Status
 _MIN_NS = 10_000  # 10 us
 _GROWTH = 1.05
 _BUCKETS = 540  # 10 us * 1.05**540 ~ 2.7e11 ns
+#: A request sent this much after its scheduled time counts as late: the generator is behind.
+LATE_NS = 10_000_000
 
 
 @dataclass
@@ -61,6 +63,8 @@ class RunStats:
     completion_tokens: int = 0
     chunks: int = 0
     queue_ns_max: int = 0
+    #: requests sent more than LATE_NS after they were due (the client could not keep up)
+    late: int = 0
     ttft: LogHistogram = field(default_factory=LogHistogram)
     queue: LogHistogram = field(default_factory=LogHistogram)
 
@@ -71,6 +75,8 @@ class RunStats:
         self.chunks += len(r.chunk_ns)
         self.queue.add(max(r.queue_ns, 0))
         self.queue_ns_max = max(self.queue_ns_max, r.queue_ns)
+        if r.queue_ns > LATE_NS:
+            self.late += 1
         if r.status is Status.OK:
             if r.ttft_ns is not None:
                 self.ttft.add(r.ttft_ns)
@@ -89,7 +95,7 @@ class RunStats:
     def merge(self, other: RunStats) -> None:
         for name in (
             "requests", "in_flight", "agents_started", "agents_done", "prompt_tokens", "cached_tokens",
-            "prompt_tokens_est", "ideal_cached_tokens", "completion_tokens", "chunks",
+            "prompt_tokens_est", "ideal_cached_tokens", "completion_tokens", "chunks", "late",
         ):  # fmt: skip
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for k, v in other.by_status.items():
@@ -116,6 +122,7 @@ class RunStats:
             "ttft_p50_ms": ms(self.ttft.quantile_ns(0.5)),
             "ttft_p99_ms": ms(self.ttft.quantile_ns(0.99)),
             "queue_p99_ms": ms(self.queue.quantile_ns(0.99)),
+            "late": self.late,
             "cache_hit_ratio": self.cached_tokens / self.prompt_tokens if self.prompt_tokens else None,
             "ideal_hit_ratio": self.ideal_cached_tokens / self.prompt_tokens_est
             if self.prompt_tokens_est

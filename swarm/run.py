@@ -25,16 +25,17 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from swarm import __version__
+from swarm.breaker import CircuitBreaker
 from swarm.catalog import Catalog
-from swarm.engines.client import Timeouts, api_key_from_env, normalise_base_url, redact_url
+from swarm.engines.client import Timeouts, normalise_base_url, read_api_key, redact_url
 from swarm.engines.profiles import get_profile
 from swarm.errors import InputError
 from swarm.live_stats import RunStats
 from swarm.record import RequestRecord
-from swarm.runner import ResolvedTarget, TargetOutcome, run_agents
+from swarm.runner import Halt, ResolvedTarget, TargetOutcome, run_agents
 from swarm.server_metrics import ServerMetricsScraper, write_server_metrics
 from swarm.trace.manifest import RunManifest, RunStatus, TargetInfo, WorkerInfo, new_run_id, versions
-from swarm.trace.sink import ParquetTraceSink, TraceSink
+from swarm.trace.sink import ParquetTraceSink, TraceSink, TraceWriteError
 from swarm.trace.storage import RunStorage
 from swarm.workload import Workload, WorkloadSpec
 
@@ -50,14 +51,16 @@ class TargetSpec(BaseModel):
     dialect: str | None = Field(default=None, description="API dialect; the engine's default when absent")
     model: str | None = Field(default=None, description="model name; the server's first when absent")
     api_key_env: str | None = Field(default=None, description="environment variable holding the API key")
+    api_key_file: str | None = Field(default=None, description="file holding the API key (its first line)")
 
 
 class TimeoutSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    connect_s: float | None = Field(default=10.0, gt=0)
-    first_token_s: float | None = Field(default=120.0, gt=0)
-    total_s: float | None = Field(default=600.0, gt=0)
+    connect_s: float | None = Field(default=10.0, gt=0, description="connecting, seconds")
+    first_token_s: float | None = Field(default=120.0, gt=0, description="from sending to the first token")
+    total_s: float | None = Field(default=600.0, gt=0, description="a whole request")
+    idle_s: float | None = Field(default=60.0, gt=0, description="longest silence mid-stream")
 
 
 class RunSpec(BaseModel):
@@ -82,6 +85,17 @@ class RunSpec(BaseModel):
         description="Ray workers write their Parquet parts to output_dir themselves (shared storage)",
     )
     timeouts: TimeoutSpec = Field(default_factory=TimeoutSpec)
+    max_error_rate: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="circuit breaker: stop sending to a target when this share of the last "
+        "error_window requests failed (the reason goes to the manifest); off when absent",
+    )
+    error_window: int = Field(default=100, ge=1, description="requests the circuit breaker looks back over")
+    flush_interval_s: float = Field(
+        default=10.0, gt=0, description="trace parts are closed at least this often: what a kill -9 can lose"
+    )
     emulator_args: list[str] = Field(
         default_factory=list, description="extra `swarm emulate` flags for the embedded emulators"
     )
@@ -101,6 +115,7 @@ class Executor(Protocol):
         timeouts: Timeouts,
         storage: RunStorage,
         keep_text: bool,
+        breaker: CircuitBreaker | None = None,
     ) -> TargetOutcome: ...
 
     def __enter__(self) -> Any: ...
@@ -127,10 +142,16 @@ class InProcessExecutor:
         timeouts: Timeouts,
         storage: RunStorage,
         keep_text: bool,
+        breaker: CircuitBreaker | None = None,
     ) -> TargetOutcome:
+        halt = Halt()
+
         def on_record(record: RequestRecord) -> None:
-            sink.write(record)
-            sink.maybe_rotate()
+            try:
+                sink.write(record)
+                sink.maybe_rotate()
+            except TraceWriteError as exc:
+                halt.trip(str(exc))
 
         async def main(stop: asyncio.Event) -> TargetOutcome:
             return await run_agents(
@@ -143,6 +164,8 @@ class InProcessExecutor:
                 timeouts=timeouts,
                 stop=stop,
                 record_text=keep_text,
+                halt=halt,
+                breaker=breaker,
             )
 
         outcome: TargetOutcome = run_async_with_signals(main)
@@ -172,7 +195,14 @@ def resolve_target(spec: TargetSpec) -> ResolvedTarget:
 
     url = normalise_base_url(spec.url)
     result = asyncio.run(
-        probe(url, engine=spec.engine, model=spec.model, api_key_env=spec.api_key_env, send_requests=False)
+        probe(
+            url,
+            engine=spec.engine,
+            model=spec.model,
+            api_key_env=spec.api_key_env,
+            api_key_file=spec.api_key_file,
+            send_requests=False,
+        )
     )
     engine = spec.engine or result.engine
     if engine is None:
@@ -188,6 +218,7 @@ def resolve_target(spec: TargetSpec) -> ResolvedTarget:
         dialect=dialect,
         model=spec.model or result.model or "default",
         api_key_env=spec.api_key_env,
+        api_key_file=spec.api_key_file,
         emulated=result.emulator,
         server_info={
             "version": result.server_version,
@@ -231,7 +262,7 @@ def _scraper_for(target: ResolvedTarget, interval_s: float) -> ServerMetricsScra
     path = get_profile(target.engine).metrics_path
     if not path or interval_s <= 0:
         return None
-    key = api_key_from_env(target.api_key_env)
+    key = read_api_key(target.api_key_env, target.api_key_file)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     return ServerMetricsScraper(
         target=target.name, engine=target.engine, url=target.url.rstrip("/") + path,
@@ -250,6 +281,7 @@ def run_on_targets(
     context: contextlib.AbstractContextManager[Any] | None = None,
     on_target_start: Callable[[ResolvedTarget, RunStats], None] | None = None,
     metrics_interval_s: float = 1.0,
+    flush_interval_s: float = 10.0,
 ) -> RunResult:
     """The frame of every run: resolve targets (or start the emulators), create the run folder
     and manifest, call ``send`` once per target with a fresh sink, and finish the manifest with
@@ -280,6 +312,7 @@ def run_on_targets(
                     model=t.model,
                     emulated=t.emulated,
                     api_key_env=t.api_key_env,
+                    api_key_file=t.api_key_file,
                     server_info=t.server_info or {},
                 )
                 for t in targets
@@ -297,7 +330,10 @@ def run_on_targets(
                 stats = RunStats()
                 if on_target_start is not None:
                     on_target_start(target, stats)
-                sink = ParquetTraceSink(storage, writer=_safe_name(target.name), keep_text=record_text)
+                sink = ParquetTraceSink(
+                    storage, writer=_safe_name(target.name), keep_text=record_text,
+                    flush_interval_s=flush_interval_s,
+                )  # fmt: skip
                 scraper = _scraper_for(target, metrics_interval_s)
                 if scraper is not None:
                     scrapers.append(scraper.start())
@@ -307,10 +343,21 @@ def run_on_targets(
                 finally:
                     if scraper is not None:
                         scraper.stop()
-                    sink.close()
+                    try:
+                        sink.close()
+                    except TraceWriteError as exc:
+                        log.error("%s", exc)
                     for k, v in stats.by_status.items():
                         manifest.counts[k] = manifest.counts.get(k, 0) + v
+                    lost = sink.rows_lost if isinstance(sink, ParquetTraceSink) else 0
+                    manifest.records_lost += lost
                     manifest.write(storage)
+                if stats.late:
+                    log.warning(
+                        "target %s: %d of %d requests were sent more than 10 ms after their scheduled "
+                        "time: the generator could not keep its schedule (queue_ns in the trace)",
+                        target.name, stats.late, stats.requests,
+                    )  # fmt: skip
                 log.info(
                     "target %s: %d requests in %.1f s",
                     target.name,
@@ -325,6 +372,14 @@ def run_on_targets(
                     reasons.append(
                         f"target {target.name}: worker(s) {', '.join(str(w['worker']) for w in dead)} died; {cut} sessions cut"
                     )
+                if lost or (isinstance(sink, ParquetTraceSink) and sink.failure):
+                    status = RunStatus.FAILED
+                    failure = sink.failure if isinstance(sink, ParquetTraceSink) else None
+                    reasons.append(f"target {target.name}: {failure}; {lost} records not written")
+                    break
+                if outcome.halt_reason:
+                    status = RunStatus.STOPPED if status is RunStatus.COMPLETE else status
+                    reasons.append(f"target {target.name}: {outcome.halt_reason}")
                 if outcome.interrupted:
                     status = RunStatus.INTERRUPTED
                     reasons.append("interrupted by a signal")
@@ -359,12 +414,16 @@ def execute_run(
     """Run ``spec``; returns the run folder and its final manifest."""
     workload = Workload(spec.workload, catalog)  # validates profiles and topologies first
     chosen = executor or make_executor(spec)
-    timeouts = Timeouts(spec.timeouts.connect_s, spec.timeouts.first_token_s, spec.timeouts.total_s)
+    t = spec.timeouts
+    timeouts = Timeouts(t.connect_s, t.first_token_s, t.total_s, t.idle_s)
 
     def send(
         target: ResolvedTarget, sink: TraceSink, stats: RunStats, run_id: str, storage: RunStorage
     ) -> TargetOutcome:
-        return chosen.run_target(workload, target, sink, stats, run_id, timeouts, storage, spec.record_text)
+        breaker = CircuitBreaker(spec.max_error_rate, spec.error_window) if spec.max_error_rate else None
+        return chosen.run_target(
+            workload, target, sink, stats, run_id, timeouts, storage, spec.record_text, breaker
+        )
 
     return run_on_targets(
         spec.targets,
@@ -379,6 +438,7 @@ def execute_run(
         send=send,
         context=chosen,
         on_target_start=on_target_start,
+        flush_interval_s=spec.flush_interval_s,
     )
 
 

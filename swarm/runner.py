@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from swarm.agent import AgentEnv, AgentRun, RequestGate
-from swarm.engines.client import HttpEngineClient, Timeouts, open_http_session
+from swarm.breaker import CircuitBreaker
+from swarm.engines.client import HttpEngineClient, Timeouts, open_http_session, read_api_key
 from swarm.engines.profiles import get_profile
 from swarm.live_stats import RunStats
 from swarm.prefix import PrefixIndex
@@ -38,6 +39,7 @@ class ResolvedTarget:
     dialect: str
     model: str
     api_key_env: str | None = None
+    api_key_file: str | None = None
     emulated: bool = False
     server_info: dict[str, Any] | None = None
 
@@ -51,6 +53,34 @@ class TargetOutcome:
     interrupted: bool
     #: per-worker facts for the manifest (cluster executors)
     workers: list[dict[str, Any]] = field(default_factory=list)
+    #: why the run stopped early on its own (circuit breaker, trace not writable); None if not
+    halt_reason: str | None = None
+    #: records made but not written (the trace could not be written)
+    records_lost: int = 0
+
+
+class Halt:
+    """A reason to stop a target's run early, raised from inside its loop: the circuit breaker
+    tripped, or the trace cannot be written. The first reason wins. ``run_agents`` stops new
+    requests and cancels those in flight when it trips (like an interrupt, but not one)."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self._event: asyncio.Event | None = None
+
+    def trip(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+            log.error("stopping the run: %s", reason)
+            if self._event is not None:
+                self._event.set()
+
+    async def wait(self) -> None:
+        if self._event is None:
+            self._event = asyncio.Event()
+        if self.reason is not None:
+            return
+        await self._event.wait()
 
 
 async def run_agents(
@@ -71,6 +101,8 @@ async def run_agents(
     seed_shared_prefixes: bool = False,
     measure_send_stamps: bool = False,
     record_text: bool = True,
+    halt: Halt | None = None,
+    breaker: CircuitBreaker | None = None,
 ) -> TargetOutcome:
     """Run the given agents of ``workload`` against ``target``; returns when all have ended.
 
@@ -78,7 +110,8 @@ async def run_agents(
     starts at ``start + offset_i``. ``wall_at`` (perf ns to wall ns) and ``wall_clock`` give
     the wall clock of ``scheduled_ns`` and ``sent_ns``; a cluster worker passes its clock
     shifted onto the driver's. Setting ``stop`` stops new requests and cancels those in
-    flight (their records say ``cancelled``). ``seed_shared_prefixes`` counts the prefixes
+    flight (their records say ``cancelled``); tripping ``halt`` does the same with a reason
+    (``breaker``, fed with every record, trips it). ``seed_shared_prefixes`` counts the prefixes
     sessions share (system prompts) as already sent, for ``ideal_cached_tokens_est`` on a
     worker that runs only some of the sessions.
     """
@@ -91,9 +124,15 @@ async def run_agents(
         deadline = time.monotonic() + (start - time.perf_counter_ns()) / 1e9 + spec.duration_s
     gate = RequestGate(spec.max_in_flight, spec.max_requests, deadline)
 
+    halt = halt if halt is not None else Halt()
+
     def record_and_count(record: RequestRecord) -> None:
         stats.add(record)
         on_record(record)
+        if breaker is not None:
+            reason = breaker.observe(record.status.value)
+            if reason is not None:
+                halt.trip(reason)
 
     # Everything alive before the agents start (modules, the workload) is left out of the
     # garbage collector's passes while they run, and put back at the end: a full pass over it
@@ -109,8 +148,9 @@ async def run_agents(
                 dialect=target.dialect,
                 model=target.model,
                 timeouts=timeouts,
-                api_key_env=None if api_key else target.api_key_env,
-                api_key=api_key,
+                api_key=api_key
+                if api_key is not None
+                else read_api_key(target.api_key_env, target.api_key_file),
                 wall_clock=wall_clock or time.time_ns,
                 measure_send_stamps=measure_send_stamps,
             )
@@ -171,15 +211,18 @@ async def run_agents(
             launch = loop.create_task(launcher())
             interrupted = False
             waiter = loop.create_task(stop.wait()) if stop is not None else None
+            halted = loop.create_task(halt.wait())
             try:
                 while not launch.done() or tasks:
                     pending: set[asyncio.Future[Any]] = {launch, *tasks} if not launch.done() else set(tasks)
                     if waiter is not None:
                         pending.add(waiter)
+                    pending.add(halted)
                     await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                    if waiter is not None and waiter.done():
-                        interrupted = True
-                        gate.stop("interrupted")
+                    stopping = waiter is not None and waiter.done()
+                    if stopping or halted.done():
+                        interrupted = stopping
+                        gate.stop("interrupted" if stopping else halt.reason or "halted")
                         launch.cancel()
                         for t in list(tasks):
                             t.cancel()
@@ -187,6 +230,7 @@ async def run_agents(
                         break
             finally:
                 sampler.cancel()
+                halted.cancel()
                 if waiter is not None:
                     waiter.cancel()
             stats.in_flight = 0
@@ -196,6 +240,7 @@ async def run_agents(
                 agents_finished=finished,
                 stop_reason=gate.stop_reason,
                 interrupted=interrupted,
+                halt_reason=halt.reason,
             )
 
     finally:

@@ -75,7 +75,10 @@ class WorkloadSpec(BaseModel):
         "must not hide failures",
     )
     retry_backoff_s: float = Field(
-        default=0.5, ge=0, le=600, description="wait before retry k: this times 2**(k-1), or the 429/503's Retry-After"
+        default=0.5,
+        ge=0,
+        le=600,
+        description="wait before retry k: this times 2**(k-1), or the 429/503's Retry-After",
     )
     on_failure: Literal["abort_branch", "standin"] = Field(
         default="abort_branch",

@@ -208,12 +208,7 @@ def render_html(run: LoadedRun, report: dict[str, Any]) -> str:
             f"Targets {', '.join(emulated)} are swarm's built-in emulator, not a real engine: its figures "
             "describe a model of an engine on this machine."
         )
-    if info.get("unfinished_parts"):
-        notes.append(f"{info['unfinished_parts']} trace part(s) were left unfinished and are not included.")
-    if info.get("status") != "complete":
-        notes.append(
-            f"Run status: {info.get('status')} ({info.get('status_reason') or 'no reason recorded'})."
-        )
+    notes += [w[:1].upper() + w[1:] + "." for w in report.get("warnings", [])]
     breakdown_html = []
     for n in names:
         for key, rows in report["targets"][n]["breakdowns"].items():

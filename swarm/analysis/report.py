@@ -37,6 +37,8 @@ class LoadedRun:
     requests: pa.Table
     server: pa.Table | None
     unfinished_parts: int
+    #: bytes of the unfinished parts (rows a killed process had not yet closed into a part)
+    unfinished_bytes: int = 0
 
     def targets(self) -> list[str]:
         named = [t.name for t in self.manifest.targets]
@@ -52,13 +54,62 @@ def load_run(run_dir: RunLocation) -> LoadedRun:
     storage = as_storage(run_dir)
     if not storage.exists("manifest.json"):
         raise FileNotFoundError(f"{storage.path('manifest.json')}: no manifest (is this a run directory?)")
+    torn = unfinished_parts(storage) if storage.exists("requests") else []
     return LoadedRun(
         location=str(storage.path()),
         manifest=RunManifest.read(storage),
         requests=read_requests(storage, columns=COLUMNS),
         server=read_server_metrics(storage),
-        unfinished_parts=len(unfinished_parts(storage)),
+        unfinished_parts=len(torn),
+        unfinished_bytes=sum(_size(storage, p) for p in torn),
     )
+
+
+def _size(storage: Any, path: Any) -> int:
+    try:
+        return int(storage.fs.get_file_info(str(path)).size or 0)
+    except OSError:
+        return 0
+
+
+#: Client queue p99 above this says the generator could not keep its schedule.
+LATE_QUEUE_P99_MS = 10.0
+
+
+def run_warnings(run: LoadedRun, report: dict[str, Any]) -> list[str]:
+    """What a reader of the figures must know first: a run that did not finish, rows lost,
+    requests that failed, a generator that fell behind its schedule."""
+    mf = run.manifest
+    out: list[str] = []
+    if mf.status.value == "running":
+        out.append(
+            "the run never finished (its manifest still says running): the process was killed or "
+            "crashed; the trace holds what was closed into parts before that"
+        )
+    elif mf.status.value != "complete":
+        out.append(f"run {mf.status.value}: {mf.status_reason or 'no reason recorded'}")
+    if run.unfinished_parts:
+        out.append(
+            f"{run.unfinished_parts} unfinished trace part(s) ({run.unfinished_bytes:,} bytes) are left "
+            "out: their writer stopped before closing them, and their rows are lost (at most one flush "
+            "interval of requests per writer)"
+        )
+    if mf.records_lost:
+        out.append(f"{mf.records_lost} requests were made but could not be written to the trace")
+    for name, entry in report["targets"].items():
+        fig = entry["figures"]
+        failed = fig["requests"] - fig["ok"]
+        if failed:
+            kinds = ", ".join(f"{k} {v}" for k, v in fig["errors"]["by_status"].items() if k != "ok")
+            out.append(f"{name}: {failed} of {fig['requests']} requests failed ({kinds})")
+        q99 = fig["queue_ms"]["p99"]
+        if q99 is not None and q99 > LATE_QUEUE_P99_MS:
+            out.append(
+                f"{name}: the generator fell behind its schedule: sends were late by {q99:.1f} ms at "
+                f"p99 (max {fig['queue_ms']['max']:.1f} ms); the load offered was lower than asked "
+                "(queue_ns: sent minus scheduled)"
+            )
+    return out
 
 
 def workload_identity(manifest: RunManifest) -> dict[str, Any]:
@@ -111,6 +162,7 @@ def build_report(run: LoadedRun, slo: m.SLO | None = None) -> dict[str, Any]:
                 start = int(pc.min(rows["sent_ns"]).as_py()) if rows.num_rows else None
                 entry["server"] = target_figures(samples, start)
         report["targets"][name] = entry
+    report["warnings"] = run_warnings(run, report)
     return report
 
 

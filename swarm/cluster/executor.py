@@ -16,6 +16,9 @@ Place in the map (DESIGN.md, "Ray"): implements the Executor protocol of ``swarm
    goes on with the others; everything drained before the death is in the trace.
 5. SIGINT / SIGTERM: workers stop sending and cancel in-flight requests (recorded as
    ``cancelled``); the driver drains what is left and reports the run interrupted.
+6. The circuit breaker (``--max-error-rate``) sees every drained record's status at the driver,
+   so it judges the target over all workers; when it trips, or when the trace cannot be
+   written, the workers are stopped as for a signal and the reason is the outcome's.
 """
 
 from __future__ import annotations
@@ -28,12 +31,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from swarm.breaker import CircuitBreaker
 from swarm.cluster.worker import SwarmWorker, WorkerPayload
-from swarm.engines.client import Timeouts, api_key_from_env
+from swarm.engines.client import Timeouts, read_api_key
 from swarm.errors import InputError
 from swarm.live_stats import RunStats
 from swarm.runner import ResolvedTarget, TargetOutcome
-from swarm.trace.sink import TraceSink
+from swarm.trace.sink import TraceSink, TraceWriteError
 from swarm.trace.storage import RunStorage
 from swarm.workload import Workload, partition
 
@@ -135,6 +139,7 @@ class RayExecutor:
         timeouts: Timeouts,
         storage: RunStorage,
         keep_text: bool,
+        breaker: CircuitBreaker | None = None,
     ) -> TargetOutcome:
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError
@@ -162,7 +167,7 @@ class RayExecutor:
         )
         actors: list[Any] = [actor_cls.remote(i, payload) for i in range(n)]
         self.actors = actors
-        key = api_key_from_env(target.api_key_env)
+        key = read_api_key(target.api_key_env, target.api_key_file)
         ray.get([a.set_api_key.remote(key) for a in actors])
         infos: list[dict[str, Any]] = ray.get([a.describe.remote() for a in actors])
         offsets = [measure_offset(a) for a in actors]
@@ -179,6 +184,7 @@ class RayExecutor:
         outcomes: dict[int, dict[str, Any]] = {}
         stop_requested = False
         stop_sent = False
+        halt_reason: str | None = None
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
             nonlocal stop_requested
@@ -195,6 +201,7 @@ class RayExecutor:
                 log.warning("worker %d died: %s", i, why)
 
         def drain_all() -> None:
+            nonlocal halt_reason
             refs = {actors[i].drain.remote(): i for i in sorted(alive)}
             for ref, i in refs.items():
                 try:
@@ -206,8 +213,13 @@ class RayExecutor:
                     log.warning("worker %d did not answer a drain within 60 s", i)
                     continue
                 if batch is not None and batch.num_rows:
-                    sink.write_batch(batch)
+                    try:
+                        sink.write_batch(batch)
+                    except TraceWriteError as exc:
+                        halt_reason = halt_reason or str(exc)
                     infos[i]["requests"] += batch.num_rows
+                    if breaker is not None and halt_reason is None:
+                        halt_reason = breaker.observe_many(batch.column("status").to_pylist())
                 latest[i] = wstats
             merged = RunStats()
             for s in latest.values():
@@ -217,8 +229,10 @@ class RayExecutor:
         try:
             pending = dict(runs)
             while pending:
-                if stop_requested and not stop_sent:
+                if (stop_requested or halt_reason is not None) and not stop_sent:
                     stop_sent = True
+                    if halt_reason is not None:
+                        log.error("stopping the run: %s", halt_reason)
                     for i in alive:
                         actors[i].stop.remote()
                 ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=self.poll_s)
@@ -242,14 +256,19 @@ class RayExecutor:
         for i, out in outcomes.items():
             infos[i]["peak_rss_bytes"] = int(out.get("peak_rss_bytes", 0))
             infos[i]["start_rss_bytes"] = int(out.get("start_rss_bytes", 0))
-        interrupted = stop_requested or any(o.get("interrupted") for o in outcomes.values())
+        interrupted = stop_requested or (
+            halt_reason is None and any(o.get("interrupted") for o in outcomes.values())
+        )
         return TargetOutcome(
             requests=sum(int(o.get("requests", 0)) for o in outcomes.values()),
             agents_started=stats.agents_started,
             agents_finished=stats.agents_done,
             stop_reason="interrupted"
             if interrupted
+            else halt_reason
+            if halt_reason is not None and not stop_requested
             else next((o["stop_reason"] for o in outcomes.values() if o.get("stop_reason")), None),
             interrupted=interrupted,
             workers=infos,
+            halt_reason=halt_reason,
         )

@@ -77,7 +77,9 @@ class FaultSpec(BaseModel):
     http_500: float = Field(default=0.0, ge=0, le=1, description="share of requests answered 500")
     http_503: float = Field(default=0.0, ge=0, le=1, description="share of requests answered 503")
     http_429: float = Field(default=0.0, ge=0, le=1, description="share answered 429 with Retry-After")
-    slow_headers: float = Field(default=0.0, ge=0, le=1, description="share whose headers wait slow_headers_s")
+    slow_headers: float = Field(
+        default=0.0, ge=0, le=1, description="share whose headers wait slow_headers_s"
+    )
     stall_first: float = Field(default=0.0, ge=0, le=1, description="share stalled stall_s before token 1")
     stall_mid: float = Field(default=0.0, ge=0, le=1, description="share stalled stall_s mid-stream")
     cut: float = Field(default=0.0, ge=0, le=1, description="share whose connection is cut mid-stream")
@@ -174,7 +176,9 @@ class FaultInjector:
             for kind in REQUEST_KINDS:
                 edge += getattr(self.spec, kind)
                 if u < edge:
-                    if (not stream and kind in STREAM_ONLY_KINDS) or (kinds is not None and kind not in kinds):
+                    if (not stream and kind in STREAM_ONLY_KINDS) or (
+                        kinds is not None and kind not in kinds
+                    ):
                         return None
                     self.injected[kind] += 1
                     return kind

@@ -91,18 +91,23 @@ class _Handlers:
         self.faults = faults
 
     async def _fault(
-        self, body: dict[str, Any], kinds: frozenset[str] | None = None
+        self, request: web.Request, body: dict[str, Any], kinds: frozenset[str] | None = None
     ) -> tuple[str | None, web.Response | None]:
         """The fault drawn for this request, and the response that replaces it when the fault
-        is an error status. Slow headers are waited out here."""
+        is an error status. Slow headers are waited out here. A 500 echoes the request's
+        Authorization header, as some proxies do, so tests can check the client redacts it."""
         if self.faults is None:
             return None, None
         kind = self.faults.draw(stream=bool(body.get("stream")), kinds=kinds)
         spec = self.faults.spec
         if kind == "http_500":
-            return kind, _json(error_body("injected fault: internal server error", 500, "InternalServerError"), 500)
+            return kind, _json(
+                error_body("injected fault: internal server error", 500, "InternalServerError"), 500
+            )
         if kind == "http_503":
-            return kind, _json(error_body("injected fault: service unavailable", 503, "ServiceUnavailableError"), 503)
+            return kind, _json(
+                error_body("injected fault: service unavailable", 503, "ServiceUnavailableError"), 503
+            )
         if kind == "http_429":
             resp = _json(error_body("injected fault: too many requests", 429, "RateLimitError"), 429)
             resp.headers["Retry-After"] = str(spec.retry_after_s)
@@ -147,7 +152,7 @@ class _Handlers:
         refused = self._check_fields(body, TRTLLM_CHAT_FIELDS)
         if refused:
             return refused
-        fault, replaced = await self._fault(body)
+        fault, replaced = await self._fault(request, body)
         if replaced is not None:
             return replaced
         messages = body.get("messages")
@@ -167,7 +172,7 @@ class _Handlers:
         refused = self._check_fields(body, TRTLLM_COMPLETION_FIELDS)
         if refused:
             return refused
-        fault, replaced = await self._fault(body)
+        fault, replaced = await self._fault(request, body)
         if replaced is not None:
             return replaced
         prompt = body.get("prompt")
@@ -179,7 +184,13 @@ class _Handlers:
         return await self._openai(request, body, gen, chat=False, fault=fault)
 
     async def _openai(
-        self, request: web.Request, body: dict[str, Any], gen: Generation, *, chat: bool, fault: str | None = None
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        gen: Generation,
+        *,
+        chat: bool,
+        fault: str | None = None,
     ) -> web.StreamResponse:
         cfg = self.config
         spec = self.faults.spec if self.faults is not None else None
@@ -302,7 +313,7 @@ class _Handlers:
             return _bad("sampling_params must be an object")
         # the native API gets the error statuses and slow headers; the stream faults are
         # injected on the OpenAI endpoints only
-        _, replaced = await self._fault(body, kinds=_NATIVE_FAULTS)
+        _, replaced = await self._fault(request, body, kinds=_NATIVE_FAULTS)
         if replaced is not None:
             return replaced
         gen = self._submit(tokenize(text), params.get("max_new_tokens"))
@@ -434,8 +445,10 @@ def build_app(config: EmulatorConfig, faults: FaultInjector | None = None) -> we
     ``faults`` overrides the injector built from ``config.faults`` (a test keeps a handle)."""
     app = web.Application(middlewares=[_label], client_max_size=64 * 1024 * 1024)
     app[_CONFIG_KEY] = config
-    app[_FAULTS_KEY] = faults if faults is not None else (
-        FaultInjector(config.faults) if config.faults is not None and config.faults.active else None
+    app[_FAULTS_KEY] = (
+        faults
+        if faults is not None
+        else (FaultInjector(config.faults) if config.faults is not None and config.faults.active else None)
     )
 
     async def on_startup(app: web.Application) -> None:
@@ -486,7 +499,10 @@ class _Reset(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        transport.abort()
+        if isinstance(transport, asyncio.Transport):
+            transport.abort()
+        else:
+            transport.close()
 
 
 class _FaultySite(web.TCPSite):

@@ -48,6 +48,7 @@ from swarm.engines.profiles import EngineProfile, check_dialect
 from swarm.engines.sse import SSEError, SSEParser
 from swarm.errors import InputError
 from swarm.record import RequestIdentity, RequestRecord, Status, truncate_error
+from swarm.redact import REDACTED, redact, register_secret
 
 log = logging.getLogger(__name__)
 
@@ -207,6 +208,33 @@ def api_key_from_env(variable: str | None) -> str | None:
     return value
 
 
+def api_key_from_file(path: str | None) -> str | None:
+    """Read the API key from a file (its first line, stripped). Errors name the file, never
+    its content."""
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = f.readline().strip()
+    except FileNotFoundError:
+        raise InputError(f"API key file {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"API key file {path}: cannot read it ({type(exc).__name__})") from None
+    if not value:
+        raise InputError(f"API key file {path} is empty")
+    return value
+
+
+def read_api_key(env: str | None = None, file: str | None = None) -> str | None:
+    """The API key of a target: from the environment variable ``env`` or the file ``file``
+    (never from a flag's value, so it stays out of shell history and process lists)."""
+    if env and file:
+        raise InputError("give the API key by --api-key-env or --api-key-file, not both")
+    key = api_key_from_env(env) if env else api_key_from_file(file)
+    register_secret(key)
+    return key
+
+
 _TAG = re.compile(r"<[^>]+>")
 _SPACE = re.compile(r"\s+")
 
@@ -348,6 +376,7 @@ class HttpEngineClient:
         self.url = self.base_url + PATHS[self.dialect]
         self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         key = api_key or api_key_from_env(api_key_env)
+        register_secret(key)
         if key:
             self._headers["Authorization"] = f"Bearer {key}"
             self._secret: str | None = key
@@ -355,9 +384,10 @@ class HttpEngineClient:
             self._secret = None
 
     def _scrub(self, text: str) -> str:
+        """An error text fit for a record: every known secret redacted, then truncated."""
         if self._secret and self._secret in text:
-            text = text.replace(self._secret, "[REDACTED]")
-        return truncate_error(text)
+            text = text.replace(self._secret, REDACTED)
+        return truncate_error(redact(text))
 
     def encode(self, request: EngineRequest) -> bytes:
         """The request body as bytes; encode ahead of the send time with ``send(payload=...)``."""

@@ -20,9 +20,9 @@ import aiohttp
 from swarm.engines.client import (
     EngineRequest,
     HttpEngineClient,
-    api_key_from_env,
     normalise_base_url,
     open_http_session,
+    read_api_key,
     redact_url,
 )
 from swarm.engines.dialects import ChatMessage, loads
@@ -128,13 +128,14 @@ async def probe(
     engine: str | None = None,
     model: str | None = None,
     api_key_env: str | None = None,
+    api_key_file: str | None = None,
     send_requests: bool = True,
 ) -> ProbeResult:
     """Identify the server at ``url`` and test its cache reporting. Raises InputError if unreachable."""
     base = normalise_base_url(url)
     if engine is not None:
         get_profile(engine)
-    key = api_key_from_env(api_key_env)
+    key = read_api_key(api_key_env, api_key_file)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     result = ProbeResult(url=redact_url(base), engine=None)
     async with open_http_session(max_connections=16, connect_timeout_s=5.0) as session:
@@ -185,7 +186,7 @@ async def probe(
                 f"no Prometheus metrics at {profile.metrics_path}: {profile.cache_report_hint}"
             )
         if send_requests:
-            await _cache_test(session, base, profile, model or result.model or "default", api_key_env, result)
+            await _cache_test(session, base, profile, model or result.model or "default", key, result)
     return result
 
 
@@ -194,12 +195,12 @@ async def _cache_test(
     base: str,
     profile: EngineProfile,
     model: str,
-    api_key_env: str | None,
+    api_key: str | None,
     result: ProbeResult,
 ) -> None:
     # Read usage as reported: absent cached tokens must show as absent here, even for SGLang.
     literal = dataclasses.replace(profile, cached_absent_means_zero=False)
-    client = HttpEngineClient(session, base, literal, model=model, api_key_env=api_key_env, target="probe")
+    client = HttpEngineClient(session, base, literal, model=model, api_key=api_key, target="probe")
     prefix = _prefix_text()
     records: list[RequestRecord] = []
     for question in ("first", "second"):

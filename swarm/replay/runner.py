@@ -19,7 +19,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from swarm.engines.client import EngineRequest, HttpEngineClient, Timeouts, open_http_session
+from swarm.engines.client import EngineRequest, HttpEngineClient, Timeouts, open_http_session, read_api_key
 from swarm.engines.dialects import ChatMessage
 from swarm.engines.profiles import get_profile
 from swarm.live_stats import RunStats
@@ -108,7 +108,7 @@ async def replay(
     async with open_http_session(connect_timeout_s=(timeouts or Timeouts()).connect_s) as session:
         client = HttpEngineClient(
             session, target.url, get_profile(target.engine), target=target.name, dialect=target.dialect,
-            model=target.model, timeouts=timeouts, api_key_env=target.api_key_env,
+            model=target.model, timeouts=timeouts, api_key=read_api_key(target.api_key_env, target.api_key_file),
         )  # fmt: skip
         replayer = _Replayer(
             plan, client, on_record, mode=mode, speed=speed, max_in_flight=max_in_flight, run_id=run_id,

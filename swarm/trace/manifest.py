@@ -29,6 +29,8 @@ class RunStatus(str, enum.Enum):
     COMPLETE = "complete"
     INTERRUPTED = "interrupted"
     FAILED = "failed"
+    #: ended early on its own: a target's circuit breaker tripped (see ``status_reason``)
+    STOPPED = "stopped"
 
 
 class TargetInfo(BaseModel):
@@ -43,6 +45,7 @@ class TargetInfo(BaseModel):
     model: str = Field(default="", description="model name sent in requests")
     emulated: bool = Field(default=False, description="true when the target is swarm's emulator")
     api_key_env: str | None = Field(default=None, description="name of the variable holding the key")
+    api_key_file: str | None = Field(default=None, description="path of the file holding the key")
     server_info: dict[str, Any] = Field(default_factory=dict, description="what the server said")
 
 
@@ -82,6 +85,9 @@ class RunManifest(BaseModel):
     targets: list[TargetInfo] = Field(default_factory=list)
     workers: list[WorkerInfo] = Field(default_factory=list)
     counts: dict[str, int] = Field(default_factory=dict, description="requests by status")
+    records_lost: int = Field(
+        default=0, description="requests made but not written to the trace (it could not be written)"
+    )
     parts: list[str] = Field(default_factory=list)
     server_metrics: str | None = Field(
         default=None, description="file of the targets' scraped Prometheus samples, if any were had"

@@ -36,6 +36,11 @@ PART_SUFFIX = ".parquet"
 INPROGRESS_SUFFIX = ".inprogress"
 
 
+class TraceWriteError(OSError):
+    """The trace could not be written (a full disk, a lost mount, permissions). Parts closed
+    before the failure stay complete and readable; the rows not written are counted."""
+
+
 class TraceSink(Protocol):
     """Where finished RequestRecords go."""
 
@@ -119,15 +124,25 @@ class ParquetTraceSink:
         self._part_rows_written = 0
         self._unclosed_since: float | None = None  # arrival of the oldest row not in a closed part
         self.rows_written = 0
+        #: rows handed to the sink that never reached a part (after a write failure)
+        self.rows_lost = 0
+        #: what went wrong, once writing failed; later writes are refused (and counted lost)
+        self.failure: str | None = None
         self.parts: list[str] = []
         self._closed = False
 
     # -- writing -----------------------------------------------------------------------------
 
     def write(self, record: RequestRecord) -> None:
-        """Buffer one record; writes a row group when the buffer is full."""
+        """Buffer one record; writes a row group when the buffer is full.
+
+        Raises TraceWriteError when the trace cannot be written (then and on every later call).
+        """
         if self._closed:
             raise RuntimeError("trace sink is closed")
+        if self.failure is not None:
+            self.rows_lost += 1
+            raise TraceWriteError(self.failure)
         _append(self._columns, record, self.keep_text)
         self._buffered += 1
         if self._unclosed_since is None:
@@ -139,6 +154,9 @@ class ParquetTraceSink:
         """Write an Arrow batch of the trace schema (e.g. shipped from a worker) as it is."""
         if self._closed:
             raise RuntimeError("trace sink is closed")
+        if self.failure is not None:
+            self.rows_lost += batch.num_rows
+            raise TraceWriteError(self.failure)
         if not batch.schema.equals(TRACE_SCHEMA, check_metadata=False):
             batch = batch.select(TRACE_SCHEMA.names).cast(TRACE_SCHEMA)
         self.flush()
@@ -156,14 +174,38 @@ class ParquetTraceSink:
             self._write_batch(batch)
 
     def _write_batch(self, batch: pa.RecordBatch) -> None:
-        if self._part_writer is None:
-            self._open_part()
-        assert self._part_writer is not None
-        self._part_writer.write_batch(batch)
+        try:
+            if self._part_writer is None:
+                self._open_part()
+            assert self._part_writer is not None
+            self._part_writer.write_batch(batch)
+        except OSError as exc:  # pyarrow's IO errors are OSErrors
+            self.rows_lost += batch.num_rows
+            self._fail(exc)
         self._part_rows_written += batch.num_rows
         self.rows_written += batch.num_rows
         if self._part_due():
             self._close_part()
+
+    def _fail(self, exc: OSError) -> None:
+        """Writing failed: drop the open part (its rows are lost; closed parts stay), refuse
+        further writes, and raise TraceWriteError naming the folder and the cause."""
+        lost_in_part = self._part_rows_written
+        if self._part_writer is not None:
+            try:
+                self._part_writer.close()
+            except OSError:
+                pass  # the part is torn whatever happens; what matters is said below
+            self._part_writer = None
+        self.rows_lost += lost_in_part + self._buffered
+        self.rows_written -= lost_in_part
+        self._columns = _empty_columns()
+        self._buffered = 0
+        self._part_rows_written = 0
+        where = self.storage.path(REQUESTS_DIR)
+        self.failure = f"cannot write the trace under {where}: {exc.strerror or exc}"
+        log.error("%s", self.failure)
+        raise TraceWriteError(exc.errno, self.failure) from exc
 
     def _part_due(self) -> bool:
         if self._part_rows_written >= self.part_rows:
@@ -201,9 +243,12 @@ class ParquetTraceSink:
 
     def _close_part(self) -> None:
         assert self._part_writer is not None and self._part_name is not None
-        self._part_writer.close()
         name = self._part_name
-        self.storage.move(f"{REQUESTS_DIR}/{name}{INPROGRESS_SUFFIX}", f"{REQUESTS_DIR}/{name}")
+        try:
+            self._part_writer.close()
+            self.storage.move(f"{REQUESTS_DIR}/{name}{INPROGRESS_SUFFIX}", f"{REQUESTS_DIR}/{name}")
+        except OSError as exc:
+            self._fail(exc)
         self.parts.append(name)
         log.debug("closed trace part %s (%d rows)", name, self._part_rows_written)
         self._part_writer = None
@@ -215,10 +260,12 @@ class ParquetTraceSink:
         if self._closed:
             return
         self._closed = True
+        if self.failure is not None:
+            return
         try:
             self.flush()
         finally:
-            if self._part_writer is not None:
+            if self._part_writer is not None and self.failure is None:
                 self._close_part()
 
     def __enter__(self) -> ParquetTraceSink:
