@@ -266,10 +266,14 @@ class _Handlers:
                 for word in words:
                     events.append(prefix + dumps(word if first else " " + word) + suffix)
                     first = False
-                await resp.write(b"".join(events))
                 before, sent = sent, sent + len(words)
                 if spec is not None and fault is not None and before < half <= sent:
+                    # the fault comes after exactly half the tokens, however they were batched
+                    await resp.write(b"".join(events[: half - before]))
                     await self._mid_stream_fault(request, resp, fault, spec, prefix)
+                    events = events[half - before :]
+                if events:
+                    await resp.write(b"".join(events))
         if fault == "no_done":
             await resp.write_eof()
             return resp
@@ -528,11 +532,15 @@ class _FaultySite(web.TCPSite):
 class RunningEmulator:
     """An emulator serving in the current event loop. ``await close()`` stops it."""
 
-    def __init__(self, runner: web.AppRunner, config: EmulatorConfig, port: int) -> None:
+    def __init__(
+        self, runner: web.AppRunner, config: EmulatorConfig, port: int, faults: FaultInjector | None = None
+    ) -> None:
         self._runner = runner
         self.config = config
         self.port = port
         self.url = f"http://{config.host}:{port}"
+        #: the fault injector (its counts), when faults are configured
+        self.faults = faults
 
     async def close(self) -> None:
         await self._runner.cleanup()
@@ -568,7 +576,7 @@ async def start_emulator(config: EmulatorConfig) -> RunningEmulator:
     for address in runner.addresses:  # the bound (host, port), also when port 0 was asked
         port = int(address[1])
         break
-    return RunningEmulator(runner, config, port)
+    return RunningEmulator(runner, config, port, faults if isinstance(faults, FaultInjector) else None)
 
 
 class EmulatorThread:

@@ -190,7 +190,7 @@ class ParquetTraceSink:
     def _fail(self, exc: OSError) -> None:
         """Writing failed: drop the open part (its rows are lost; closed parts stay), refuse
         further writes, and raise TraceWriteError naming the folder and the cause."""
-        lost_in_part = self._part_rows_written
+        lost_in_part = self._part_rows_written if self._part_writer is not None else 0
         if self._part_writer is not None:
             try:
                 self._part_writer.close()
@@ -251,6 +251,7 @@ class ParquetTraceSink:
             self._fail(exc)
         self.parts.append(name)
         log.debug("closed trace part %s (%d rows)", name, self._part_rows_written)
+        self._part_rows_written = 0
         self._part_writer = None
         self._part_name = None
         self._unclosed_since = self._clock() if self._buffered else None
