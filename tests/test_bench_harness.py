@@ -19,11 +19,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_bench_json_rows_have_the_tracked_fields() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "bench", "ingest", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "bench", "ingest", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     rows = json.loads(out.stdout)
-    assert rows and all(set(r) == {"case", "figure", "unit", "baseline", "ratio", "target", "met"} for r in rows)
+    assert rows and all(
+        set(r) == {"case", "figure", "unit", "baseline", "ratio", "target", "met"} for r in rows
+    )
     assert rows[0]["figure"] > 0 and isinstance(rows[0]["met"], bool)
 
 

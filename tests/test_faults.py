@@ -34,7 +34,11 @@ async def _send_with_fault(
             client = HttpEngineClient(session, emu.url, get_profile("sglang"), timeouts=SHORT)
             records = [
                 await client.send(
-                    EngineRequest(messages=(ChatMessage("user", "what is two and two"),), max_tokens=max_tokens, stream=stream)
+                    EngineRequest(
+                        messages=(ChatMessage("user", "what is two and two"),),
+                        max_tokens=max_tokens,
+                        stream=stream,
+                    )
                 )
                 for _ in range(sends)
             ]

@@ -52,7 +52,9 @@ def specs(tmp_path: Path) -> tuple[str, str]:
 def _run(
     url: str, out: Path, specs: tuple[str, str], *, agents: int = 6, **overrides: object
 ) -> tuple[RunManifest, list[dict[str, object]]]:
-    workload_fields = {k: overrides.pop(k) for k in ("retries", "retry_backoff_s", "on_failure") if k in overrides}
+    workload_fields = {
+        k: overrides.pop(k) for k in ("retries", "retry_backoff_s", "on_failure") if k in overrides
+    }
     spec = RunSpec(
         workload=WorkloadSpec(
             agents=agents,
@@ -90,7 +92,7 @@ def test_each_retry_is_its_own_row_linked_to_the_first(
     emulator: object, tmp_path: Path, specs: tuple[str, str]
 ) -> None:
     url = _faulty(emulator, "http_503=0.3,seed=1")
-    manifest, rows = _run(url, tmp_path, specs, retries=4, retry_backoff_s=0.01)
+    _, rows = _run(url, tmp_path, specs, retries=4, retry_backoff_s=0.01)
     by_id = {r["request_id"]: r for r in rows}
     assert len(by_id) == len(rows)
     retries = [r for r in rows if r["attempt"] > 0]
@@ -270,10 +272,9 @@ def test_report_says_when_the_generator_fell_behind(tmp_path: Path) -> None:
     assert len(late) == 1 and "late by 40.0 ms at p99" in late[0]
     stats = RunStats()
     for q in (5_000_000, 11_000_000, 40_000_000):
-        stats.add(
-            RequestRecord(
-                identity=RequestIdentity(), dialect="openai-chat", model="m", stream=True,
-                scheduled_ns=0, sent_ns=q, queue_ns=q, ttft_ns=1, e2e_ns=1, chunk_ns=(1,), status=Status.OK,
-            )  # fmt: skip
-        )
+        late = RequestRecord(
+            identity=RequestIdentity(), dialect="openai-chat", model="m", stream=True,
+            scheduled_ns=0, sent_ns=q, queue_ns=q, ttft_ns=1, e2e_ns=1, chunk_ns=(1,), status=Status.OK,
+        )  # fmt: skip
+        stats.add(late)
     assert stats.late == 2 and stats.snapshot()["late"] == 2
