@@ -62,6 +62,14 @@ def emulate(
             help="stamp each streamed content event with its send time (monotonic ns; for benchmarks)"
         ),
     ] = False,
+    exit_with_parent: Annotated[
+        bool,
+        typer.Option(
+            "--exit-with-parent",
+            hidden=True,
+            help="stop when the process that started this one is gone (swarm run's embedded emulators)",
+        ),
+    ] = False,
     faults: Annotated[
         str | None,
         typer.Option(
@@ -74,6 +82,7 @@ def emulate(
 ) -> None:
     """Serve an emulated engine (SGLang or TensorRT-LLM API) on loopback until Ctrl-C."""
     import asyncio
+    import os
     import signal
 
     from pydantic import ValidationError
@@ -121,10 +130,21 @@ def emulate(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, task.cancel)
+        parent = os.getppid()
+
+        async def watch_parent() -> None:  # a killed parent (kill -9) cannot stop us itself
+            while os.getppid() == parent:
+                await asyncio.sleep(0.5)
+            task.cancel()
+
+        watcher = loop.create_task(watch_parent()) if exit_with_parent else None
         try:
             await serve_forever(config, ready)
         except asyncio.CancelledError:
             pass
+        finally:
+            if watcher is not None:
+                watcher.cancel()
 
     asyncio.run(main())
 

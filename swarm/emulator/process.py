@@ -21,7 +21,7 @@ class EmulatorProcess:
     def __init__(self, args: list[str], startup_timeout_s: float = 60.0) -> None:
         self.args = args
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "swarm", "emulate", "--port", "0", *args],
+            [sys.executable, "-m", "swarm", "emulate", "--port", "0", "--exit-with-parent", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
