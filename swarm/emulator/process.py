@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 from swarm.errors import InputError
 
@@ -20,10 +21,13 @@ class EmulatorProcess:
 
     def __init__(self, args: list[str], startup_timeout_s: float = 60.0) -> None:
         self.args = args
+        # stderr goes to a file, not a pipe: nobody reads a pipe while the emulator runs, and a
+        # full one would block it
+        self._stderr = tempfile.TemporaryFile(mode="w+t")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "swarm", "emulate", "--port", "0", "--exit-with-parent", *args],
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=self._stderr,
             stdin=subprocess.DEVNULL,
             text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -33,8 +37,11 @@ class EmulatorProcess:
         line = self.proc.stdout.readline()
         match = re.search(r"listening on (http://\S+)", line)
         if not match:
-            err = self.proc.stderr.read() if self.proc.stderr else ""
             self.proc.kill()
+            self.proc.wait()
+            self._stderr.seek(0)
+            err = self._stderr.read()
+            self._stderr.close()
             raise InputError(f"the emulator did not start: {(line + err).strip()[:500]}")
         self.url = match.group(1)
 
@@ -46,9 +53,9 @@ class EmulatorProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        for stream in (self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                stream.close()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self._stderr.close()
 
     def __enter__(self) -> EmulatorProcess:
         return self

@@ -470,7 +470,12 @@ def build_app(config: EmulatorConfig, faults: FaultInjector | None = None) -> we
 
     def route(name: str) -> Any:
         async def call(request: web.Request) -> web.StreamResponse:
-            response: web.StreamResponse = await getattr(request.app[_HANDLERS_KEY], name)(request)
+            try:
+                response: web.StreamResponse = await getattr(request.app[_HANDLERS_KEY], name)(request)
+            except ConnectionError:
+                # the client went away mid-response (it timed out, or a fault cut it): end the
+                # handler as aiohttp does on a disconnect, without logging a traceback per request
+                raise asyncio.CancelledError from None
             return response
 
         return call

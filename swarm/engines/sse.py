@@ -25,15 +25,28 @@ class SSEParser:
     __slots__ = ("_data", "_max_line", "_tail")
 
     def __init__(self, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
-        self._tail = b""  # bytes of an unfinished line (may end with a lone CR)
+        self._tail: bytes | bytearray = b""  # an unfinished line (may end with a lone CR)
         self._data: list[bytes] = []  # data lines of the event being built
         self._max_line = max_line_bytes
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """Consume ``chunk``; return the payloads of every event completed by it."""
+        tail = self._tail
+        if tail:
+            if b"\n" not in chunk and b"\r" not in chunk:
+                # a line that goes on over many reads: grow it in place (joining it again on
+                # every read would copy a long line quadratically), and refuse one too long
+                if len(tail) + len(chunk) > self._max_line:
+                    self._tail = b""
+                    raise SSEError(f"event-stream line longer than {self._max_line} bytes")
+                if not isinstance(tail, bytearray):
+                    self._tail = tail = bytearray(tail)
+                tail += chunk
+                return []
+            chunk = (bytes(tail) if isinstance(tail, bytearray) else tail) + chunk
         if not self._data and b"\r" not in chunk:
-            return self._feed_blocks(self._tail + chunk if self._tail else chunk)
-        return self._feed_lines(self._tail + chunk if self._tail else chunk)
+            return self._feed_blocks(chunk)
+        return self._feed_lines(chunk)
 
     def _feed_blocks(self, buf: bytes) -> list[bytes]:
         """The common case, no event half-read and LF line ends: split at blank lines, and an
