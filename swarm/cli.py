@@ -311,6 +311,10 @@ def run(
     request_timeout: Annotated[
         float | None, typer.Option(help="a whole request, seconds (default 600)")
     ] = None,
+    metrics_interval: Annotated[
+        float | None,
+        typer.Option(help="scrape the targets' Prometheus metrics every N s; 0 = never (default 1)"),
+    ] = None,
     flush_interval: Annotated[
         float | None,
         typer.Option(
@@ -349,6 +353,7 @@ def run(
         data["timeouts"] = timeouts
     for key, value in (
         ("max_error_rate", max_error_rate), ("error_window", error_window), ("flush_interval_s", flush_interval),
+        ("metrics_interval_s", metrics_interval),
     ):  # fmt: skip
         if value is not None:
             data[key] = value

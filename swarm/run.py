@@ -93,6 +93,9 @@ class RunSpec(BaseModel):
         "error_window requests failed (the reason goes to the manifest); off when absent",
     )
     error_window: int = Field(default=100, ge=1, description="requests the circuit breaker looks back over")
+    metrics_interval_s: float = Field(
+        default=1.0, ge=0, description="scrape the targets' Prometheus metrics this often, seconds; 0: never"
+    )
     flush_interval_s: float = Field(
         default=10.0, gt=0, description="trace parts are closed at least this often: what a kill -9 can lose"
     )
@@ -439,6 +442,7 @@ def execute_run(
         context=chosen,
         on_target_start=on_target_start,
         flush_interval_s=spec.flush_interval_s,
+        metrics_interval_s=spec.metrics_interval_s,
     )
 
 

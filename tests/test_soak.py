@@ -4,9 +4,10 @@ What must hold: no run-level crash; every request the emulator saw (and every co
 refused) is in the trace exactly once, with the status its fault calls for; memory does not
 grow beyond what the run's own bookkeeping explains.
 
-The emulator runs as its own process (the other core) with fixed timing; agents are long
-chains (they keep sending for the whole two minutes) that carry on with their stand-in output
-when a call fails, so the swarm keeps its size whatever the faults do.
+The emulator runs as its own process (the other core) with fixed timing; agents are chains of
+64 calls 1.5 s of thinking apart (they keep sending for the whole two minutes) that carry on
+with their stand-in output when a call fails, so the swarm keeps its size whatever the faults
+do.
 """
 
 from __future__ import annotations
@@ -37,12 +38,12 @@ system_prompt: {style: prose, tokens: 150}
 task_tokens: {dist: constant, value: 20}
 instruction_tokens: {dist: constant, value: 6}
 output_tokens: {default: {dist: constant, value: 12}}
-think_time_s: {dist: exponential, mean: 0.6, max: 3.0}
+think_time_s: {dist: exponential, mean: 1.5, max: 6.0}
 """
 TOPOLOGY = """\
 name: long_chain
 generator: chain
-params: {length: 1000}
+params: {length: 64}
 """
 
 FAULTS = "mixed=0.05,refuse=0.05,stall_s=2.5,slow_headers_s=2.5,oversized_bytes=4300000,seed=11"
@@ -98,6 +99,7 @@ def test_soak_500_agents_2_minutes_5_percent_faults(tmp_path: Path) -> None:
             executor="inprocess",
             timeouts=TimeoutSpec(first_token_s=1.5, idle_s=1.5, total_s=30),
             flush_interval_s=5.0,
+            metrics_interval_s=0,  # the scraper's own connections would be refused too, uncounted
         )
         sampler.start()
         result = execute_run(spec)
@@ -114,16 +116,19 @@ def test_soak_500_agents_2_minutes_5_percent_faults(tmp_path: Path) -> None:
     assert manifest.records_lost == 0 and not unfinished_parts(result.run_dir)
     table = read_requests(result.run_dir, columns=["request_id", "status", "http_status", "error", "sent_ns"])
     rows = table.num_rows
-    assert rows > 20_000  # ~500 agents sending about once a second for two minutes
+    assert rows > 20_000  # 500 agents sending every ~1.9 s for two minutes
 
-    # exactly once: one row per request the emulator saw, plus one per connection it reset
+    # exactly once: one row per request the emulator saw, plus one per request whose new
+    # connection it reset before reading it (the run's start-up probe may have had a reset
+    # connection or two as well: it tries its GETs again, and they have no rows)
     injected: dict[str, int] = seen["injected"]
+    statuses = Counter(table["status"].to_pylist())
     assert len(set(table["request_id"].to_pylist())) == rows
-    assert rows == seen["requests"] + injected["refuse"]
+    assert rows == seen["requests"] + statuses["connect_error"]
+    assert statuses["connect_error"] <= injected["refuse"] <= statuses["connect_error"] + 8
     assert sum(manifest.counts.values()) == rows
 
     # the right status for every fault kind
-    statuses = Counter(table["status"].to_pylist())
     http = Counter(
         h for h, s in zip(table["http_status"].to_pylist(), table["status"].to_pylist(), strict=True)
         if s == "http_error"
@@ -135,7 +140,6 @@ def test_soak_500_agents_2_minutes_5_percent_faults(tmp_path: Path) -> None:
     assert statuses["stream_error"] == (
         injected["cut"] + injected["malformed"] + injected["no_done"] + injected["oversized"]
     )
-    assert statuses["connect_error"] == injected["refuse"]
     assert statuses["cancelled"] == 0
     assert all(injected[k] > 0 for k in injected), injected  # every kind happened
     errors = Counter(

@@ -62,9 +62,21 @@ class ProbeResult:
         return dict(self.__dict__)
 
 
+#: A probe GET that meets a reset or closed connection is tried this many times in all (a GET
+#: is idempotent, and a probe measures nothing: a flaky server should not fail a run's start).
+PROBE_GET_TRIES = 3
+
+
 async def _get(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> tuple[int, bytes, str]:
-    async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=10)) as resp:
-        return resp.status, await resp.content.read(1 << 20), resp.headers.get("Server", "")
+    for attempt in range(1, PROBE_GET_TRIES + 1):
+        try:
+            async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=10)) as resp:
+                return resp.status, await resp.content.read(1 << 20), resp.headers.get("Server", "")
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            if attempt == PROBE_GET_TRIES or isinstance(exc, aiohttp.ClientConnectorError):
+                raise
+            log.debug("probe %s: %s; trying again", url, exc)
+    raise AssertionError("unreachable")
 
 
 def _json_or_none(body: bytes) -> Any:
