@@ -450,6 +450,11 @@ def replay(
     model: Annotated[str | None, typer.Option(help="model name to request")] = None,
     api_key_env: Annotated[str | None, typer.Option(help="environment variable holding the API key")] = None,
     api_key_file: Annotated[str | None, typer.Option(help="file holding the API key (first line)")] = None,
+    max_error_rate: Annotated[
+        float | None,
+        typer.Option(help="circuit breaker: stop a target when this share of recent requests failed (0-1)"),
+    ] = None,
+    error_window: Annotated[int, typer.Option(help="requests the circuit breaker looks back over")] = 100,
     max_in_flight: Annotated[int, typer.Option(help="cap on requests in flight (0 = none)")] = 0,
     output: Annotated[str, typer.Option(help="folder (or URI) for run folders")] = "runs",
     record_text: Annotated[
@@ -467,7 +472,8 @@ def replay(
     code = replay_command(
         source=source, fmt=format, mode=mode, speed=speed, limit=limit, window=window, sample=sample, seed=seed,
         skip_bad_lines=skip_bad_lines, source_target=source_target, targets=target or [], engines=engine or [],
-        dialect=dialect, model=model, api_key_env=api_key_env, api_key_file=api_key_file, max_in_flight=max_in_flight, output=output,
+        dialect=dialect, model=model, api_key_env=api_key_env, api_key_file=api_key_file,
+        max_error_rate=max_error_rate, error_window=error_window, max_in_flight=max_in_flight, output=output,
         record_text=record_text, emulator_args=emulator_arg or [], show_progress=progress and not json_out,
         json_out=json_out,
     )  # fmt: skip

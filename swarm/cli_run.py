@@ -258,7 +258,8 @@ def replay_command(
     *, source: str, fmt: str | None, mode: str | None, speed: float, limit: int | None, window: str | None,
     sample: float | None, seed: int, skip_bad_lines: bool, source_target: str | None, targets: list[str],
     engines: list[str], dialect: str | None, model: str | None, api_key_env: str | None,
-    api_key_file: str | None = None, max_in_flight: int,
+    api_key_file: str | None = None, max_error_rate: float | None = None, error_window: int = 100,
+    max_in_flight: int,
     output: str, record_text: bool, emulator_args: list[str], show_progress: bool, json_out: bool,
 ) -> int:  # fmt: skip
     import json
@@ -277,6 +278,10 @@ def replay_command(
         raise InputError("--sample must be a fraction in (0, 1]")
     if limit is not None and limit < 1:
         raise InputError("--limit must be at least 1")
+    if max_error_rate is not None and not 0 < max_error_rate <= 1:
+        raise InputError("--max-error-rate must be a share in (0, 1]")
+    if error_window < 1:
+        raise InputError("--error-window must be at least 1")
     fmt = fmt or detect_format(source)
     filters: dict[str, Any] = {"limit": limit, "window": window, "sample": sample, "seed": seed}
     if fmt == "swarm":
@@ -308,6 +313,7 @@ def replay_command(
         result = execute_replay(
             plan, target_specs, mode=mode, speed=speed, max_in_flight=max_in_flight, output_dir=output,
             record_text=record_text, emulator_args=emulator_args, filters=filters, on_target_start=on_target_start,
+            max_error_rate=max_error_rate, error_window=error_window,
         )  # fmt: skip
     finally:
         if live is not None:

@@ -25,3 +25,26 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert "pip install -e . && swarm run" in commands
     assert "pip install -e '.[test]' && python -m pytest" in commands
     assert "pip install -e '.[test]' && python -m pytest" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_readme_flags_exist() -> None:
+    """Every --flag on a README line that runs a swarm command is one of that command's options."""
+    from typer.main import get_command
+
+    from swarm.cli import app
+
+    group = get_command(app)
+    checked = 0
+    for line in README.splitlines():
+        match = re.match(r"\s*(?:\$\(.*?\)\s*)?swarm (\w+)(.*)", line)
+        if not match:
+            continue
+        command = group.commands.get(match.group(1))  # type: ignore[attr-defined]
+        assert command is not None, line
+        known = {opt for p in command.params for opt in (*p.opts, *p.secondary_opts)}
+        for flag in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", match.group(2).split("#")[0]):
+            assert flag in known, (
+                f"README: {line.strip()!r}: {flag} is not an option of swarm {match.group(1)}"
+            )
+            checked += 1
+    assert checked > 20

@@ -278,3 +278,48 @@ def test_report_says_when_the_generator_fell_behind(tmp_path: Path) -> None:
         )  # fmt: skip
         stats.add(late)
     assert stats.late == 2 and stats.snapshot()["late"] == 2
+
+
+@pytest.mark.slow
+def test_circuit_breaker_on_ray_judges_all_workers_at_the_driver(
+    ray_cluster: None, emulator: object, tmp_path: Path, specs: tuple[str, str]
+) -> None:
+    url = _faulty(emulator, "http_503=1")
+    spec = RunSpec(
+        workload=WorkloadSpec(
+            agents=400, mix=[MixEntry(profile=specs[0], topology=specs[1])],
+            arrival=ArrivalSpec(process="constant", rate=50),
+        ),
+        targets=[TargetSpec(name="emu", url=url, engine="sglang")],
+        output_dir=str(tmp_path), executor="ray", workers=2, max_error_rate=0.9, error_window=30,
+    )  # fmt: skip
+    result = execute_run(spec)
+    manifest = result.manifest
+    assert manifest.status is RunStatus.STOPPED, manifest.status_reason
+    assert (
+        manifest.status_reason is not None and "circuit breaker: 30 of the last 30" in manifest.status_reason
+    )
+    rows = read_requests(result.run_dir)
+    assert rows.num_rows < 400
+    assert set(rows["worker"].to_pylist()) == {0, 1}
+
+
+def test_replay_stops_on_the_circuit_breaker(emulator: object, tmp_path: Path) -> None:
+    from swarm.replay.execute import execute_replay
+    from swarm.replay.importers import import_trace
+
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text(
+        "\n".join(
+            f'{{"timestamp": {i * 10}, "input_length": 64, "output_length": 4, "hash_ids": [{i}]}}'
+            for i in range(300)
+        )
+    )
+    url = _faulty(emulator, "http_500=1")
+    result = execute_replay(
+        import_trace(trace, "mooncake"), [TargetSpec(name="emu", url=url, engine="sglang")],
+        output_dir=str(tmp_path / "runs"), speed=10, max_error_rate=1.0, error_window=10,
+    )  # fmt: skip
+    assert result.manifest.status is RunStatus.STOPPED
+    assert "circuit breaker: 10 of the last 10" in (result.manifest.status_reason or "")
+    assert read_requests(result.run_dir).num_rows < 300

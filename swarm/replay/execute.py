@@ -8,9 +8,11 @@ mode, speed, filters, skipped lines).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any
 
+from swarm.breaker import CircuitBreaker
 from swarm.engines.client import Timeouts
 from swarm.live_stats import RunStats
 from swarm.record import RequestRecord
@@ -18,8 +20,10 @@ from swarm.replay.plan import ReplayPlan
 from swarm.replay.runner import MODES, replay
 from swarm.run import RunResult, TargetSpec, run_async_with_signals, run_on_targets
 from swarm.runner import ResolvedTarget, TargetOutcome
-from swarm.trace.sink import TraceSink
+from swarm.trace.sink import TraceSink, TraceWriteError
 from swarm.trace.storage import RunStorage
+
+log = logging.getLogger(__name__)
 
 
 def execute_replay(
@@ -34,6 +38,8 @@ def execute_replay(
     emulator_args: list[str] | None = None,
     filters: dict[str, Any] | None = None,
     on_target_start: Callable[[ResolvedTarget, RunStats], None] | None = None,
+    max_error_rate: float | None = None,
+    error_window: int = 100,
 ) -> RunResult:
     chosen_mode = mode or plan.default_mode
     if chosen_mode not in MODES:
@@ -42,21 +48,38 @@ def execute_replay(
     def send(
         target: ResolvedTarget, sink: TraceSink, stats: RunStats, run_id: str, storage: RunStorage
     ) -> TargetOutcome:
-        def on_record(record: RequestRecord) -> None:
-            sink.write(record)
-            sink.maybe_rotate()
+        breaker = CircuitBreaker(max_error_rate, error_window) if max_error_rate else None
+        halt_reason: list[str] = []
 
         async def main(stop: asyncio.Event) -> tuple[int, bool]:
+            def halt(reason: str) -> None:  # stop as for a signal, with a reason of our own
+                if not halt_reason:
+                    halt_reason.append(reason)
+                    log.error("stopping the replay: %s", reason)
+                    stop.set()
+
+            def on_record(record: RequestRecord) -> None:
+                try:
+                    sink.write(record)
+                    sink.maybe_rotate()
+                except TraceWriteError as exc:
+                    halt(str(exc))
+                if breaker is not None:
+                    reason = breaker.observe(record.status.value)
+                    if reason is not None:
+                        halt(reason)
+
             sent = await replay(
                 plan, target, on_record, mode=chosen_mode, speed=speed, max_in_flight=max_in_flight,
                 run_id=run_id, stats=stats, timeouts=Timeouts(), stop=stop,
             )  # fmt: skip
-            return sent, stop.is_set()
+            return sent, stop.is_set() and not halt_reason
 
         sent, interrupted = run_async_with_signals(main)
         return TargetOutcome(
             requests=sent, agents_started=0, agents_finished=0,
-            stop_reason="interrupted" if interrupted else None, interrupted=interrupted,
+            stop_reason="interrupted" if interrupted else (halt_reason[0] if halt_reason else None),
+            interrupted=interrupted, halt_reason=halt_reason[0] if halt_reason else None,
         )  # fmt: skip
 
     return run_on_targets(
