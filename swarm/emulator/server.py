@@ -17,8 +17,6 @@ import asyncio
 import errno
 import logging
 import secrets
-import socket
-import struct
 import threading
 import time
 from contextlib import aclosing
@@ -39,6 +37,13 @@ from swarm.emulator.formats import (
     prometheus_text,
     trtllm_iteration_stats,
     usage,
+)
+from swarm.emulator.injection import (
+    NATIVE_FAULTS,
+    FaultySite,
+    abort_connection,
+    fault_for,
+    mid_stream_fault,
 )
 from swarm.emulator.tokens import tokenize, tokenize_parts
 from swarm.engines.dialects import dumps, loads
@@ -62,16 +67,6 @@ def _bad(message: str, status: int = 400) -> web.Response:
     return _json(error_body(message, status, kind), status)
 
 
-_NATIVE_FAULTS = frozenset({"http_500", "http_503", "http_429", "slow_headers"})
-
-
-def _abort(request: web.Request) -> None:
-    """Reset the request's connection (a cut mid-stream, as a crashed server would)."""
-    transport = request.transport
-    if transport is not None:
-        transport.abort()
-
-
 def _sse(obj: Any) -> bytes:
     return b"data: " + dumps(obj) + b"\n\n"
 
@@ -89,32 +84,6 @@ class _Handlers:
         self.config = config
         self.model = model
         self.faults = faults
-
-    async def _fault(
-        self, request: web.Request, body: dict[str, Any], kinds: frozenset[str] | None = None
-    ) -> tuple[str | None, web.Response | None]:
-        """The fault drawn for this request, and the response that replaces it when the fault
-        is an error status. Slow headers are waited out here. A 500 echoes the request's
-        Authorization header, as some proxies do, so tests can check the client redacts it."""
-        if self.faults is None:
-            return None, None
-        kind = self.faults.draw(stream=bool(body.get("stream")), kinds=kinds)
-        spec = self.faults.spec
-        if kind == "http_500":
-            echo = request.headers.get("Authorization")
-            text = "injected fault: internal server error" + (f" (Authorization: {echo})" if echo else "")
-            return kind, _json(error_body(text, 500, "InternalServerError"), 500)
-        if kind == "http_503":
-            return kind, _json(
-                error_body("injected fault: service unavailable", 503, "ServiceUnavailableError"), 503
-            )
-        if kind == "http_429":
-            resp = _json(error_body("injected fault: too many requests", 429, "RateLimitError"), 429)
-            resp.headers["Retry-After"] = str(spec.retry_after_s)
-            return kind, resp
-        if kind == "slow_headers":
-            await asyncio.sleep(spec.slow_headers_s)
-        return kind, None
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -152,7 +121,7 @@ class _Handlers:
         refused = self._check_fields(body, TRTLLM_CHAT_FIELDS)
         if refused:
             return refused
-        fault, replaced = await self._fault(request, body)
+        fault, replaced = await fault_for(self.faults, request, body)
         if replaced is not None:
             return replaced
         messages = body.get("messages")
@@ -172,7 +141,7 @@ class _Handlers:
         refused = self._check_fields(body, TRTLLM_COMPLETION_FIELDS)
         if refused:
             return refused
-        fault, replaced = await self._fault(request, body)
+        fault, replaced = await fault_for(self.faults, request, body)
         if replaced is not None:
             return replaced
         prompt = body.get("prompt")
@@ -204,7 +173,7 @@ class _Handlers:
             if spec is not None and fault == "stall_first":
                 await asyncio.sleep(spec.stall_s)
             if fault == "cut":
-                _abort(request)
+                abort_connection(request)
                 raise asyncio.CancelledError  # nothing more to send on a dead connection
             text = " ".join(gen.output)
             choice: dict[str, Any] = {"index": 0, "finish_reason": "length", "logprobs": None}
@@ -270,7 +239,7 @@ class _Handlers:
                 if spec is not None and fault is not None and before < half <= sent:
                     # the fault comes after exactly half the tokens, however they were batched
                     await resp.write(b"".join(events[: half - before]))
-                    await self._mid_stream_fault(request, resp, fault, spec, prefix)
+                    await mid_stream_fault(request, resp, fault, spec, prefix)
                     events = events[half - before :]
                 if events:
                     await resp.write(b"".join(events))
@@ -289,20 +258,6 @@ class _Handlers:
         await resp.write_eof()
         return resp
 
-    async def _mid_stream_fault(
-        self, request: web.Request, resp: web.StreamResponse, fault: str, spec: Any, prefix: bytes
-    ) -> None:
-        """Halfway through a stream: stall, cut, or send a broken or oversized event."""
-        if fault == "stall_mid":
-            await asyncio.sleep(spec.stall_s)
-        elif fault == "cut":
-            _abort(request)
-            raise asyncio.CancelledError  # the connection is gone; end the handler
-        elif fault == "malformed":
-            await resp.write(prefix + b'"cut short\n\n')
-        elif fault == "oversized":
-            await resp.write(b"data: " + b"x" * spec.oversized_bytes + b"\n\n")
-
     # -- SGLang native -------------------------------------------------------------------------
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
@@ -317,7 +272,7 @@ class _Handlers:
             return _bad("sampling_params must be an object")
         # the native API gets the error statuses and slow headers; the stream faults are
         # injected on the OpenAI endpoints only
-        _, replaced = await self._fault(request, body, kinds=_NATIVE_FAULTS)
+        _, replaced = await fault_for(self.faults, request, body, kinds=NATIVE_FAULTS)
         if replaced is not None:
             return replaced
         gen = self._submit(tokenize(text), params.get("max_new_tokens"))
@@ -501,39 +456,6 @@ def build_app(config: EmulatorConfig, faults: FaultInjector | None = None) -> we
     return app
 
 
-class _Reset(asyncio.Protocol):
-    """A connection refused by the ``refuse`` fault: reset (RST) as soon as it is accepted."""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        if isinstance(transport, asyncio.Transport):
-            transport.abort()
-        else:
-            transport.close()
-
-
-class _FaultySite(web.TCPSite):
-    """A TCP site that resets the new connections the fault injector picks."""
-
-    def __init__(self, runner: web.AppRunner, host: str, port: int, faults: FaultInjector) -> None:
-        super().__init__(runner, host, port, backlog=4096)
-        self._faults = faults
-
-    async def start(self) -> None:
-        await web.BaseSite.start(self)  # registers the site; the listening is done here
-        server = self._runner.server
-        assert server is not None
-        faults = self._faults
-
-        def protocol() -> asyncio.BaseProtocol:
-            return _Reset() if faults.refuse_connection() else server()
-
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(protocol, self._host, self._port, backlog=4096)
-
-
 class RunningEmulator:
     """An emulator serving in the current event loop. ``await close()`` stops it."""
 
@@ -567,7 +489,7 @@ async def start_emulator(config: EmulatorConfig) -> RunningEmulator:
     faults = app[_FAULTS_KEY]
     site: web.TCPSite
     if isinstance(faults, FaultInjector) and faults.spec.refuse > 0:
-        site = _FaultySite(runner, config.host, config.port, faults)
+        site = FaultySite(runner, config.host, config.port, faults)
     else:
         site = web.TCPSite(runner, config.host, config.port, backlog=4096)
     try:
