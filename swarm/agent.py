@@ -293,6 +293,7 @@ class AgentRun:
                 else:  # the run stopped before the retry: the node failed
                     self._resolve(node, "failed")
                 return
+            env.in_flight[0] += 1
             try:
                 record = await self._send(node, np_, due_perf_ns, attempt, first_id)
             finally:
@@ -327,7 +328,6 @@ class AgentRun:
     ) -> RequestRecord:
         """One attempt at a node's call (the caller holds a gate slot)."""
         env, plan = self.env, self.plan
-        env.in_flight[0] += 1
         messages = self.messages(node)
         tokens = self._prompt_tokens(messages)
         ideal = env.index.observe(tokens)

@@ -375,10 +375,13 @@ def run_on_targets(
                     reasons.append(
                         f"target {target.name}: worker(s) {', '.join(str(w['worker']) for w in dead)} died; {cut} sessions cut"
                     )
-                if lost or (isinstance(sink, ParquetTraceSink) and sink.failure):
+                lost += outcome.records_lost  # rows workers could not write themselves
+                manifest.records_lost += outcome.records_lost
+                failure = sink.failure if isinstance(sink, ParquetTraceSink) else None
+                if lost or failure:
                     status = RunStatus.FAILED
-                    failure = sink.failure if isinstance(sink, ParquetTraceSink) else None
-                    reasons.append(f"target {target.name}: {failure}; {lost} records not written")
+                    why = failure or outcome.halt_reason or "the trace could not be written"
+                    reasons.append(f"target {target.name}: {why}; {lost} records not written")
                     break
                 if outcome.halt_reason:
                     status = RunStatus.STOPPED if status is RunStatus.COMPLETE else status

@@ -256,6 +256,8 @@ class RayExecutor:
         for i, out in outcomes.items():
             infos[i]["peak_rss_bytes"] = int(out.get("peak_rss_bytes", 0))
             infos[i]["start_rss_bytes"] = int(out.get("start_rss_bytes", 0))
+        for o in outcomes.values():  # a worker that wrote its own parts and could not
+            halt_reason = halt_reason or o.get("halt_reason")
         interrupted = stop_requested or (
             halt_reason is None and any(o.get("interrupted") for o in outcomes.values())
         )
@@ -271,4 +273,5 @@ class RayExecutor:
             interrupted=interrupted,
             workers=infos,
             halt_reason=halt_reason,
+            records_lost=sum(int(o.get("records_lost", 0)) for o in outcomes.values()),
         )

@@ -28,9 +28,9 @@ from swarm.catalog import Catalog
 from swarm.engines.client import Timeouts
 from swarm.live_stats import RunStats
 from swarm.record import RequestRecord
-from swarm.runner import ResolvedTarget, run_agents
+from swarm.runner import Halt, ResolvedTarget, run_agents
 from swarm.topology import TopologyTemplate
-from swarm.trace.sink import ParquetTraceSink, records_to_batch
+from swarm.trace.sink import ParquetTraceSink, TraceWriteError, records_to_batch
 from swarm.trace.storage import RunStorage
 from swarm.workload import Workload, WorkloadSpec
 
@@ -89,6 +89,7 @@ class SwarmWorker:
         self.stats = RunStats()
         self._records: list[RequestRecord] = []
         self._stop = asyncio.Event()
+        self._halt = Halt()
         self._api_key: str | None = None
         self._sink: ParquetTraceSink | None = None
         if payload.direct_output:
@@ -114,8 +115,11 @@ class SwarmWorker:
     def _on_record(self, record: RequestRecord) -> None:
         self.records_total += 1
         if self._sink is not None:
-            self._sink.write(record)
-            self._sink.maybe_rotate()
+            try:
+                self._sink.write(record)
+                self._sink.maybe_rotate()
+            except TraceWriteError as exc:  # this worker's parts cannot be written: stop it
+                self._halt.trip(str(exc))
         else:
             self._records.append(record)
 
@@ -154,11 +158,17 @@ class SwarmWorker:
                 api_key=self._api_key,
                 seed_shared_prefixes=self.payload.seed_shared_prefixes,
                 record_text=self.payload.keep_text,
+                halt=self._halt,
             )
         finally:
             if self._sink is not None:
-                self._sink.close()
+                try:
+                    self._sink.close()
+                except TraceWriteError as exc:
+                    self._halt.trip(str(exc))
         result = asdict(outcome)
+        result["halt_reason"] = self._halt.reason
+        result["records_lost"] = self._sink.rows_lost if self._sink is not None else 0
         result["parts"] = list(self._sink.parts) if self._sink is not None else []
         result["peak_rss_bytes"] = peak_rss_bytes()
         result["start_rss_bytes"] = start_rss

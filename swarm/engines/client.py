@@ -2,9 +2,13 @@
 
 Place in the map (DESIGN.md): the seam between the agent runtime and an engine. One
 ``HttpEngineClient`` per target, all sharing the process's one aiohttp session. It never raises
-for a failed request: connection refused, an HTTP error, a stream cut mid-way, invalid JSON, a
-stall past the first-token or total timeout, or an outside cancellation each become a record
-with its own ``status`` and a truncated ``error`` text.
+for a failed request: connection refused or reset before a response, an HTTP error (with its
+``Retry-After``, kept for a retry policy), a stream cut mid-way, invalid JSON, an oversized
+line, a stall past the first-token, mid-stream silence or total deadline, or an outside
+cancellation each become a record with its own ``status`` and a truncated ``error`` text in
+which API keys are redacted. It never retries a failure (that is the agent's policy, off by
+default); the one resend it makes is of a request that died on a reused keep-alive connection
+before any response, which the server never saw.
 
 Timing: ``sent_ns`` is the wall clock when the request is handed to the connection;
 latencies are ``perf_counter_ns`` offsets from that same instant. Every SSE event that carries
