@@ -167,6 +167,18 @@ def parse_targets(
     return out
 
 
+#: Exit codes of ``swarm run`` / ``swarm replay`` by how the run ended (2 is bad input).
+EXIT_CODES = {"complete": 0, "failed": 1, "stopped": 3, "interrupted": 130}
+
+
+def finish_code(manifest: Any, console: Console) -> int:
+    """Say why a run did not complete (on stderr's console) and return its exit code."""
+    status = manifest.status.value
+    if status != "complete" and manifest.status_reason:
+        console.print(f"[bold yellow]run {status}:[/] {manifest.status_reason}", highlight=False)
+    return EXIT_CODES.get(status, 1)
+
+
 def run_command(
     spec_data: dict[str, Any], show_progress: bool, json_out: bool, source: str = "run spec"
 ) -> int:
@@ -197,7 +209,12 @@ def run_command(
     if json_out:
         print(
             json.dumps(
-                {"run_dir": str(result.run_dir), "status": result.manifest.status.value, "targets": summary},
+                {
+                    "run_dir": str(result.run_dir),
+                    "status": result.manifest.status.value,
+                    "status_reason": result.manifest.status_reason,
+                    "targets": summary,
+                },
                 indent=2,
             )
         )
@@ -208,7 +225,7 @@ def run_command(
                 "[dim]figures from swarm's engine emulator, a model of an engine - not measurements of one[/dim]"
             )
         console.print(f"trace: {result.run_dir}  (status: {result.manifest.status.value})")
-    return 130 if result.interrupted else 0
+    return finish_code(result.manifest, console)
 
 
 def topologies_command(name: str | None, topologies_dir: list[Path]) -> None:
@@ -325,6 +342,7 @@ def replay_command(
                 {
                     "run_dir": result.run_dir,
                     "status": result.manifest.status.value,
+                    "status_reason": result.manifest.status_reason,
                     "replay_of": result.manifest.replay_of,
                     "targets": summary,
                 },
@@ -337,4 +355,4 @@ def replay_command(
         console.print(
             f"replay of {plan.source} ({plan.source_format}, {len(plan.items)} requests): {result.run_dir}  (status: {result.manifest.status.value})"
         )
-    return 130 if result.interrupted else 0
+    return finish_code(result.manifest, console)

@@ -323,3 +323,20 @@ def test_replay_stops_on_the_circuit_breaker(emulator: object, tmp_path: Path) -
     assert result.manifest.status is RunStatus.STOPPED
     assert "circuit breaker: 10 of the last 10" in (result.manifest.status_reason or "")
     assert read_requests(result.run_dir).num_rows < 300
+
+
+def test_cli_says_why_a_run_stopped_and_exits_3(emulator_process: object, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    emu = emulator_process("--timing", "zero", "--faults", "http_503=1")  # type: ignore[operator]
+    out = subprocess.run(
+        [
+            sys.executable, "-m", "swarm", "run", "--executor", "inprocess", "--no-progress",
+            "--target", f"emu={emu.url}", "--engine", "sglang", "--agents", "200", "--arrival", "constant:100",
+            "--max-error-rate", "0.8", "--error-window", "10", "--output", str(tmp_path),
+        ],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 3, out.stderr
+    assert "run stopped: target emu: circuit breaker: 10 of the last 10 requests failed" in out.stdout
