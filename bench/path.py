@@ -46,7 +46,7 @@ async def _bare(url: str, body: bytes) -> float:
 
 
 async def _swarm(url: str) -> float:
-    from swarm.engines.client import EngineRequest, HttpEngineClient, open_http_session
+    from swarm.engines.client import EngineRequest, HttpEngineClient, open_transport
     from swarm.engines.dialects import ChatMessage
     from swarm.engines.profiles import get_profile
     from swarm.trace.sink import ParquetTraceSink
@@ -55,7 +55,7 @@ async def _swarm(url: str) -> float:
     request = EngineRequest(messages=(ChatMessage("user", "count to many"),), max_tokens=TOKENS)
     with tempfile.TemporaryDirectory() as tmp:
         sink = ParquetTraceSink(tmp, writer="bench")
-        async with open_http_session() as session:
+        async with open_transport(url) as session:  # what swarm run uses: its own HTTP/1.1 client
             client = HttpEngineClient(session, url, get_profile("sglang"), model="m")
             payload = client.encode(request)
             bad = 0

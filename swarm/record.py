@@ -31,6 +31,8 @@ class Status(str, enum.Enum):
     CONNECT_ERROR = "connect_error"
     STREAM_ERROR = "stream_error"
     CANCELLED = "cancelled"
+    #: swarm's own client failed on this request (a bug): the error text names the exception
+    CLIENT_ERROR = "client_error"
 
 
 #: Error texts are truncated to this many characters before they enter a record.

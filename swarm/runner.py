@@ -19,7 +19,7 @@ from typing import Any
 
 from swarm.agent import AgentEnv, AgentRun, RequestGate
 from swarm.breaker import CircuitBreaker
-from swarm.engines.client import HttpEngineClient, Timeouts, open_http_session, read_api_key
+from swarm.engines.client import HttpEngineClient, Timeouts, open_transport, read_api_key
 from swarm.engines.profiles import get_profile
 from swarm.live_stats import RunStats
 from swarm.prefix import PrefixIndex
@@ -139,7 +139,9 @@ async def run_agents(
     # (70+ ms measured at 500 agents) is a stall every stream in flight sees as late chunks.
     gc.freeze()
     try:
-        async with open_http_session(connect_timeout_s=(timeouts or Timeouts()).connect_s) as session:
+        async with open_transport(
+            target.url, connect_timeout_s=(timeouts or Timeouts()).connect_s
+        ) as session:
             client = HttpEngineClient(
                 session,
                 target.url,

@@ -19,8 +19,8 @@ from swarm.agent_profile import load_profile
 from swarm.analysis.metrics import parse_slos
 from swarm.arrival import parse_arrival
 from swarm.emulator.faults import FaultSpec
-from swarm.engines.client import describe_error_body, parse_retry_after
 from swarm.engines.dialects import ChunkError, StreamDecoder
+from swarm.engines.exchange import describe_error_body, parse_retry_after
 from swarm.engines.profiles import get_profile
 from swarm.engines.sse import SSEError, SSEParser
 from swarm.errors import InputError

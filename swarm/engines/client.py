@@ -23,16 +23,13 @@ flight; the caller treats that status as the end of its work.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
-import email.utils
-import html
-import itertools
 import logging
 import os
-import re
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
@@ -46,10 +43,18 @@ from swarm.engines.dialects import (
     StreamDecoder,
     build_body,
     dumps,
-    loads,
 )
+from swarm.engines.exchange import (
+    Call,
+    ExchangeFailure,
+    PoolAttempt,
+    StreamReading,
+    via_aiohttp,
+    via_h1,
+)
+from swarm.engines.h1 import H1Broken, H1ConnectError, H1Pool, H1ProtocolError
 from swarm.engines.profiles import EngineProfile, check_dialect
-from swarm.engines.sse import SSEError, SSEParser
+from swarm.engines.sse import SSEError
 from swarm.errors import InputError
 from swarm.record import RequestIdentity, RequestRecord, Status, truncate_error
 from swarm.redact import REDACTED, redact, register_secret
@@ -100,28 +105,6 @@ class Timeouts:
     idle_s: float | None = 60.0
 
 
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date), None if unusable."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
-def _describe_exc(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
-
-
 def open_http_session(
     *, max_connections: int = 20_000, connect_timeout_s: float | None = 10.0
 ) -> aiohttp.ClientSession:
@@ -146,32 +129,41 @@ def open_http_session(
     )
 
 
-class _Attempt:
-    """Per-request trace context: whether aiohttp gave the request a pooled connection."""
+#: ``open_transport`` kinds: ``auto`` is swarm's HTTP/1.1 client for http:// and aiohttp for https://
+TRANSPORTS = ("auto", "h1", "aiohttp")
 
-    __slots__ = ("reused",)
 
-    def __init__(self) -> None:
-        self.reused = False
+@contextlib.asynccontextmanager
+async def open_transport(
+    url: str, *, kind: str = "auto", connect_timeout_s: float | None = 10.0
+) -> AsyncIterator[aiohttp.ClientSession | H1Pool]:
+    """The connections of a process to one target, for ``HttpEngineClient``: swarm's own
+    streaming HTTP/1.1 client (``engines.h1``) for plain http, aiohttp for https. Closed on
+    exit. Must be entered inside a running event loop."""
+    if kind not in TRANSPORTS:
+        raise InputError(f"unknown transport {kind!r} (known: {', '.join(TRANSPORTS)})")
+    if kind == "h1" or (kind == "auto" and urlsplit(url).scheme == "http"):
+        pool = H1Pool(connect_timeout_s=connect_timeout_s)
+        try:
+            yield pool
+        finally:
+            await pool.close()
+    else:
+        async with open_http_session(connect_timeout_s=connect_timeout_s) as session:
+            yield session
 
 
 def _connection_trace() -> aiohttp.TraceConfig:
-    """Marks an ``_Attempt`` (passed as ``trace_request_ctx``) whose connection came from the pool."""
+    """Marks a ``PoolAttempt`` (passed as ``trace_request_ctx``) whose connection came from the pool."""
 
     async def on_reuse(_session: object, ctx: Any, _params: object) -> None:
         attempt = getattr(ctx, "trace_request_ctx", None)
-        if isinstance(attempt, _Attempt):
+        if isinstance(attempt, PoolAttempt):
             attempt.reused = True
 
     trace = aiohttp.TraceConfig()
     trace.on_connection_reuseconn.append(on_reuse)
     return trace
-
-
-_SENT_STAMP = re.compile(rb'"swarm_sent_ns":(\d+)')
-
-#: A pooled connection can be found dead on use this many times in a row before a send gives up.
-DEAD_POOLED_RETRIES = 3
 
 
 def normalise_base_url(url: str) -> str:
@@ -237,30 +229,6 @@ def read_api_key(env: str | None = None, file: str | None = None) -> str | None:
     key = api_key_from_env(env) if env else api_key_from_file(file)
     register_secret(key)
     return key
-
-
-_TAG = re.compile(r"<[^>]+>")
-_SPACE = re.compile(r"\s+")
-
-
-def describe_error_body(body: bytes, content_type: str) -> str:
-    """A short human text for an HTTP error body: the JSON error message, or HTML as text."""
-    text = body.decode("utf-8", errors="replace")
-    if "json" in content_type or text.lstrip().startswith(("{", "[")):
-        try:
-            obj = loads(body)
-        except ValueError:
-            pass
-        else:
-            if isinstance(obj, dict):
-                err = obj.get("error", obj.get("detail", obj.get("message")))
-                if isinstance(err, dict):
-                    err = err.get("message", err)
-                if err is not None:
-                    return str(err)
-    if "html" in content_type or "<html" in text[:200].lower():
-        text = html.unescape(_TAG.sub(" ", text))
-    return _SPACE.sub(" ", text).strip()
 
 
 class _Watchdog:
@@ -335,22 +303,12 @@ class _Watchdog:
             uncancel()
 
 
-class _Outcome(Exception):
-    """Internal: ends a request early with a status and an error text."""
-
-    def __init__(self, status: Status, error: str, http_status: int | None = None) -> None:
-        super().__init__(error)
-        self.status = status
-        self.error = error
-        self.http_status = http_status
-
-
 class HttpEngineClient:
     """EngineClient over HTTP for one target (base URL, engine profile, dialect, model)."""
 
     def __init__(
         self,
-        session: aiohttp.ClientSession,
+        session: aiohttp.ClientSession | H1Pool,
         base_url: str,
         profile: EngineProfile,
         *,
@@ -386,6 +344,16 @@ class HttpEngineClient:
             self._secret: str | None = key
         else:
             self._secret = None
+        parts = urlsplit(self.url)
+        if isinstance(session, H1Pool) and parts.scheme != "http":
+            raise InputError(f"{redact_url(self.url)}: swarm's HTTP/1.1 client speaks plain http only")
+        self._host = parts.hostname or ""
+        self._port = parts.port or (443 if parts.scheme == "https" else 80)
+        netloc = f"{self._host}:{self._port}" if parts.port else self._host
+        lines = [f"POST {parts.path or '/'} HTTP/1.1", f"Host: {netloc}", "User-Agent: swarm-loadgen"]
+        lines += [f"{k}: {v}" for k, v in self._headers.items()]
+        #: the request head for the h1 client, up to the Content-Length value
+        self._h1_head = ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
 
     def _scrub(self, text: str) -> str:
         """An error text fit for a record: every known secret redacted, then truncated."""
@@ -421,69 +389,25 @@ class HttpEngineClient:
         chunk_ns: list[int] = []
         status = Status.OK
         error: str | None = None
-        http_status: int | None = None
         watchdog = _Watchdog()
         stamp_delays: list[int] | None = [] if self.measure_send_stamps else None
-        extra: dict[str, Any] = {}
-        sent_wall = self.wall_clock()
-        t0 = _perf_ns()
-        end = t0
+        call = Call(self.wall_clock)
+        reading = StreamReading(decoder, chunk_ns, call, watchdog, stamp_delays)
         watchdog.arm(self.timeouts)
         try:
-            for retry in range(DEAD_POOLED_RETRIES + 1):
-                # A server may close a keep-alive connection after a response (llama-server does
-                # after a stream) and the pool can hand it out before the close is seen: the
-                # request then dies on a reused connection before any response. That request
-                # never reached the server, so it is sent again, on another connection, with
-                # its clock restarted. A failure on a fresh connection is never retried.
-                attempt = _Attempt()
-                try:
-                    resp = await self.session.post(
-                        self.url, data=payload, headers=self._headers, trace_request_ctx=attempt
-                    )
-                    break
-                except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-                    if isinstance(exc, aiohttp.ClientConnectorError):
-                        raise
-                    if not attempt.reused or retry == DEAD_POOLED_RETRIES:
-                        # closed or reset before any response: refused in effect
-                        raise _Outcome(
-                            Status.CONNECT_ERROR,
-                            f"connection closed by the server before a response: {_describe_exc(exc)}",
-                        ) from exc
-                    log.debug(
-                        "request to %s: pooled connection was closed (%s); sending again", self.target, exc
-                    )
-                    sent_wall = self.wall_clock()
-                    t0 = _perf_ns()
-            async with resp:
-                http_status = resp.status
-                if resp.status >= 400:
-                    raw = await resp.content.read(65536)
-                    text = describe_error_body(raw, resp.headers.get("Content-Type", ""))
-                    retry_after = parse_retry_after(resp.headers.get("Retry-After"))
-                    if retry_after is not None:
-                        extra["retry_after_s"] = retry_after
-                        text += f" (Retry-After: {retry_after:g} s)"
-                    raise _Outcome(Status.HTTP_ERROR, f"HTTP {resp.status}: {text}", resp.status)
-                if request.stream:
-                    await self._read_stream(resp, decoder, chunk_ns, t0, watchdog, stamp_delays)
-                else:
-                    raw = await resp.read()
-                    now = _perf_ns() - t0
-                    watchdog.first_token_seen()
-                    try:
-                        obj = loads(raw)
-                    except ValueError as exc:
-                        raise ChunkError(f"invalid JSON response: {raw[:200]!r}") from exc
-                    if not isinstance(obj, dict):
-                        raise ChunkError(f"response is not a JSON object: {raw[:200]!r}")
-                    if decoder.feed_object(obj):
-                        chunk_ns.append(now)
+            if isinstance(self.session, H1Pool):
+                await via_h1(
+                    self.session, self._host, self._port, self._h1_head, payload, request.stream, reading,
+                    self.target,
+                )  # fmt: skip
+            else:
+                await via_aiohttp(
+                    self.session, self.url, self._headers, payload, request.stream, reading, self.target
+                )
             end = _perf_ns()
-        except _Outcome as outcome:
+        except ExchangeFailure as failure:
             end = _perf_ns()
-            status, error, http_status = outcome.status, outcome.error, outcome.http_status
+            status, error = failure.status, failure.error
         except asyncio.CancelledError:
             end = _perf_ns()
             if watchdog.fired is None:
@@ -494,6 +418,15 @@ class HttpEngineClient:
         except (ChunkError, SSEError) as exc:
             end = _perf_ns()
             status, error = Status.STREAM_ERROR, str(exc)
+        except H1ConnectError as exc:
+            end = _perf_ns()
+            status, error = Status.CONNECT_ERROR, str(exc)
+        except H1Broken as exc:
+            end = _perf_ns()
+            status, error = Status.STREAM_ERROR, f"connection broken: {exc}"
+        except H1ProtocolError as exc:
+            end = _perf_ns()
+            status, error = Status.STREAM_ERROR, f"invalid HTTP response: {exc}"
         except aiohttp.ClientConnectorError as exc:
             end = _perf_ns()
             status, error = Status.CONNECT_ERROR, f"cannot connect to {self.base_url}: {exc.os_error}"
@@ -511,8 +444,15 @@ class HttpEngineClient:
         except OSError as exc:
             end = _perf_ns()
             status, error = Status.CONNECT_ERROR, f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # a bug of ours: still a row (never a lost request), and logged whole
+            end = _perf_ns()
+            log.exception("request to %s: the client failed", self.target)
+            status, error = Status.CLIENT_ERROR, f"swarm client error: {type(exc).__name__}: {exc}"
         finally:
             watchdog.disarm()
+        extra = call.extra
+        http_status = call.http_status
+        sent_wall, t0 = call.sent_wall, call.t0
         if stamp_delays is not None:
             extra["stamp_delays_ns"] = stamp_delays
         if error is not None:
@@ -555,43 +495,3 @@ class HttpEngineClient:
             output_text=decoder.text if request.keep_text else None,
             extra=extra,
         )
-
-    async def _read_stream(
-        self,
-        resp: aiohttp.ClientResponse,
-        decoder: StreamDecoder,
-        chunk_ns: list[int],
-        t0: int,
-        watchdog: _Watchdog,
-        stamp_delays: list[int] | None = None,
-    ) -> None:
-        parser = SSEParser()
-        done = False
-        feed_many = decoder.feed_many
-        parse = parser.feed
-        async for data in resp.content.iter_any():
-            read_ns = _perf_ns()
-            watchdog.last_read_ns = read_ns
-            now = read_ns - t0
-            payloads = parse(data)
-            if not payloads:
-                continue
-            if b"[DONE]" in payloads:
-                done = True
-                payloads = [p for p in payloads if p != b"[DONE]"]
-            count = feed_many(payloads) if payloads else 0
-            if stamp_delays is not None:
-                received = t0 + now
-                stamp_delays += [received - int(m) for p in payloads for m in _SENT_STAMP.findall(p)]
-            if count:
-                if not chunk_ns:
-                    watchdog.first_token_seen()
-                chunk_ns.extend(itertools.repeat(now, count))  # events of one read share its time
-        feed = decoder.feed
-        for payload in parser.close():
-            if payload == b"[DONE]":
-                done = True
-            elif feed(payload):
-                chunk_ns.append(_perf_ns() - t0)
-        if not done:
-            raise _Outcome(Status.STREAM_ERROR, "stream ended without [DONE]", resp.status)

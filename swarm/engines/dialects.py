@@ -119,17 +119,30 @@ class Usage:
     cached_tokens: int | None = None
 
 
+def _count(value: Any, field: str) -> int:
+    """A token count from a response: an integer (or an integral number), else ChunkError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
+        raise ChunkError(f"{field} is not a token count: {value!r:.80}")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ChunkError(f"{field} is not a token count: {value!r:.80}")
+        return int(value)
+    return value
+
+
 def read_openai_usage(obj: Mapping[str, Any], profile: EngineProfile, usage: Usage) -> None:
     """Fill ``usage`` from an OpenAI-style response object (and llama.cpp's ``timings``)."""
     u = obj.get("usage")
     if isinstance(u, Mapping):
         if u.get("prompt_tokens") is not None:
-            usage.prompt_tokens = int(u["prompt_tokens"])
+            usage.prompt_tokens = _count(u["prompt_tokens"], "usage.prompt_tokens")
         if u.get("completion_tokens") is not None:
-            usage.completion_tokens = int(u["completion_tokens"])
+            usage.completion_tokens = _count(u["completion_tokens"], "usage.completion_tokens")
         details = u.get("prompt_tokens_details")
         if isinstance(details, Mapping) and details.get("cached_tokens") is not None:
-            usage.cached_tokens = int(details["cached_tokens"])
+            usage.cached_tokens = _count(
+                details["cached_tokens"], "usage.prompt_tokens_details.cached_tokens"
+            )
         elif usage.cached_tokens is None and profile.cached_absent_means_zero:
             usage.cached_tokens = 0
     timings = obj.get("timings")
@@ -138,7 +151,7 @@ def read_openai_usage(obj: Mapping[str, Any], profile: EngineProfile, usage: Usa
         and timings.get("cache_n") is not None
         and not usage.cached_tokens  # llama.cpp: prefer cache_n when usage says nothing (or 0)
     ):
-        usage.cached_tokens = int(timings["cache_n"])
+        usage.cached_tokens = _count(timings["cache_n"], "timings.cache_n")
 
 
 def _error_text(obj: Mapping[str, Any]) -> str | None:
@@ -306,11 +319,13 @@ class StreamDecoder:
         meta = obj.get("meta_info")
         if isinstance(meta, Mapping):
             if meta.get("prompt_tokens") is not None:
-                self.usage.prompt_tokens = int(meta["prompt_tokens"])
+                self.usage.prompt_tokens = _count(meta["prompt_tokens"], "meta_info.prompt_tokens")
             if meta.get("completion_tokens") is not None:
-                self.usage.completion_tokens = int(meta["completion_tokens"])
+                self.usage.completion_tokens = _count(
+                    meta["completion_tokens"], "meta_info.completion_tokens"
+                )
             if meta.get("cached_tokens") is not None:
-                self.usage.cached_tokens = int(meta["cached_tokens"])
+                self.usage.cached_tokens = _count(meta["cached_tokens"], "meta_info.cached_tokens")
             reason = meta.get("finish_reason")
             if isinstance(reason, Mapping):
                 self.finish_reason = str(reason.get("type"))

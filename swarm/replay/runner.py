@@ -19,7 +19,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from swarm.engines.client import EngineRequest, HttpEngineClient, Timeouts, open_http_session, read_api_key
+from swarm.engines.client import EngineRequest, HttpEngineClient, Timeouts, open_transport, read_api_key
 from swarm.engines.dialects import ChatMessage
 from swarm.engines.profiles import get_profile
 from swarm.live_stats import RunStats
@@ -105,7 +105,7 @@ async def replay(
         raise ValueError(f"mode must be one of {MODES}")
     if speed <= 0:
         raise ValueError("speed must be positive")
-    async with open_http_session(connect_timeout_s=(timeouts or Timeouts()).connect_s) as session:
+    async with open_transport(target.url, connect_timeout_s=(timeouts or Timeouts()).connect_s) as session:
         client = HttpEngineClient(
             session, target.url, get_profile(target.engine), target=target.name, dialect=target.dialect,
             model=target.model, timeouts=timeouts, api_key=read_api_key(target.api_key_env, target.api_key_file),

@@ -1,0 +1,313 @@
+"""One request's exchange with a server, over aiohttp or swarm's own HTTP/1.1 client.
+
+Place in the map (DESIGN.md): inside the EngineClient. ``HttpEngineClient.send`` builds the
+record; the functions here send the bytes and read the answer into the StreamDecoder, timing
+every network read, and raise on failure: ``ExchangeFailure`` (a status and a text of our
+own), ``ChunkError`` / ``SSEError`` (a bad stream), or the transport's exceptions (aiohttp's,
+or ``h1``'s), which the client maps to statuses.
+
+Both transports share the reading (``StreamReading``): split each read into SSE events, count
+or decode them, and give every content event the read's arrival time. With aiohttp a task
+iterates the reads; with ``h1`` the same code runs inside the protocol's ``data_received``.
+
+A request that dies on a *reused* keep-alive connection before any byte of a response was
+never seen by the server (it had closed the idle connection): it is sent again on a fresh
+connection, clock restarted (``Call.restart``). A failure on a fresh connection is never sent
+again.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import html
+import itertools
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import aiohttp
+
+from swarm.engines.dialects import ChunkError, StreamDecoder, loads
+from swarm.engines.h1 import H1Exchange, H1NoResponse, H1Pool
+from swarm.engines.sse import SSEParser
+from swarm.record import Status
+
+log = logging.getLogger(__name__)
+
+_perf_ns = time.perf_counter_ns
+
+_SENT_STAMP = re.compile(rb'"swarm_sent_ns":(\d+)')
+
+#: A pooled connection can be found dead on use this many times in a row before a send gives up.
+DEAD_POOLED_RETRIES = 3
+#: Bytes of an error response's body kept for its text.
+ERROR_BODY_BYTES = 65536
+
+
+class ExchangeFailure(Exception):
+    """Ends a request early with a status and an error text."""
+
+    def __init__(self, status: Status, error: str, http_status: int | None = None) -> None:
+        super().__init__(error)
+        self.status = status
+        self.error = error
+        self.http_status = http_status
+
+
+class Deadlines(Protocol):
+    """What the reading needs of the client's watchdog."""
+
+    last_read_ns: int
+
+    def first_token_seen(self) -> None: ...
+
+
+class Call:
+    """The mutable part of one send: its clock anchors (restarted on a resend), the HTTP
+    status once known, and extra facts for the record."""
+
+    __slots__ = ("extra", "http_status", "sent_wall", "t0", "wall_clock")
+
+    def __init__(self, wall_clock: Callable[[], int]) -> None:
+        self.wall_clock = wall_clock
+        self.sent_wall = wall_clock()
+        self.t0 = _perf_ns()
+        self.http_status: int | None = None
+        self.extra: dict[str, Any] = {}
+
+    def restart(self) -> None:
+        self.sent_wall = self.wall_clock()
+        self.t0 = _perf_ns()
+
+
+class StreamReading:
+    """Turns the reads of one streamed response into decoded events and ``chunk_ns``."""
+
+    __slots__ = (
+        "_feed_many",
+        "_parse",
+        "call",
+        "chunk_ns",
+        "decoder",
+        "done",
+        "parser",
+        "stamp_delays",
+        "watchdog",
+    )
+
+    def __init__(
+        self,
+        decoder: StreamDecoder,
+        chunk_ns: list[int],
+        call: Call,
+        watchdog: Deadlines,
+        stamp_delays: list[int] | None,
+    ) -> None:
+        self.decoder = decoder
+        self.chunk_ns = chunk_ns
+        self.call = call
+        self.watchdog = watchdog
+        self.stamp_delays = stamp_delays
+        self.parser = SSEParser()
+        self.done = False
+        self._feed_many = decoder.feed_many
+        self._parse = self.parser.feed
+
+    def on_read(self, data: bytes, read_ns: int) -> None:
+        """One network read arrived at ``read_ns`` (perf_counter_ns)."""
+        self.watchdog.last_read_ns = read_ns
+        payloads = self._parse(data)
+        if not payloads:
+            return
+        if b"[DONE]" in payloads:
+            self.done = True
+            payloads = [p for p in payloads if p != b"[DONE]"]
+        count = self._feed_many(payloads) if payloads else 0
+        if self.stamp_delays is not None:
+            self.stamp_delays += [read_ns - int(m) for p in payloads for m in _SENT_STAMP.findall(p)]
+        if count:
+            chunk_ns = self.chunk_ns
+            if not chunk_ns:
+                self.watchdog.first_token_seen()
+            chunk_ns.extend(itertools.repeat(read_ns - self.call.t0, count))  # one read, one time
+
+    def finish(self) -> None:
+        """The body ended: decode what the parser still holds; a stream needs its [DONE]."""
+        feed = self.decoder.feed
+        for payload in self.parser.close():
+            if payload == b"[DONE]":
+                self.done = True
+            elif feed(payload):
+                self.chunk_ns.append(_perf_ns() - self.call.t0)
+        if not self.done:
+            raise ExchangeFailure(Status.STREAM_ERROR, "stream ended without [DONE]", self.call.http_status)
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date), None if unusable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+_TAG = re.compile(r"<[^>]+>")
+_SPACE = re.compile(r"\s+")
+
+
+def describe_error_body(body: bytes, content_type: str) -> str:
+    """A short human text for an HTTP error body: the JSON error message, or HTML as text."""
+    text = body.decode("utf-8", errors="replace")
+    if "json" in content_type or text.lstrip().startswith(("{", "[")):
+        try:
+            obj = loads(body)
+        except ValueError:
+            pass
+        else:
+            if isinstance(obj, dict):
+                err = obj.get("error", obj.get("detail", obj.get("message")))
+                if isinstance(err, dict):
+                    err = err.get("message", err)
+                if err is not None:
+                    return str(err)
+    if "html" in content_type or "<html" in text[:200].lower():
+        text = html.unescape(_TAG.sub(" ", text))
+    return _SPACE.sub(" ", text).strip()
+
+
+def http_error(status: int, raw: bytes, headers: Mapping[str, str], call: Call) -> ExchangeFailure:
+    """The failure of an HTTP error response: its text (JSON message or HTML as text) and its
+    ``Retry-After``, which is kept for a retry policy. ``headers`` keys are lower case."""
+    text = describe_error_body(raw, headers.get("content-type", ""))
+    retry_after = parse_retry_after(headers.get("retry-after"))
+    if retry_after is not None:
+        call.extra["retry_after_s"] = retry_after
+        text += f" (Retry-After: {retry_after:g} s)"
+    return ExchangeFailure(Status.HTTP_ERROR, f"HTTP {status}: {text}", status)
+
+
+def whole_answer(
+    raw: bytes, decoder: StreamDecoder, chunk_ns: list[int], call: Call, watchdog: Deadlines
+) -> None:
+    """A response that was not streamed: one JSON object, one entry in ``chunk_ns``."""
+    now = _perf_ns() - call.t0
+    watchdog.first_token_seen()
+    try:
+        obj = loads(raw)
+    except ValueError as exc:
+        raise ChunkError(f"invalid JSON response: {raw[:200]!r}") from exc
+    if not isinstance(obj, dict):
+        raise ChunkError(f"response is not a JSON object: {raw[:200]!r}")
+    if decoder.feed_object(obj):
+        chunk_ns.append(now)
+
+
+def _no_response(exc: BaseException) -> ExchangeFailure:
+    return ExchangeFailure(
+        Status.CONNECT_ERROR,
+        f"connection closed by the server before a response: {type(exc).__name__}: {exc}",
+    )
+
+
+# -- aiohttp ---------------------------------------------------------------------------------
+
+
+class PoolAttempt:
+    """aiohttp trace context: whether the request got a pooled (reused) connection."""
+
+    __slots__ = ("reused",)
+
+    def __init__(self) -> None:
+        self.reused = False
+
+
+async def via_aiohttp(
+    session: aiohttp.ClientSession,
+    url: str,
+    headers: Mapping[str, str],
+    payload: bytes,
+    stream: bool,
+    reading: StreamReading,
+    target: str,
+) -> None:
+    call = reading.call
+    for retry in range(DEAD_POOLED_RETRIES + 1):
+        attempt = PoolAttempt()
+        try:
+            resp = await session.post(url, data=payload, headers=headers, trace_request_ctx=attempt)
+            break
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            if isinstance(exc, aiohttp.ClientConnectorError):
+                raise
+            if not attempt.reused or retry == DEAD_POOLED_RETRIES:
+                raise _no_response(exc) from exc
+            log.debug("request to %s: pooled connection was closed (%s); sending again", target, exc)
+            call.restart()
+    async with resp:
+        call.http_status = resp.status
+        if resp.status >= 400:
+            raw = await resp.content.read(ERROR_BODY_BYTES)
+            lower = {k.lower(): v for k, v in resp.headers.items()}
+            raise http_error(resp.status, raw, lower, call)
+        if stream:
+            async for data in resp.content.iter_any():
+                reading.on_read(data, _perf_ns())
+            reading.finish()
+        else:
+            whole_answer(await resp.read(), reading.decoder, reading.chunk_ns, call, reading.watchdog)
+
+
+# -- h1 --------------------------------------------------------------------------------------
+
+
+async def via_h1(
+    pool: H1Pool,
+    host: str,
+    port: int,
+    head: bytes,
+    payload: bytes,
+    stream: bool,
+    reading: StreamReading,
+    target: str,
+) -> None:
+    """``head`` is the request up to its ``Content-Length`` value (the length and the blank
+    line are added here)."""
+    call = reading.call
+    request = head + b"%d\r\n\r\n" % len(payload) + payload
+    exchange: H1Exchange | None = None
+    try:
+        for retry in range(DEAD_POOLED_RETRIES + 1):
+            exchange = await pool.exchange(host, port, request, fresh=retry > 0)
+            try:
+                status, headers = await exchange.headers()
+                break
+            except H1NoResponse as exc:
+                pool.release(exchange)
+                if not exchange.reused or retry == DEAD_POOLED_RETRIES:
+                    raise _no_response(exc) from exc
+                log.debug("request to %s: pooled connection was closed (%s); sending again", target, exc)
+                call.restart()
+        assert exchange is not None
+        call.http_status = status
+        if status >= 400:
+            raise http_error(status, await exchange.read(ERROR_BODY_BYTES), headers, call)
+        if stream:
+            await exchange.stream(reading.on_read)
+            reading.finish()
+        else:
+            whole_answer(await exchange.read(), reading.decoder, reading.chunk_ns, call, reading.watchdog)
+    finally:
+        if exchange is not None:
+            pool.release(exchange)
