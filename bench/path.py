@@ -8,9 +8,12 @@ same number of requests in flight, one after the other in this one process:
 - swarm: ``HttpEngineClient.send`` (SSE parsing, JSON decoding, a chunk time per read, usage,
   the RequestRecord) and every record written by a ``ParquetTraceSink``.
 
-The figure is content events per second (requests x output tokens / elapsed), so both sides
-count the same events however the network groups them. Each side runs twice, alternating,
-and keeps its better run (this machine is shared).
+The figure is content events per second of this process's CPU time (requests x output tokens
+/ CPU seconds): what one event costs the client, which is what decides whether the client
+saturates before the engine. Wall-clock events/s are shown too, but on this 2-core machine they
+also measure the emulator (the other process) and the neighbours' load. Both sides count the
+same events however the network groups them. The sides run alternately, REPEATS times each,
+and each keeps its best run (the machine is shared).
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ import time
 from bench.common import Row
 
 REQUESTS, TOKENS, IN_FLIGHT = 1500, 200, 32
+#: alternating runs of each side; the figures are the best of each
+REPEATS = 5
 
 
-async def _bare(url: str, body: bytes) -> float:
+async def _bare(url: str, body: bytes) -> tuple[float, float]:
     import aiohttp
 
     sem = asyncio.Semaphore(IN_FLIGHT)
@@ -40,12 +45,18 @@ async def _bare(url: str, body: bytes) -> float:
                 async for _ in resp.content.iter_any():
                     pass
 
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         await asyncio.gather(*(one() for _ in range(REQUESTS)))
-        return REQUESTS * TOKENS / (time.perf_counter() - t0)
+        return _rates(t0, c0)
 
 
-async def _swarm(url: str) -> float:
+def _rates(t0: float, c0: float) -> tuple[float, float]:
+    """(events per wall second, events per CPU second of this process) since ``t0``/``c0``."""
+    events = REQUESTS * TOKENS
+    return events / (time.perf_counter() - t0), events / max(time.process_time() - c0, 1e-9)
+
+
+async def _swarm(url: str) -> tuple[float, float]:
     from swarm.engines.client import EngineRequest, HttpEngineClient, open_transport
     from swarm.engines.dialects import ChatMessage
     from swarm.engines.profiles import get_profile
@@ -67,13 +78,13 @@ async def _swarm(url: str) -> float:
                 bad += not record.ok
                 sink.write(record)
 
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             await asyncio.gather(*(one() for _ in range(REQUESTS)))
             sink.close()
-            elapsed = time.perf_counter() - t0
+            rates = _rates(t0, c0)
         if bad:
             raise RuntimeError(f"{bad} requests failed")
-    return REQUESTS * TOKENS / elapsed
+    return rates
 
 
 def run() -> list[Row]:
@@ -90,21 +101,30 @@ def run() -> list[Row]:
             "ignore_eos": True,
         }
     )
-    bare: list[float] = []
-    full: list[float] = []
+    bare: list[tuple[float, float]] = []
+    full: list[tuple[float, float]] = []
     with EmulatorProcess(["--engine", "sglang", "--timing", "zero", "--cache-tokens", "0"]) as emu:
-        for _ in range(2):
+        for _ in range(REPEATS):  # alternating, best of each: this machine's noise is large
             bare.append(asyncio.run(_bare(emu.url, body)))
             full.append(asyncio.run(_swarm(emu.url)))
-    ratio = max(full) / max(bare)
+    cpu_full, cpu_bare = max(f[1] for f in full), max(b[1] for b in bare)
+    wall_full, wall_bare = max(f[0] for f in full), max(b[0] for b in bare)
+    ratio = cpu_full / cpu_bare
     return [
         Row(
-            f"path efficiency: chunks/s, swarm's full path vs bare aiohttp ({IN_FLIGHT} in flight)",
-            max(full),
-            "chunks/s",
-            baseline=max(bare),
+            f"path efficiency: chunks per client CPU-s, swarm's full path vs bare aiohttp ({IN_FLIGHT} in flight)",
+            cpu_full,
+            "chunks/cpu-s",
+            baseline=cpu_bare,
             ratio=ratio,
             target=">= 0.8",
             met=ratio >= 0.8,
-        )
+        ),
+        Row(
+            "path efficiency: chunks/s wall clock (both also wait on the emulator)",
+            wall_full,
+            "chunks/s",
+            baseline=wall_bare,
+            ratio=wall_full / wall_bare,
+        ),
     ]

@@ -166,7 +166,7 @@ def _error_text(obj: Mapping[str, Any]) -> str | None:
 
 
 #: The key of a content piece in each OpenAI dialect's stream events, as bytes to search for.
-_CONTENT_KEYS = {"openai-chat": b'"content":"', "openai-completions": b'"text":"'}
+CONTENT_KEYS = {"openai-chat": b'"content":"', "openai-completions": b'"text":"'}
 
 
 def _all_plain_content(payloads: list[bytes], key: bytes) -> bool:
@@ -188,6 +188,29 @@ def _all_plain_content(payloads: list[bytes], key: bytes) -> bool:
         and b'"timings"' not in joined
         and b'"error"' not in joined
     )
+
+
+def plain_events_in(buf: bytes, lo: int, hi: int, key: bytes) -> int | None:
+    """The number of events in ``buf[lo:hi]`` when it is nothing but complete plain content
+    events, each one ``data: {...}\n\n`` line; None otherwise. The test of
+    ``_all_plain_content`` made on the raw event stream, so a read need not be split into
+    events, in as few passes over the bytes as it can: ``n - 1`` event boundaries and ``2n``
+    line ends mean ``n`` one-line events; ``n`` content keys, ``n`` literal
+    ``"finish_reason":null``, no empty piece, no ``"usage":{``. An event with an error or
+    llama.cpp's timings has no content key or a finish reason, so it fails those counts."""
+    if hi <= lo or not buf.startswith(b"data: ", lo) or not buf.endswith(b"\n\n", lo, hi):
+        return None
+    n = buf.count(b"\n\ndata: ", lo, hi) + 1
+    if (
+        buf.count(b"\n", lo, hi) == 2 * n
+        and buf.count(key, lo, hi) == n
+        and buf.count(b'"finish_reason":null', lo, hi) == n
+        and buf.find(key + b'"', lo, hi) < 0
+        and buf.find(b'"usage":{', lo, hi) < 0
+        and buf.find(b"\r", lo, hi) < 0
+    ):
+        return n
+    return None
 
 
 def _find_not_plain(payloads: list[bytes], lo: int, hi: int, key: bytes, out: list[int]) -> None:
@@ -235,7 +258,7 @@ class StreamDecoder:
         The hot path of a stream: the payloads are decoded with one JSON call (as an array;
         orjson's fixed cost per call is a large part of a small event's), and an error in any
         of them is found again one by one, so it is reported exactly as ``feed`` would."""
-        if not self.keep_text and (key := _CONTENT_KEYS.get(self.dialect)) is not None:
+        if not self.keep_text and (key := CONTENT_KEYS.get(self.dialect)) is not None:
             return self._count_plain(payloads, key)
         return self._feed_parsed(payloads)
 
@@ -244,6 +267,8 @@ class StreamDecoder:
         order (a later usage overrides an earlier one). They are typically a read's first
         event (the role) and last ones (finish reason, usage): those are peeled off one by
         one, the middle is checked at once, and only a mixed middle is halved."""
+        if len(payloads) <= 3 and _all_plain_content(payloads, key):  # a live stream's usual read
+            return len(payloads)
         lo, hi = 0, len(payloads)
         other: list[int] = []
         while lo < hi and not _all_plain_content(payloads[lo : lo + 1], key):

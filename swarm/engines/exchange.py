@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from swarm.engines.dialects import ChunkError, StreamDecoder, loads
+from swarm.engines.dialects import CONTENT_KEYS, ChunkError, StreamDecoder, loads, plain_events_in
 from swarm.engines.h1 import H1Exchange, H1NoResponse, H1Pool
 from swarm.engines.sse import SSEParser
 from swarm.record import Status
@@ -87,6 +87,7 @@ class StreamReading:
 
     __slots__ = (
         "_feed_many",
+        "_key",
         "_parse",
         "call",
         "chunk_ns",
@@ -112,12 +113,21 @@ class StreamReading:
         self.stamp_delays = stamp_delays
         self.parser = SSEParser()
         self.done = False
+        #: the content key when events are only counted (no text kept): reads are then counted
+        #: on their raw bytes where they can be
+        self._key = None if decoder.keep_text else CONTENT_KEYS.get(decoder.dialect)
         self._feed_many = decoder.feed_many
         self._parse = self.parser.feed
 
     def on_read(self, data: bytes, read_ns: int) -> None:
         """One network read arrived at ``read_ns`` (perf_counter_ns)."""
         self.watchdog.last_read_ns = read_ns
+        if self._key is not None and self.parser.idle and data.endswith(b"\n\n"):
+            count = self._count_raw(data)
+            if count is not None:
+                if count:
+                    self._add_chunks(count, read_ns)
+                return
         payloads = self._parse(data)
         if not payloads:
             return
@@ -128,10 +138,57 @@ class StreamReading:
         if self.stamp_delays is not None:
             self.stamp_delays += [read_ns - int(m) for p in payloads for m in _SENT_STAMP.findall(p)]
         if count:
-            chunk_ns = self.chunk_ns
-            if not chunk_ns:
-                self.watchdog.first_token_seen()
-            chunk_ns.extend(itertools.repeat(read_ns - self.call.t0, count))  # one read, one time
+            self._add_chunks(count, read_ns)
+
+    def _add_chunks(self, count: int, read_ns: int) -> None:
+        chunk_ns = self.chunk_ns
+        if not chunk_ns:
+            self.watchdog.first_token_seen()
+        chunk_ns.extend(itertools.repeat(read_ns - self.call.t0, count))  # one read, one time
+
+    def _count_raw(self, data: bytes) -> int | None:
+        """A read of whole events, counted without splitting it into events: the events at
+        either end that are not plain content (role, finish reason, usage, ``[DONE]``) are
+        peeled off and decoded, the middle is checked and counted on the raw bytes. None when
+        the read is not made of single-line ``data:`` events (the caller parses it instead)."""
+        key = self._key
+        assert key is not None
+        n = len(data)
+        head: list[bytes] = []
+        lo = 0
+        while lo < n:  # events at the front that are not plain content
+            end = data.find(b"\n\n", lo)
+            if not data.startswith(b"data: ", lo) or data.find(b"\n", lo, end) >= 0:
+                return None
+            if plain_events_in(data, lo, end + 2, key) == 1:
+                break
+            head.append(data[lo + 6 : end])
+            lo = end + 2
+        tail: list[bytes] = []
+        hi = n
+        while hi > lo:  # and at the back
+            start = data.rfind(b"\n\n", lo, hi - 2)
+            start = lo if start < 0 else start + 2
+            if not data.startswith(b"data: ", start) or data.find(b"\n", start, hi - 2) >= 0:
+                return None
+            if plain_events_in(data, start, hi, key) == 1:
+                break
+            tail.append(data[start + 6 : hi - 2])
+            hi = start
+        middle = plain_events_in(data, lo, hi, key) if hi > lo else 0
+        if middle is None:
+            return None
+        count = 0
+        for payload in (*head, *reversed(tail)):  # in stream order: a later usage wins
+            if payload == b"[DONE]":
+                self.done = True
+            elif self.decoder.feed(payload):
+                count += 1
+        if self.stamp_delays is not None:
+            stamps = _SENT_STAMP.findall(data)
+            now = self.watchdog.last_read_ns
+            self.stamp_delays += [now - int(m) for m in stamps]
+        return count + middle
 
     def finish(self) -> None:
         """The body ended: decode what the parser still holds; a stream needs its [DONE]."""

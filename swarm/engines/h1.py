@@ -253,6 +253,25 @@ class H1Exchange:
         out: list[bytes] = []
         pos, n = 0, len(data)
         buf = data
+        if self._chunk_state == "size" and not self._head:
+            # the common case: whole chunks, each "<hex size>\r\n<data>\r\n", one after another
+            find = buf.find
+            while True:
+                nl = find(b"\r\n", pos)
+                if nl < 0:
+                    break
+                try:
+                    size = int(buf[pos:nl], 16)
+                except ValueError:  # an extension, or garbage: the general path says which
+                    break
+                start = nl + 2
+                stop = start + size
+                if size == 0 or stop + 2 > n or buf[stop : stop + 2] != b"\r\n":
+                    break  # the last chunk, a chunk split over reads, or a framing error
+                out.append(buf[start:stop])
+                pos = stop + 2
+            if pos == n:
+                return out[0] if len(out) == 1 else b"".join(out)
         while pos < n:
             state = self._chunk_state
             if state == "data":

@@ -29,6 +29,11 @@ class SSEParser:
         self._data: list[bytes] = []  # data lines of the event being built
         self._max_line = max_line_bytes
 
+    @property
+    def idle(self) -> bool:
+        """No event is half-read: the next byte starts a new line of a new event."""
+        return not self._tail and not self._data
+
     def feed(self, chunk: bytes) -> list[bytes]:
         """Consume ``chunk``; return the payloads of every event completed by it."""
         tail = self._tail
