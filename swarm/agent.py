@@ -144,6 +144,8 @@ class AgentEnv:
     retry_backoff_s: float = 0.5
     #: abort_branch, or standin: a call that failed for good still feeds its stand-in output on
     on_failure: str = "abort_branch"
+    #: tokens of each system prompt, shared by all agents (a swarm has a few system prompts)
+    system_prompt_tokens: dict[str, tuple[object, ...]] = field(default_factory=dict)
 
 
 class AgentRun:
@@ -261,7 +263,14 @@ class AgentRun:
         for m in messages:
             part = cache.get(m.content)
             if part is None:
-                part = cache[m.content] = tuple(encode(m.content))
+                if m.role == "system":  # shared by the swarm: one tuple for every agent
+                    shared = self.env.system_prompt_tokens
+                    part = shared.get(m.content)
+                    if part is None:
+                        part = shared[m.content] = tuple(encode(m.content))
+                else:
+                    part = tuple(encode(m.content))
+                cache[m.content] = part
             tokens.extend(part)
         return tokens
 

@@ -381,8 +381,10 @@ class HttpEngineClient:
 
     async def send(self, request: EngineRequest, payload: bytes | None = None) -> RequestRecord:
         """Send ``request`` (its body pre-encoded by ``encode`` when ``payload`` is given)."""
-        if payload is None:
-            payload = self.encode(request)
+        # the body goes to the transport in a box it empties, so that this frame does not keep
+        # it alive while the answer streams
+        body = [payload if payload is not None else self.encode(request)]
+        del payload
         decoder = StreamDecoder(
             self.dialect, self.profile, cumulative=self.generate_cumulative, keep_text=request.keep_text
         )
@@ -397,12 +399,12 @@ class HttpEngineClient:
         try:
             if isinstance(self.session, H1Pool):
                 await via_h1(
-                    self.session, self._host, self._port, self._h1_head, payload, request.stream, reading,
+                    self.session, self._host, self._port, self._h1_head, body, request.stream, reading,
                     self.target,
                 )  # fmt: skip
             else:
                 await via_aiohttp(
-                    self.session, self.url, self._headers, payload, request.stream, reading, self.target
+                    self.session, self.url, self._headers, body, request.stream, reading, self.target
                 )
             end = _perf_ns()
         except ExchangeFailure as failure:

@@ -294,12 +294,13 @@ async def via_aiohttp(
     session: aiohttp.ClientSession,
     url: str,
     headers: Mapping[str, str],
-    payload: bytes,
+    body: list[bytes],
     stream: bool,
     reading: StreamReading,
     target: str,
 ) -> None:
     call = reading.call
+    payload = body.pop()
     for retry in range(DEAD_POOLED_RETRIES + 1):
         attempt = PoolAttempt()
         try:
@@ -312,6 +313,7 @@ async def via_aiohttp(
                 raise _no_response(exc) from exc
             log.debug("request to %s: pooled connection was closed (%s); sending again", target, exc)
             call.restart()
+    del payload  # sent: not kept while the answer streams
     async with resp:
         call.http_status = resp.status
         if resp.status >= 400:
@@ -334,15 +336,19 @@ async def via_h1(
     host: str,
     port: int,
     head: bytes,
-    payload: bytes,
+    body: list[bytes],
     stream: bool,
     reading: StreamReading,
     target: str,
 ) -> None:
     """``head`` is the request up to its ``Content-Length`` value (the length and the blank
-    line are added here)."""
+    line are added here). ``body`` holds the request body, which is taken out of it: the
+    request's bytes are let go once the response has begun (thousands of streams in flight
+    would otherwise each keep their prompt twice, for as long as they stream)."""
     call = reading.call
+    payload = body.pop()
     request = head + b"%d\r\n\r\n" % len(payload) + payload
+    del payload
     exchange: H1Exchange | None = None
     try:
         for retry in range(DEAD_POOLED_RETRIES + 1):
@@ -357,6 +363,7 @@ async def via_h1(
                 log.debug("request to %s: pooled connection was closed (%s); sending again", target, exc)
                 call.restart()
         assert exchange is not None
+        del request  # sent, and answered: no resend can need it now
         call.http_status = status
         if status >= 400:
             raise http_error(status, await exchange.read(ERROR_BODY_BYTES), headers, call)
