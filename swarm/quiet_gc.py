@@ -58,3 +58,45 @@ class QuietCollector:
             return
         gc.collect(generation)
         self.collections[generation] += 1
+
+
+#: Young-generation thresholds while agents run: fewer, larger young passes (700, 10 is the
+#: interpreter's default), and no automatic full pass at all.
+AGENT_RUN_THRESHOLDS = (2000, 20, 1 << 30)
+#: A full collection runs at most this often during an agent run (cyclic garbage, e.g. the
+#: tracebacks of failed requests, is bounded by it).
+FULL_COLLECTION_EVERY_S = 60.0
+
+
+class AgentRunCollector:
+    """The collector's policy while thousands of agents stream: young passes as usual (a bit
+    rarer), and the full pass, which walks every coroutine, task and future in flight (130-190
+    ms measured at 2,000 agents, ten times in ten seconds, each a stall of every stream), only
+    once a minute, called by the runner. What was alive when the run began is frozen (left out
+    of every pass) and put back at the end; the thresholds are restored too."""
+
+    def __init__(self, full_every_s: float = FULL_COLLECTION_EVERY_S) -> None:
+        self.full_every_s = full_every_s
+        self._thresholds = gc.get_threshold()
+        self.full_collections = 0
+
+    def start(self) -> AgentRunCollector:
+        self._thresholds = gc.get_threshold()
+        gc.freeze()
+        gc.set_threshold(*AGENT_RUN_THRESHOLDS)
+        return self
+
+    def stop(self) -> None:
+        gc.set_threshold(*self._thresholds)
+        gc.unfreeze()
+
+    def __enter__(self) -> AgentRunCollector:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def full_collection(self) -> None:
+        """One full pass (the runner calls this every ``full_every_s``)."""
+        gc.collect()
+        self.full_collections += 1

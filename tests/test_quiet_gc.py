@@ -63,3 +63,30 @@ def test_older_generations_follow_the_interpreter_thresholds(small_thresholds: N
             collector.collect_if_due(quiet=True)
         young, middle, old = collector.collections
         assert young > middle > 0 and old > 0
+
+
+def test_agent_run_collector_defers_full_passes_and_restores_the_collector() -> None:
+    import gc
+
+    from swarm.quiet_gc import AGENT_RUN_THRESHOLDS, AgentRunCollector
+
+    before = gc.get_threshold()
+    full_passes: list[int] = []
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and info["generation"] == 2:
+            full_passes.append(1)
+
+    gc.callbacks.append(on_gc)
+    try:
+        with AgentRunCollector() as collector:
+            assert gc.get_threshold() == AGENT_RUN_THRESHOLDS
+            assert gc.get_freeze_count() > 0  # what was alive is left out of the passes
+            keep = [[i] for i in range(200_000)]  # enough young survivors for many young passes
+            assert full_passes == []  # none of them grew into a full pass
+            collector.full_collection()
+            assert full_passes == [1] and collector.full_collections == 1
+            del keep
+    finally:
+        gc.callbacks.remove(on_gc)
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
