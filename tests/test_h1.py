@@ -225,3 +225,33 @@ async def test_pool_reuses_keep_alive_connections_and_drops_closed_ones() -> Non
         await pool.close()
         server.close()
         await server.wait_closed()
+
+
+async def test_a_connection_reset_before_the_request_is_no_response_at_once() -> None:
+    """A refusing server resets a connection just accepted; the reset can be handled before the
+    request is written. The request then fails as 'no response' at once, instead of waiting
+    on a dead connection until a deadline (a timeout row for a request no server saw)."""
+    from swarm.engines.h1 import H1Connection
+
+    class Transport:
+        def __init__(self) -> None:
+            self.written: list[bytes] = []
+
+        def get_extra_info(self, name: str) -> None:
+            return None
+
+        def write(self, data: bytes) -> None:
+            self.written.append(data)
+
+        def abort(self) -> None:
+            pass
+
+    loop = asyncio.get_running_loop()
+    conn = H1Connection(loop, ("127.0.0.1", 1))
+    transport = Transport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    conn.connection_lost(ConnectionResetError(104, "Connection reset by peer"))
+    exchange = conn.start(b"POST / HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
+    with pytest.raises(H1NoResponse, match="closed by the server"):
+        await asyncio.wait_for(exchange.headers(), 1)
+    assert transport.written == [] and not exchange.reused

@@ -407,6 +407,9 @@ class H1Connection(asyncio.Protocol):
         assert self.current is None and self.transport is not None
         self.uses += 1
         exchange = H1Exchange(self)
+        if self.closed:  # closed or reset between the connect and now (a refusing server)
+            exchange.fail(H1NoResponse("closed by the server"))
+            return exchange
         self.current = exchange
         self.transport.write(request)
         return exchange
