@@ -51,6 +51,8 @@ def events(dialect: str) -> st.SearchStrategy[bytes]:
             b'data: {"error":{"message":"boom"}}\n\n',
             b"data: {not json\n\n",
             b"event: ping\ndata: {}\n\n",
+            # a content event whose data goes on over a second line, inside its string: not JSON
+            b'data: {"choices":[{"index":0,"delta":{"content":"a\ndata: b"},"text":"a\ndata: b","finish_reason":null}]}\n\n',
         ]
     )
     return st.one_of(plain, plain, plain, others)
