@@ -1,7 +1,8 @@
 """The runner: a workload's agents against one target, in one asyncio loop.
 
 Place in the map (DESIGN.md, "Scheduler"): the loop that sleeps. It starts each agent at its
-arrival offset (computed by the Workload's ArrivalProcess), shares one aiohttp session, one
+arrival offset (computed by the Workload's ArrivalProcess), shares one connection pool (swarm's
+own HTTP/1.1 client for http://, aiohttp for https://: ``engines.client.open_transport``), one
 EngineClient, one PrefixIndex (for ``ideal_cached_tokens_est``) and one RequestGate (in-flight
 cap, request limit, duration) among the agents, and hands every record to ``on_record``.
 The same loop runs in the in-process executor and inside each Ray worker.

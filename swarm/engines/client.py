@@ -1,7 +1,9 @@
 """EngineClient: sends one request, streams the answer, returns a RequestRecord.
 
 Place in the map (DESIGN.md): the seam between the agent runtime and an engine. One
-``HttpEngineClient`` per target, all sharing the process's one aiohttp session. It never raises
+``HttpEngineClient`` per target, all sharing the process's connections to it
+(``open_transport``: swarm's own streaming HTTP/1.1 client, ``engines.h1``, for http://
+targets; an aiohttp session for https://). It never raises
 for a failed request: connection refused or reset before a response, an HTTP error (with its
 ``Retry-After``, kept for a retry policy), a stream cut mid-way, invalid JSON, an oversized
 line, a stall past the first-token, mid-stream silence or total deadline, or an outside
