@@ -172,7 +172,7 @@ EXIT_CODES = {"complete": 0, "failed": 1, "stopped": 3, "interrupted": 130}
 
 
 def finish_code(manifest: Any, console: Console) -> int:
-    """Say why a run did not complete (on stderr's console) and return its exit code."""
+    """Say why a run did not complete (on ``console``) and return the run's exit code."""
     status = manifest.status.value
     if status != "complete" and manifest.status_reason:
         console.print(f"[bold yellow]run {status}:[/] {manifest.status_reason}", highlight=False)

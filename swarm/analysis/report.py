@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 
 from swarm.analysis import metrics as m
 from swarm.analysis.server import read_server_metrics, target_figures
+from swarm.live_stats import LATE_NS
 from swarm.trace.manifest import RunManifest
 from swarm.trace.reader import RunLocation, as_storage, read_requests, unfinished_parts
 
@@ -72,8 +73,9 @@ def _size(storage: Any, path: Any) -> int:
         return 0
 
 
-#: Client queue p99 above this says the generator could not keep its schedule.
-LATE_QUEUE_P99_MS = 10.0
+#: Client queue p99 above this says the generator could not keep its schedule (the live
+#: view's "late" uses the same bound).
+LATE_QUEUE_P99_MS = LATE_NS / 1e6
 
 
 def run_warnings(run: LoadedRun, report: dict[str, Any]) -> list[str]:
