@@ -9,10 +9,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from aiohttp import web
+from transports import TRANSPORT, transport  # noqa: F401 - each test runs once per transport
 
 from swarm.engines.client import EngineRequest, HttpEngineClient, Timeouts, open_transport
 from swarm.engines.dialects import ChatMessage
@@ -68,17 +69,6 @@ async def misbehave(request: web.Request) -> web.StreamResponse:
         await resp.write_eof()
         return resp
     raise AssertionError(mode)
-
-
-#: which transport the client uses in this module's tests (each test runs with both)
-TRANSPORT = {"kind": "aiohttp"}
-
-
-@pytest.fixture(autouse=True, params=["aiohttp", "h1"])
-def transport(request: pytest.FixtureRequest) -> Iterator[str]:
-    TRANSPORT["kind"] = request.param
-    yield request.param
-    TRANSPORT["kind"] = "aiohttp"
 
 
 @contextlib.asynccontextmanager

@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 import json
 import urllib.request
-from collections.abc import Iterator
 
 import pytest
+from transports import TRANSPORT, transport  # noqa: F401 - each test runs once per transport
 
 from swarm.emulator.config import EmulatorConfig
 from swarm.emulator.faults import REQUEST_KINDS, FaultInjector, FaultSpec
@@ -21,17 +21,6 @@ from swarm.engines.dialects import ChatMessage
 from swarm.engines.profiles import get_profile
 from swarm.errors import InputError
 from swarm.record import RequestRecord, Status
-
-#: which transport the client uses in this module's tests (each test runs with both)
-TRANSPORT = {"kind": "aiohttp"}
-
-
-@pytest.fixture(autouse=True, params=["aiohttp", "h1"])
-def transport(request: pytest.FixtureRequest) -> Iterator[str]:
-    TRANSPORT["kind"] = request.param
-    yield request.param
-    TRANSPORT["kind"] = "aiohttp"
-
 
 SHORT = Timeouts(connect_s=5, first_token_s=0.5, total_s=20, idle_s=0.5)
 

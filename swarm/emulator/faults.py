@@ -29,24 +29,11 @@ from __future__ import annotations
 
 import random
 import threading
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from swarm.errors import InputError
-
-FaultKind = Literal[
-    "http_500",
-    "http_503",
-    "http_429",
-    "slow_headers",
-    "stall_first",
-    "stall_mid",
-    "cut",
-    "malformed",
-    "no_done",
-    "oversized",
-]
 
 #: Kinds drawn per request, in a fixed order (the draw depends on it).
 REQUEST_KINDS: tuple[str, ...] = (
