@@ -119,3 +119,15 @@ def test_a_read_of_a_whole_answer_is_counted_without_splitting() -> None:
         5,
         200,
     )
+
+
+def test_an_error_event_before_done_ends_the_read_before_done_on_both_paths() -> None:
+    """Found by the property above: the parsing path used to mark a stream done before feeding
+    the events in front of its [DONE], so a bad event there left the paths disagreeing."""
+    content = b'data: {"id":"x","choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null}]}\n\n'
+    stream = content + b'data: {"error":{"message":"boom"}}\n\n' + b"data: [DONE]\n\n"
+    for cuts in ([], [len(content) + 3]):
+        raw = _read(stream, "openai-chat", cuts, raw=True)
+        parsed = _read(stream, "openai-chat", cuts, raw=False)
+        assert raw == parsed
+        assert str(raw[0]).startswith("ChunkError") and raw[2] is False

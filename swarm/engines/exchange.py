@@ -132,9 +132,16 @@ class StreamReading:
         if not payloads:
             return
         if b"[DONE]" in payloads:
+            # in stream order, as the raw path reads them: a bad event before the [DONE]
+            # ends the read before the [DONE] is seen
+            at = payloads.index(b"[DONE]")
+            count = self._feed_many(payloads[:at]) if at else 0
             self.done = True
             payloads = [p for p in payloads if p != b"[DONE]"]
-        count = self._feed_many(payloads) if payloads else 0
+            rest = payloads[at:]
+            count += self._feed_many(rest) if rest else 0
+        else:
+            count = self._feed_many(payloads)
         if self.stamp_delays is not None:
             self.stamp_delays += [read_ns - int(m) for p in payloads for m in _SENT_STAMP.findall(p)]
         if count:
