@@ -25,6 +25,26 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from swarm import __version__
+
+        print(f"swarm {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="print swarm's version and exit"
+        ),
+    ] = False,
+) -> None:
+    """Agent-swarm load generator for LLM serving engines (SGLang, TensorRT-LLM, vLLM, llama.cpp)."""
+
+
 @app.command()
 def emulate(
     engine: Annotated[str, typer.Option(help="engine to emulate: sglang or trtllm")] = "sglang",
