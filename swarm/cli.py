@@ -293,6 +293,10 @@ def run(
             help="Ray cluster to join: auto or ray://HOST:PORT (default: RAY_ADDRESS, else a local Ray)"
         ),
     ] = None,
+    ray_timeout: Annotated[
+        float | None,
+        typer.Option(help="seconds to start a local Ray or join --address before giving up (default 60)"),
+    ] = None,
     worker_writes: Annotated[
         bool,
         typer.Option(
@@ -404,6 +408,8 @@ def run(
         data["workers"] = workers
     if address is not None:
         data["address"] = address
+    if ray_timeout is not None:
+        data["ray_timeout_s"] = ray_timeout
     if worker_writes:
         data["worker_writes"] = True
     if emulator_arg:
@@ -553,8 +559,30 @@ def compare(
     compare_command(run_dirs, json_out, slo or [], force)
 
 
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _interrupt_behind(exc: BaseException) -> bool:
+    """Whether a KeyboardInterrupt led to ``exc`` (typer turns one into a quiet exit 130)."""
+    seen: BaseException | None = exc
+    for _ in range(4):
+        if seen is None:
+            return False
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def main() -> None:
-    """Console entry point: runs the app, turning bad input into one line and exit code 2."""
+    """Console entry point: runs the app, turning bad input into one line and exit code 2.
+
+    SIGTERM ends a command as Ctrl-C does, at any stage (parts that stop gracefully install
+    their own handler for as long as they run); either says so on stderr and exits 130."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         app()
     except InputError as exc:
@@ -563,6 +591,10 @@ def main() -> None:
     except KeyboardInterrupt:
         print("swarm: interrupted", file=sys.stderr)
         sys.exit(130)
+    except SystemExit as exc:
+        if exc.code == 130 and _interrupt_behind(exc):
+            print("swarm: interrupted", file=sys.stderr)
+        raise
 
 
 if __name__ == "__main__":

@@ -84,6 +84,11 @@ class RunSpec(BaseModel):
         default=False,
         description="Ray workers write their Parquet parts to output_dir themselves (shared storage)",
     )
+    ray_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="starting a local Ray or joining a cluster may take this long, seconds",
+    )
     timeouts: TimeoutSpec = Field(default_factory=TimeoutSpec)
     max_error_rate: float | None = Field(
         default=None,
@@ -254,7 +259,10 @@ def make_executor(spec: RunSpec) -> Executor:
         return InProcessExecutor()
     from swarm.cluster.executor import RayExecutor
 
-    return RayExecutor(workers=spec.workers, address=spec.address, worker_writes=spec.worker_writes)
+    return RayExecutor(
+        workers=spec.workers, address=spec.address, worker_writes=spec.worker_writes,
+        connect_timeout_s=spec.ray_timeout_s,
+    )  # fmt: skip
 
 
 SendToTarget = Callable[[ResolvedTarget, TraceSink, RunStats, str, RunStorage], TargetOutcome]

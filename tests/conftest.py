@@ -23,7 +23,8 @@ def ray_cluster() -> Iterator[None]:
     ray = pytest.importorskip("ray")
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+        # "local": never the cluster a stale address file names
+        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
     yield
     if started:
         ray.shutdown()

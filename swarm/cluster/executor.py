@@ -24,7 +24,6 @@ Place in the map (DESIGN.md, "Ray"): implements the Executor protocol of ``swarm
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ from types import FrameType
 from typing import Any
 
 from swarm.breaker import CircuitBreaker
+from swarm.cluster.connection import DEFAULT_TIMEOUT_S, RayConnection
 from swarm.cluster.worker import SwarmWorker, WorkerPayload
 from swarm.engines.client import Timeouts, read_api_key
 from swarm.errors import InputError
@@ -58,26 +58,6 @@ def runtime_env_for(address: str | None) -> dict[str, Any]:
     return {"py_modules": [str(Path(swarm.__file__).parent)]}
 
 
-def connect(address: str | None) -> bool:
-    """Join the cluster at ``address`` (or ``RAY_ADDRESS``), or start a local one.
-
-    Returns True when this call started or joined Ray (the caller shuts it down after).
-    """
-    import ray
-
-    if ray.is_initialized():
-        return False
-    address = address or os.environ.get("RAY_ADDRESS") or None
-    try:
-        if address:
-            ray.init(address=address, runtime_env=runtime_env_for(address), logging_level=logging.WARNING)
-        else:
-            ray.init(include_dashboard=False, logging_level=logging.WARNING)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise InputError(f"cannot join the Ray cluster at {address or 'local'}: {exc}") from None
-    return True
-
-
 def measure_offset(actor: Any, pings: int = 5) -> tuple[int, int]:
     """(worker clock minus driver clock, round trip) in ns, from the fastest of ``pings``."""
     import ray
@@ -101,6 +81,7 @@ class RayExecutor:
         address: str | None = None,
         worker_writes: bool = False,
         poll_s: float = 0.5,
+        connect_timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         if workers is not None and workers < 1:
             raise InputError("--workers must be at least 1")
@@ -108,20 +89,28 @@ class RayExecutor:
         self.address = address
         self.worker_writes = worker_writes
         self.poll_s = poll_s
-        self._started = False
+        self.connect_timeout_s = connect_timeout_s
+        self._connection: RayConnection | None = None
         #: live actor handles of the target being run (tests kill one through this)
         self.actors: list[Any] = []
 
     def __enter__(self) -> RayExecutor:
-        self._started = connect(self.address)
+        self._connect()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._started:
-            import ray
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
-            ray.shutdown()
-            self._started = False
+    def _connect(self) -> None:
+        """Start or join Ray unless this process already has it (a caller's own ray.init)."""
+        import ray
+
+        if ray.is_initialized() or self._connection is not None:
+            return
+        connection = RayConnection(self.address, self.connect_timeout_s)
+        self._connection = connection.open(runtime_env_for(connection.address))
 
     def default_workers(self) -> int:
         import ray
@@ -144,8 +133,7 @@ class RayExecutor:
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError
 
-        if not ray.is_initialized():
-            self._started = connect(self.address)
+        self._connect()
         n = min(self.workers or self.default_workers(), workload.n_agents)
         total_cpus = float(ray.cluster_resources().get("CPU", 1.0))
         cpus_each = min(1.0, total_cpus / n)
