@@ -15,7 +15,6 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import pyarrow.compute as pc
 import pytest
 from llama_server import llama_server, locate
 
@@ -92,7 +91,6 @@ def test_probe_identifies_the_engine_model_and_cache_reporting(llama: str) -> No
     assert result["cache_reported"] is True
     assert result["second_cached_tokens"] > 0
     assert result["metrics_path"] == "/metrics"
-    assert result["second_ttft_ms"] < result["first_ttft_ms"]
     print(
         f"llama.cpp probe: cold {result['first_ttft_ms']:.0f} ms, {result['second_cached_tokens']} of "
         f"{result['second_prompt_tokens']} cached {result['second_ttft_ms']:.0f} ms, "
@@ -107,14 +105,19 @@ def test_swarm_on_a_real_engine_reuses_the_shared_prefix(swarm_run: str) -> None
     assert table.num_rows >= 6 * 7  # a plan, 2 + 4 thoughts and an answer per agent
     assert set(table["status"].to_pylist()) == {"ok"}, m.errors(table)
     assert set(table["completion_tokens"].to_pylist()) == {8}
-    children = table.filter(pc.greater(pc.list_value_length(table["parent_nodes"]), 0))
-    assert min(children["cached_tokens"].to_pylist()) > 0
+    # reuse is what the engine says it reused, not a race between two timings: after the very
+    # first request, every request finds at least the shared system prompt in a slot, and a
+    # branch call (it extends its parent's context) has most of its prompt cached
+    in_order = table.sort_by("sent_ns")["cached_tokens"].to_pylist()
+    assert min(in_order[1:]) > 0, in_order
     calls = m.first_and_branch_calls(table)
+    share = {name: m.cache(rows)["hit_ratio"] for name, rows in calls.items()}
+    assert share["branch"] is not None and share["branch"] > 0.5, share
     first = m.distribution(m.ttft_ms(calls["first"]))["p50"]
     branch = m.distribution(m.ttft_ms(calls["branch"]))["p50"]
-    assert first is not None and branch is not None and branch < first
-    print(
-        f"llama.cpp TTFT p50: first calls {first:.0f} ms, branch calls {branch:.0f} ms, ratio {first / branch:.1f}"
+    print(  # shown with pytest -s; a magnitude of this machine, not asserted
+        f"llama.cpp: cached share first calls {share['first']:.0%}, branch calls {share['branch']:.0%}; "
+        f"TTFT p50 first calls {first:.0f} ms, branch calls {branch:.0f} ms"
     )
 
 
