@@ -150,3 +150,38 @@ def test_draws_are_seeded() -> None:
     drawn = kinds(1)
     assert 0.22 < sum(k is not None for k in drawn) / 500 < 0.38
     assert set(drawn) - {None} == set(REQUEST_KINDS)
+
+
+async def test_the_emulator_logs_each_fault_under_the_clients_request_id() -> None:
+    """The client sends its request id (X-Request-Id); the emulator's fault log is keyed by it,
+    so a trace's failed rows can be joined with what the server did."""
+    from swarm.record import RequestIdentity
+
+    spec = FaultSpec.parse("http_500=0.5,cut=0.3,seed=5")
+    emu = await start_emulator(EmulatorConfig(port=0, timing="zero", faults=spec))
+    try:
+        async with open_transport(emu.url, kind=TRANSPORT["kind"]) as session:
+            client = HttpEngineClient(session, emu.url, get_profile("sglang"), timeouts=SHORT)
+            records = [
+                await client.send(
+                    EngineRequest(
+                        messages=(ChatMessage("user", "go"),),
+                        max_tokens=4,
+                        identity=RequestIdentity(request_id=f"agent-{i}:t.0" if i % 5 else ""),
+                    )
+                )
+                for i in range(40)
+            ]
+        log = await asyncio.to_thread(_get_json, emu.url + "/swarm/faults?by_request=1")
+    finally:
+        await emu.close()
+    by_request = log["by_request"]
+    assert isinstance(by_request, dict) and log["by_request_complete"] is True
+    expected = {"http_500": Status.HTTP_ERROR, "cut": Status.STREAM_ERROR}
+    for r in records:  # an id made up by the client (none given) is sent as well
+        assert r.identity.request_id
+        if r.ok:
+            assert r.identity.request_id not in by_request
+        else:
+            assert expected[by_request[r.identity.request_id]] is r.status
+    assert len(by_request) == sum(not r.ok for r in records) > 0

@@ -1,8 +1,10 @@
 """Soak: 500 agents for 2 minutes against an emulator injecting 5 % mixed faults.
 
-What must hold: no run-level crash; every request the emulator saw (and every connection it
-refused) is in the trace exactly once, with the status its fault calls for; memory does not
-grow beyond what the run's own bookkeeping explains.
+What must hold, on any machine however busy: no run-level crash; one row per request; every
+row that is not ok explained by the emulator's own fault log joined on request id (the client
+sends its request id as ``X-Request-Id``), by a refused connection, or counted as a timeout
+the emulator did not inject (a slow machine's); no record outlives the run, and memory stays
+within what the run's own bookkeeping explains.
 
 The emulator runs as its own process (the other core) with fixed timing; agents are chains of
 64 calls 1.5 s of thinking apart (they keep sending for the whole two minutes) that carry on
@@ -12,6 +14,7 @@ do.
 
 from __future__ import annotations
 
+import gc
 import json
 import resource
 import threading
@@ -24,6 +27,7 @@ import pytest
 
 from swarm.arrival import ArrivalSpec
 from swarm.emulator.process import EmulatorProcess
+from swarm.record import RequestRecord
 from swarm.run import RunSpec, TargetSpec, TimeoutSpec, execute_run
 from swarm.trace.manifest import RunStatus
 from swarm.trace.reader import read_requests, unfinished_parts
@@ -45,6 +49,14 @@ name: long_chain
 generator: chain
 params: {length: 64}
 """
+
+#: the (status, http_status) each injected fault calls for
+EXPECTED: dict[str, tuple[str, int | None]] = {
+    "http_500": ("http_error", 500), "http_503": ("http_error", 503), "http_429": ("http_error", 429),
+    "slow_headers": ("timeout", None), "stall_first": ("timeout", 200), "stall_mid": ("timeout", 200),
+    "cut": ("stream_error", 200), "malformed": ("stream_error", 200), "no_done": ("stream_error", 200),
+    "oversized": ("stream_error", 200),
+}  # fmt: skip
 
 FAULTS = "mixed=0.05,refuse=0.05,stall_s=2.5,slow_headers_s=2.5,oversized_bytes=4300000,seed=11"
 
@@ -104,44 +116,59 @@ def test_soak_500_agents_2_minutes_5_percent_faults(tmp_path: Path) -> None:
         sampler.start()
         result = execute_run(spec)
         stop.set()
-        with urllib.request.urlopen(emulator.url + "/swarm/faults", timeout=10) as resp:
+        with urllib.request.urlopen(emulator.url + "/swarm/faults?by_request=1", timeout=10) as resp:
             seen = json.load(resp)
     finally:
         stop.set()
         emulator.stop()
 
-    # no run-level crash; nothing left unwritten
+    # no run-level crash; nothing left unwritten; nothing of the run left alive
     manifest = result.manifest
     assert manifest.status is RunStatus.COMPLETE, manifest.status_reason
     assert manifest.records_lost == 0 and not unfinished_parts(result.run_dir)
+    gc.collect()
+    assert not [o for o in gc.get_objects() if isinstance(o, RequestRecord)], "records outlived the run"
     table = read_requests(result.run_dir, columns=["request_id", "status", "http_status", "error", "sent_ns"])
     rows = table.num_rows
-    assert rows > 20_000  # 500 agents sending every ~1.9 s for two minutes
-
-    # exactly once: one row per request the emulator saw, plus one per request whose new
-    # connection it reset before reading it (the run's start-up probe may have had a reset
-    # connection or two as well: it tries its GETs again, and they have no rows)
-    injected: dict[str, int] = seen["injected"]
     statuses = Counter(table["status"].to_pylist())
-    assert len(set(table["request_id"].to_pylist())) == rows
-    assert rows == seen["requests"] + statuses["connect_error"]
-    assert statuses["connect_error"] <= injected["refuse"] <= statuses["connect_error"] + 8
+    injected: dict[str, int] = seen["injected"]
+    by_request: dict[str, str] = seen["by_request"]
+    assert seen["by_request_complete"]
     assert sum(manifest.counts.values()) == rows
-
-    # the right status for every fault kind
-    http = Counter(
-        h for h, s in zip(table["http_status"].to_pylist(), table["status"].to_pylist(), strict=True)
-        if s == "http_error"
-    )  # fmt: skip
-    per_request_faults = sum(v for k, v in injected.items() if k != "refuse")
-    assert statuses["ok"] == seen["requests"] - per_request_faults
-    assert http == Counter({500: injected["http_500"], 503: injected["http_503"], 429: injected["http_429"]})
-    assert statuses["timeout"] == injected["slow_headers"] + injected["stall_first"] + injected["stall_mid"]
-    assert statuses["stream_error"] == (
-        injected["cut"] + injected["malformed"] + injected["no_done"] + injected["oversized"]
-    )
-    assert statuses["cancelled"] == 0
+    assert len(set(table["request_id"].to_pylist())) == rows  # one row per request
     assert all(injected[k] > 0 for k in injected), injected  # every kind happened
+    assert statuses["cancelled"] == 0
+
+    # every row that is not ok is explained: joined on request id with the emulator's fault
+    # log, its status is the fault's (or a timeout, when the client's deadline came before the
+    # fault on a slow machine); a refused connection is a connect_error the log cannot name;
+    # what is left are timeouts the emulator did not inject (the machine was slow), counted
+    explained = {"the fault's": 0, "timeout before the fault": 0, "refused": 0, "timeout, not injected": 0}
+    columns = [table[c].to_pylist() for c in ("request_id", "status", "http_status", "error")]
+    for rid, status, http, error in zip(*columns, strict=True):
+        fault = by_request.pop(rid, None)
+        if fault is not None:
+            want_status, want_http = EXPECTED[fault]
+            if status == "timeout" and want_status != "timeout":
+                explained["timeout before the fault"] += 1
+            else:  # a timeout may come before or after the headers of a stall
+                assert status == want_status, (rid, fault, status, http, error)
+                assert http == want_http or status == "timeout", (rid, fault, status, http, error)
+                explained["the fault's"] += 1
+        elif status == "connect_error":
+            explained["refused"] += 1
+        elif status == "timeout":
+            explained["timeout, not injected"] += 1
+        else:
+            assert status == "ok", (rid, status, http, error)
+    assert not by_request, f"faulted requests with no row: {list(by_request)[:5]}"
+    # each refused connection carried one request (the run's start-up probe may have had a
+    # reset connection or two as well: it tries its GETs again, and they have no rows)
+    assert explained["refused"] <= injected["refuse"] <= explained["refused"] + 8
+    # the emulator saw every request but the refused ones, and perhaps a few that timed out
+    # before it read them
+    unseen = rows - explained["refused"] - seen["requests"]
+    assert 0 <= unseen <= explained["timeout, not injected"] + explained["timeout before the fault"]
     errors = Counter(
         e.split(":")[0] for e, s in zip(table["error"].to_pylist(), table["status"].to_pylist(), strict=True)
         if s == "stream_error"
@@ -149,18 +176,19 @@ def test_soak_500_agents_2_minutes_5_percent_faults(tmp_path: Path) -> None:
     assert set(errors) <= {"connection broken", "invalid JSON in stream event", "stream ended without [DONE]",
                            "event-stream line longer than 4194304 bytes"}  # fmt: skip
 
-    # memory flat: over the second half, growth stays within the bookkeeping that grows by
-    # design (the ideal-cache prefix index keeps every distinct prompt; ~0.5 KB a request)
+    # memory: over the second half, growth stays well within a leak of the requests' own bytes
+    # (prompts of ~5 KB); the bookkeeping that grows by design (the ideal-cache prefix index)
+    # keeps ~0.5 KB a request. Memory per agent as a figure is a bench case (bench scale)
     mid = [rss for t, rss in samples if 55 <= t <= 65]
     end = [rss for t, rss in samples if t >= DURATION_S - 10]
     assert mid and end
     sent = sorted(table["sent_ns"].to_pylist())
-    t_first = sent[0]
-    later = sum(1 for s in sent if s - t_first >= 60e9)
+    later = sum(1 for t in sent if t - sent[0] >= 60e9)
     growth_per_request = (max(end) - max(mid)) / max(later, 1)
     print(  # shown with pytest -s: the figures quoted in docs/reliability.md
-        f"soak: {rows} rows, {seen['requests']} requests seen, faults {injected}, statuses {dict(statuses)}; "
-        f"RSS at 60 s {max(mid) / 1e6:.0f} MB, at the end {max(end) / 1e6:.0f} MB, "
-        f"{growth_per_request:.0f} B per request over the second minute"
+        f"soak: {rows} rows, {seen['requests']} requests seen, faults {injected}, statuses {dict(statuses)}, "
+        f"non-ok rows explained {explained}, {unseen} never reached the emulator; RSS at 60 s "
+        f"{max(mid) / 1e6:.0f} MB, at the end {max(end) / 1e6:.0f} MB, {growth_per_request:.0f} B per "
+        "request over the second minute"
     )
-    assert growth_per_request < 2048, (max(mid), max(end), later)
+    assert growth_per_request < 4096, (max(mid), max(end), later)

@@ -4,7 +4,9 @@ Place in the map (DESIGN.md, "The emulator"): read by ``swarm emulate --faults S
 used by the server's handlers. A ``FaultSpec`` gives each fault kind a rate; a
 ``FaultInjector`` draws one kind (or none) per request from a ``random.Random`` seeded with
 the spec's seed, in the order requests arrive, and counts what it injected so a test can
-hold the client's trace against it (``GET /swarm/faults``).
+hold the client's trace against it (``GET /swarm/faults``; ``?by_request=1`` adds the fault
+of each faulted request by the client's ``X-Request-Id``, to join on the trace's
+``request_id``).
 
 Kinds, and what the server does:
 
@@ -50,6 +52,9 @@ REQUEST_KINDS: tuple[str, ...] = (
 )
 #: Kinds that only make sense for a streamed answer.
 STREAM_ONLY_KINDS = frozenset({"stall_mid", "no_done", "oversized", "malformed"})
+
+#: Faulted requests logged by id, at most (a long soak must not grow the emulator without end).
+LOG_LIMIT = 1_000_000
 
 _PARAMS = ("seed", "stall_s", "slow_headers_s", "retry_after_s", "oversized_bytes")
 
@@ -142,6 +147,9 @@ class FaultInjector:
         self.requests = 0
         self.connections = 0
         self.injected: dict[str, int] = {"refuse": 0, **{k: 0 for k in REQUEST_KINDS}}
+        #: the fault of each faulted request, by the client's ``X-Request-Id`` (the first
+        #: ``LOG_LIMIT``; a request without the header is counted, not logged)
+        self.by_request: dict[str, str] = {}
 
     def refuse_connection(self) -> bool:
         """Whether to reset a connection just accepted (counted as ``refuse``)."""
@@ -152,10 +160,12 @@ class FaultInjector:
                 return True
             return False
 
-    def draw(self, *, stream: bool, kinds: frozenset[str] | None = None) -> str | None:
+    def draw(
+        self, *, stream: bool, kinds: frozenset[str] | None = None, request_id: str | None = None
+    ) -> str | None:
         """The fault of the next request (None: serve it normally). A kind that does not
         apply (stream-only for a non-streamed request, or not in ``kinds``) is drawn but not
-        injected, and not counted."""
+        injected, and not counted. An injected fault is logged under ``request_id``."""
         with self._lock:
             self.requests += 1
             u = self._rng.random()
@@ -168,15 +178,22 @@ class FaultInjector:
                     ):
                         return None
                     self.injected[kind] += 1
+                    if request_id and len(self.by_request) < LOG_LIMIT:
+                        self.by_request[request_id] = kind
                     return kind
             return None
 
-    def snapshot(self) -> dict[str, Any]:
-        """Requests seen, connections accepted, and faults injected by kind."""
+    def snapshot(self, by_request: bool = False) -> dict[str, Any]:
+        """Requests seen, connections accepted, and faults injected by kind; with
+        ``by_request``, the fault of each faulted request by its id too."""
         with self._lock:
-            return {
+            out: dict[str, Any] = {
                 "requests": self.requests,
                 "connections": self.connections,
                 "injected": dict(self.injected),
                 "spec": self.spec.model_dump(),
             }
+            if by_request:
+                out["by_request"] = dict(self.by_request)
+                out["by_request_complete"] = len(self.by_request) < LOG_LIMIT
+            return out

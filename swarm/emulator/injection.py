@@ -39,7 +39,9 @@ async def fault_for(
     Authorization header, as some proxies do, so tests can check the client redacts it."""
     if faults is None:
         return None, None
-    kind = faults.draw(stream=bool(body.get("stream")), kinds=kinds)
+    kind = faults.draw(
+        stream=bool(body.get("stream")), kinds=kinds, request_id=request.headers.get("X-Request-Id")
+    )
     spec = faults.spec
     if kind == "http_500":
         echo = request.headers.get("Authorization")

@@ -365,10 +365,11 @@ class _Handlers:
         )
 
     async def fault_counts(self, request: web.Request) -> web.Response:
-        """``GET /swarm/faults``: requests seen and faults injected so far, by kind."""
+        """``GET /swarm/faults``: requests seen and faults injected so far, by kind (and, with
+        ``?by_request=1``, by request id)."""
         if self.faults is None:
             return _json({"requests": None, "connections": None, "injected": {}, "spec": None})
-        return _json(self.faults.snapshot())
+        return _json(self.faults.snapshot(by_request=request.query.get("by_request") == "1"))
 
     async def flush_cache(self, request: web.Request) -> web.Response:
         if self.model.flush_cache():

@@ -10,7 +10,8 @@ line, a stall past the first-token, mid-stream silence or total deadline, or an 
 cancellation each become a record with its own ``status`` and a truncated ``error`` text in
 which API keys are redacted. It never retries a failure (that is the agent's policy, off by
 default); the one resend it makes is of a request that died on a reused keep-alive connection
-before any response, which the server never saw.
+before any response, which the server never saw. Each request carries its ``request_id`` as
+an ``X-Request-Id`` header, so a server's logs (and the emulator's fault log) join the trace.
 
 Timing: ``sent_ns`` is the wall clock when the request is handed to the connection;
 latencies are ``perf_counter_ns`` offsets from that same instant. Every SSE event that carries
@@ -29,6 +30,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import re
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -64,6 +66,10 @@ from swarm.redact import REDACTED, redact, register_secret
 log = logging.getLogger(__name__)
 
 _perf_ns = time.perf_counter_ns
+
+#: A request id sent as the ``X-Request-Id`` header: printable ASCII with no spaces (an id of
+#: a user's own topology node that is not is kept in the trace but not sent).
+_HEADER_SAFE = re.compile(r"[!-~]{1,200}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,8 +360,8 @@ class HttpEngineClient:
         netloc = f"{self._host}:{self._port}" if parts.port else self._host
         lines = [f"POST {parts.path or '/'} HTTP/1.1", f"Host: {netloc}", "User-Agent: swarm-loadgen"]
         lines += [f"{k}: {v}" for k, v in self._headers.items()]
-        #: the request head for the h1 client, up to the Content-Length value
-        self._h1_head = ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
+        #: the request head for the h1 client, up to its per-request headers
+        self._h1_head = ("\r\n".join(lines) + "\r\n").encode("latin-1")
 
     def _scrub(self, text: str) -> str:
         """An error text fit for a record: every known secret redacted, then truncated."""
@@ -395,19 +401,34 @@ class HttpEngineClient:
         error: str | None = None
         watchdog = _Watchdog()
         stamp_delays: list[int] | None = [] if self.measure_send_stamps else None
+        identity = request.identity
+        if not identity.request_id or identity.target != self.target:
+            identity = dataclasses.replace(
+                identity,
+                request_id=identity.request_id or secrets.token_hex(8),
+                target=self.target,
+                engine=identity.engine or self.profile.name,
+            )
+        # the request id goes to the server too (X-Request-Id), so a server's own logs join
+        # the trace on it
+        request_id = identity.request_id if _HEADER_SAFE.fullmatch(identity.request_id) else None
         call = Call(self.wall_clock)
         reading = StreamReading(decoder, chunk_ns, call, watchdog, stamp_delays)
         watchdog.arm(self.timeouts)
         try:
             if isinstance(self.session, H1Pool):
+                head = self._h1_head
+                if request_id is not None:
+                    head += b"X-Request-Id: " + request_id.encode("ascii") + b"\r\n"
                 await via_h1(
-                    self.session, self._host, self._port, self._h1_head, body, request.stream, reading,
-                    self.target,
+                    self.session, self._host, self._port, head + b"Content-Length: ", body, request.stream,
+                    reading, self.target,
                 )  # fmt: skip
             else:
-                await via_aiohttp(
-                    self.session, self.url, self._headers, body, request.stream, reading, self.target
-                )
+                headers = self._headers
+                if request_id is not None:
+                    headers = {**headers, "X-Request-Id": request_id}
+                await via_aiohttp(self.session, self.url, headers, body, request.stream, reading, self.target)
             end = _perf_ns()
         except ExchangeFailure as failure:
             end = _perf_ns()
@@ -462,14 +483,6 @@ class HttpEngineClient:
         if error is not None:
             error = self._scrub(error)
             log.debug("request to %s failed: %s: %s", self.target, status.value, error)
-        identity = request.identity
-        if not identity.request_id or identity.target != self.target:
-            identity = dataclasses.replace(
-                identity,
-                request_id=identity.request_id or secrets.token_hex(8),
-                target=self.target,
-                engine=identity.engine or self.profile.name,
-            )
         scheduled = request.scheduled_ns if request.scheduled_ns is not None else sent_wall
         usage = decoder.usage
         return RequestRecord(
