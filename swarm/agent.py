@@ -116,6 +116,11 @@ class RequestGate:
         if self._sem is not None:
             self._sem.release()
 
+    @property
+    def capped(self) -> bool:
+        """Whether sends wait for a free slot (an in-flight cap is set)."""
+        return self._sem is not None
+
 
 @dataclass
 class AgentEnv:
@@ -197,6 +202,12 @@ class AgentRun:
                     task.cancel()
                 await asyncio.gather(*list(self._tasks), return_exceptions=True)
             raise
+
+    @property
+    def cut_short(self) -> bool:
+        """Whether the run's stop (interrupt, halt, duration, request limit) ended this agent
+        before its topology did: a call cancelled, or a node skipped."""
+        return self.cancelled or "skipped" in self.state.values()
 
     # -- scheduling ----------------------------------------------------------------------------
 
@@ -296,15 +307,18 @@ class AgentRun:
         first_id = f"{plan.session_id}:{node}"
         attempt = 0
         while True:
+            wait_from = time.perf_counter_ns()
             if not await env.gate.acquire():
                 if attempt == 0:
                     self._resolve(node, "skipped")
                 else:  # the run stopped before the retry: the node failed
                     self._resolve(node, "failed")
                 return
+            # the wait for a slot under the in-flight cap (the cap's, not the generator's delay)
+            slot_wait_ns = time.perf_counter_ns() - wait_from if env.gate.capped else 0
             env.in_flight[0] += 1
             try:
-                record = await self._send(node, np_, due_perf_ns, attempt, first_id)
+                record = await self._send(node, np_, due_perf_ns, attempt, first_id, slot_wait_ns)
             finally:
                 env.in_flight[0] -= 1
                 env.gate.release()
@@ -333,7 +347,7 @@ class AgentRun:
         self._resolve(node, "cut" if np_.early_stop else ALIVE)
 
     async def _send(
-        self, node: str, np_: NodePlan, due_perf_ns: int, attempt: int, first_id: str
+        self, node: str, np_: NodePlan, due_perf_ns: int, attempt: int, first_id: str, slot_wait_ns: int = 0
     ) -> RequestRecord:
         """One attempt at a node's call (the caller holds a gate slot)."""
         env, plan = self.env, self.plan
@@ -367,6 +381,7 @@ class AgentRun:
             scheduled_ns=env.wall_at(due_perf_ns),
             stream=env.stream,
             prompt_tokens_est=prompt_tokens_est,
+            slot_wait_ns=slot_wait_ns,
             ideal_cached_tokens_est=ideal,
             block_hashes=hashes,
             keep_text=env.record_text or env.context == "live",

@@ -25,12 +25,19 @@ def builtin_dir(kind: str) -> Path:
     return here.parent / kind
 
 
+def _stamp(path: Path) -> tuple[str, int, int]:
+    st = path.stat()
+    return str(path.resolve()), st.st_size, st.st_mtime_ns
+
+
 class Catalog:
     def __init__(self, agent_dirs: list[Path] | None = None, topology_dirs: list[Path] | None = None) -> None:
         self.agent_dirs = [*(agent_dirs or []), builtin_dir("agents")]
         self.topology_dirs = [*(topology_dirs or []), builtin_dir("topologies")]
         self._profiles: dict[str, AgentProfile] = {}
         self._topologies: dict[str, TopologyTemplate] = {}
+        #: (kind, name) -> the file's path, size and mtime when loaded: an edited file is read again
+        self._stamps: dict[tuple[str, str], tuple[str, int, int]] = {}
 
     @classmethod
     def preloaded(cls, profiles: dict[str, AgentProfile], topologies: dict[str, TopologyTemplate]) -> Catalog:
@@ -59,13 +66,22 @@ class Catalog:
         raise InputError(f"unknown {kind} {name!r} (known: {', '.join(known) or 'none'})")
 
     def profile(self, name: str) -> AgentProfile:
-        if name not in self._profiles:
-            self._profiles[name] = load_profile(self._find(name, self.agent_dirs, "agent profile"))
+        if self.agent_dirs or name not in self._profiles:  # (a preloaded catalog has no folders)
+            path = self._find(name, self.agent_dirs, "agent profile")
+            if self._stamps.get(("profile", name)) != (stamp := _stamp(path)) or name not in self._profiles:
+                self._profiles[name] = load_profile(path)
+                self._stamps[("profile", name)] = stamp
         return self._profiles[name]
 
     def topology(self, name: str) -> TopologyTemplate:
-        if name not in self._topologies:
-            self._topologies[name] = load_topology(self._find(name, self.topology_dirs, "topology"))
+        if self.topology_dirs or name not in self._topologies:
+            path = self._find(name, self.topology_dirs, "topology")
+            if (
+                self._stamps.get(("topology", name)) != (stamp := _stamp(path))
+                or name not in self._topologies
+            ):
+                self._topologies[name] = load_topology(path)
+                self._stamps[("topology", name)] = stamp
         return self._topologies[name]
 
     def topology_names(self) -> list[str]:

@@ -552,11 +552,14 @@ def compare(
     json_out: Annotated[bool, typer.Option("--json", help="print the matrix as JSON")] = False,
     slo: Annotated[list[str] | None, typer.Option(help="an SLO for goodput, e.g. --slo ttft:200ms")] = None,
     force: Annotated[bool, typer.Option(help="compare runs whose workloads differ (seed, spec)")] = False,
+    tie_within: Annotated[
+        float, typer.Option(min=0, help="a lead smaller than this share is a tie (0.02: 2 %)")
+    ] = 0.02,
 ) -> None:
     """Targets side by side: one row per dimension, a column per target, who leads and by how much."""
     from swarm.cli_report import compare_command
 
-    compare_command(run_dirs, json_out, slo or [], force)
+    compare_command(run_dirs, json_out, slo or [], force, tie_within)
 
 
 def _terminate(signum: int, frame: object) -> None:

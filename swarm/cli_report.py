@@ -60,7 +60,10 @@ def report_tables(report: dict[str, Any]) -> list[Table]:
         "TTFT first / branch calls p50",
         lambda t: f"{_f(fig(t)['first_call_ttft_ms']['p50'])} / {_f(fig(t)['branch_call_ttft_ms']['p50'])}",
     )
-    row("client queue p99", lambda t: fig(t)["queue_ms"]["p99"], ".2f")
+    row(
+        "dispatch lag p99 / slot wait p99",
+        lambda t: f"{_f(fig(t)['lag_ms']['p99'], '.2f')} / {_f(fig(t)['slot_wait_ms']['p99'], '.2f')}",
+    )
     row(
         "output tok/s (peak 1 s)",
         lambda t: (
@@ -146,13 +149,15 @@ def compare_table(comparison: dict[str, Any]) -> Table:
         lead = "-"
         if row["leader"] is not None:
             lead = f"{row['leader']} ({_f(row['ratio'], '.2f')}x)"
-        elif row["ratio"] == 1.0:
-            lead = "tie"
+        elif row.get("tie"):
+            lead = f"tie ({_f(row['ratio'], '.2f')}x)"
         table.add_row(row["dimension"] + unit + better, *[_f(v, spec) for v in row["values"]], lead)
     return table
 
 
-def compare_command(run_dirs: list[str], as_json: bool, slos: list[str], force: bool) -> None:
+def compare_command(
+    run_dirs: list[str], as_json: bool, slos: list[str], force: bool, tie_within: float = 0.02
+) -> None:
     from swarm.analysis.compare import compare
     from swarm.analysis.metrics import parse_slos
     from swarm.analysis.report import load_run
@@ -162,7 +167,7 @@ def compare_command(run_dirs: list[str], as_json: bool, slos: list[str], force: 
         runs = [load_run(d) for d in run_dirs]
     except (ValueError, FileNotFoundError) as exc:
         raise InputError(str(exc)) from None
-    result = compare(runs, slo, force=force).as_dict()
+    result = compare(runs, slo, force=force, tie_within=tie_within).as_dict()
     if as_json:
         print(json.dumps(result, indent=2, default=str))
         return
@@ -170,3 +175,7 @@ def compare_command(run_dirs: list[str], as_json: bool, slos: list[str], force: 
     for warning in result["warnings"]:
         console.print(f"[bold red]warning:[/] {warning}")
     console.print(compare_table(result))
+    console.print(
+        f"[dim]a lead under {tie_within:.0%} is a tie (--tie-within); ratios: runner-up / leader for "
+        "figures where lower is better, leader / runner-up where higher is better[/dim]"
+    )

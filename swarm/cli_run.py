@@ -54,7 +54,7 @@ class LiveView:
             "TTFT p99",
             "cache hit",
             "ideal",
-            "queue p99",
+            "lag p99",
             "late",
         ):
             table.add_column(col, justify="right" if col != "target" else "left")
@@ -62,36 +62,66 @@ class LiveView:
         for i, (name, st, t0, t1) in enumerate(self.rows):
             snap = st.snapshot()
             elapsed = (t1 or now) - t0
-            if i == len(self.rows) - 1 and t1 is None:
-                last_t, last_tokens = self._last
+            if i == len(self.rows) - 1 and t1 is None and not st.finished:
+                last_t, last_tokens = self._last  # while sending: the rate over the last second
                 if now - last_t >= 1.0:
                     self._rate = (st.completion_tokens - last_tokens) / (now - last_t)
                     self._last = (now, st.completion_tokens)
                 rate = self._rate
-            else:
+            else:  # once sending has stopped: the run's average
+                if st.finished and t1 is None:
+                    t1 = now
+                    self.rows[i] = (name, st, t0, t1)
+                    elapsed = t1 - t0
                 rate = st.completion_tokens / elapsed if elapsed > 0 else 0.0
+            agents = f"{snap['agents_done']}/{snap['agents_started']}/{self.total_agents}"
+            if snap["agents_cut"]:
+                agents += f" ({snap['agents_cut']} cut)"
+            errors = str(snap["errors"]) + (f" (+{snap['cancelled']} cancelled)" if snap["cancelled"] else "")
             table.add_row(
                 name,
                 f"{elapsed:.0f}s",
-                f"{snap['agents_done']}/{snap['agents_started']}/{self.total_agents}",
+                agents,
                 str(snap["requests"]),
                 str(snap["in_flight"]),
-                Text(str(snap["errors"]), style="red" if snap["errors"] else ""),
+                Text(errors, style="red" if snap["errors"] else ""),
                 f"{rate:,.0f}",
                 _fmt(snap["ttft_p50_ms"], ".0f", " ms"),
                 _fmt(snap["ttft_p99_ms"], ".0f", " ms"),
                 _fmt(None if snap["cache_hit_ratio"] is None else 100 * snap["cache_hit_ratio"], ".1f", "%"),
                 _fmt(None if snap["ideal_hit_ratio"] is None else 100 * snap["ideal_hit_ratio"], ".1f", "%"),
-                _fmt(snap["queue_p99_ms"], ".0f", " ms"),
+                _fmt(snap["lag_p99_ms"], ".0f", " ms"),
                 Text(str(snap["late"]), style="bold yellow" if snap["late"] else ""),
             )
         table.caption = (
-            "agents: done/started/total; cache hit: server-reported cached/prompt tokens; ideal: longest "
-            "shared prefix; queue: sent minus scheduled; late: sent > 10 ms after due (the generator is behind)"
+            "agents: done/started/total (cut short by a stop); cache hit: server-reported cached/prompt "
+            "tokens; ideal: longest shared prefix; lag: sent minus due, less any wait for the in-flight "
+            "cap; late: lag > 10 ms (the generator is behind)"
         )
         if any(st.late for _, st, _, _ in self.rows):
             table.caption += "\n[bold yellow]the generator is behind its schedule: see late / queue p99[/]"
         return table
+
+
+class LiveDisplay:
+    """The live view, shown from the first target's start: the input is checked, the targets
+    probed and Ray started before it, so an error there is never printed under an empty table."""
+
+    def __init__(self, view: LiveView, console: Console, enabled: bool) -> None:
+        self.view = view
+        self.console = console
+        self.enabled = enabled
+        self._live: Live | None = None
+
+    def start_target(self, name: str, stats: RunStats) -> None:
+        self.view.start_target(name, stats)
+        if self.enabled and self._live is None:
+            self._live = Live(self.view, console=self.console, refresh_per_second=2, transient=False)
+            self._live.start()
+
+    def stop(self) -> None:
+        if self._live is not None:
+            self._live.stop()
 
 
 def summary_table(summary: dict[str, dict[str, Any]], emulated: set[str]) -> Table:
@@ -101,6 +131,7 @@ def summary_table(summary: dict[str, dict[str, Any]], emulated: set[str]) -> Tab
         "engine",
         "requests",
         "errors",
+        "cancelled",
         "agents",
         "TTFT p50",
         "TTFT p99",
@@ -108,7 +139,7 @@ def summary_table(summary: dict[str, dict[str, Any]], emulated: set[str]) -> Tab
         "out tok/s",
         "cache hit",
         "ideal hit",
-        "queue p99",
+        "lag p99",
     )
     for col in cols:
         table.add_column(col, justify="left" if col in ("target", "engine") else "right")
@@ -119,6 +150,7 @@ def summary_table(summary: dict[str, dict[str, Any]], emulated: set[str]) -> Tab
             engine,
             str(s["requests"]),
             str(s["errors"]),
+            str(s["cancelled"]),
             str(s["agents"]),
             _fmt(s["ttft_p50_ms"], ".1f", " ms"),
             _fmt(s["ttft_p99_ms"], ".1f", " ms"),
@@ -126,7 +158,7 @@ def summary_table(summary: dict[str, dict[str, Any]], emulated: set[str]) -> Tab
             _fmt(s["output_tokens_per_s"], ",.0f"),
             _fmt(None if s["cache_hit_ratio"] is None else 100 * s["cache_hit_ratio"], ".1f", "%"),
             _fmt(None if s["ideal_hit_ratio"] is None else 100 * s["ideal_hit_ratio"], ".1f", "%"),
-            _fmt(s["queue_p99_ms"], ".1f", " ms"),
+            _fmt(s["lag_p99_ms"], ".1f", " ms"),
         )
     return table
 
@@ -191,19 +223,15 @@ def run_command(
 
     spec = validate(RunSpec, spec_data, source)
     console = Console(stderr=json_out, width=None if sys.stdout.isatty() else 160)
-    view = LiveView(spec.workload.agents)
+    display = LiveDisplay(LiveView(spec.workload.agents), console, show_progress)
 
     def on_target_start(target: ResolvedTarget, stats: RunStats) -> None:
-        view.start_target(target.name, stats)
+        display.start_target(target.name, stats)
 
-    live = Live(view, console=console, refresh_per_second=2, transient=False) if show_progress else None
-    if live is not None:
-        live.start()
     try:
-        result = execute_run(spec, on_target_start=on_target_start)
+        result = execute_run(spec, on_target_start=on_target_start, source=source)
     finally:
-        if live is not None:
-            live.stop()
+        display.stop()
     summary = summary_rows(result.run_dir)
     emulated = {t.name for t in result.manifest.targets if t.emulated}
     if json_out:
@@ -214,12 +242,21 @@ def run_command(
                     "status": result.manifest.status.value,
                     "status_reason": result.manifest.status_reason,
                     "targets": summary,
+                    "not_run": [t.name for t in result.manifest.targets if t.outcome == "not_run"],
                 },
                 indent=2,
             )
         )
     else:
         console.print(summary_table(summary, emulated))
+        for t in result.manifest.targets:
+            if t.outcome == "not_run":
+                console.print(f"[yellow]{t.name}: not run[/] (the run ended before it came to this target)")
+            elif t.sessions_cut:
+                console.print(
+                    f"[yellow]{t.name}: {t.sessions_cut} of {t.sessions_planned} agent sessions cut short[/] "
+                    f"({t.outcome})"
+                )
         if emulated:
             console.print(
                 "[dim]figures from swarm's engine emulator, a model of an engine - not measurements of one[/dim]"
@@ -318,14 +355,11 @@ def replay_command(
     console = Console(stderr=json_out, width=None if sys.stdout.isatty() else 160)
     for note in plan.notes:
         console.print(f"[yellow]{note}[/yellow]")
-    view = LiveView(len(plan.items))
+    display = LiveDisplay(LiveView(len(plan.items)), console, show_progress)
 
     def on_target_start(target: ResolvedTarget, stats: RunStats) -> None:
-        view.start_target(target.name, stats)
+        display.start_target(target.name, stats)
 
-    live = Live(view, console=console, refresh_per_second=2) if show_progress else None
-    if live is not None:
-        live.start()
     try:
         result = execute_replay(
             plan, target_specs, mode=mode, speed=speed, max_in_flight=max_in_flight, output_dir=output,
@@ -333,8 +367,7 @@ def replay_command(
             max_error_rate=max_error_rate, error_window=error_window,
         )  # fmt: skip
     finally:
-        if live is not None:
-            live.stop()
+        display.stop()
     summary = summary_rows(result.run_dir)
     if json_out:
         print(

@@ -17,7 +17,8 @@ from swarm.record import RequestRecord, Status
 _MIN_NS = 10_000  # 10 us
 _GROWTH = 1.05
 _BUCKETS = 540  # 10 us * 1.05**540 ~ 2.7e11 ns
-#: A request sent this much after its scheduled time counts as late: the generator is behind.
+#: A request whose dispatch lag (sent minus scheduled, less any wait for a free slot under the
+#: in-flight cap) is above this counts as late: the generator is behind its schedule.
 LATE_NS = 10_000_000
 
 
@@ -62,21 +63,31 @@ class RunStats:
     ideal_cached_tokens: int = 0
     completion_tokens: int = 0
     chunks: int = 0
-    queue_ns_max: int = 0
-    #: requests sent more than LATE_NS after they were due (the client could not keep up)
+    lag_ns_max: int = 0
+    #: requests whose dispatch lag was above LATE_NS (the generator could not keep up);
+    #: waiting for a free slot under the in-flight cap is not lateness
     late: int = 0
+    #: requests that waited for a free slot under the in-flight cap
+    slot_waits: int = 0
+    #: agents whose run was cut short (interrupted or halted), not counted in ``agents_done``
+    agents_cut: int = 0
+    #: the run's sending has ended (its last request is answered): rates become averages
+    finished: bool = False
     ttft: LogHistogram = field(default_factory=LogHistogram)
-    queue: LogHistogram = field(default_factory=LogHistogram)
+    lag: LogHistogram = field(default_factory=LogHistogram)
 
     def add(self, r: RequestRecord) -> None:
         self.requests += 1
         key = r.status.value
         self.by_status[key] = self.by_status.get(key, 0) + 1
         self.chunks += len(r.chunk_ns)
-        self.queue.add(max(r.queue_ns, 0))
-        self.queue_ns_max = max(self.queue_ns_max, r.queue_ns)
-        if r.queue_ns > LATE_NS:
+        lag = r.queue_ns - r.slot_wait_ns
+        self.lag.add(max(lag, 0))
+        self.lag_ns_max = max(self.lag_ns_max, lag)
+        if lag > LATE_NS:
             self.late += 1
+        if r.slot_wait_ns > 0:
+            self.slot_waits += 1
         if r.status is Status.OK:
             if r.ttft_ns is not None:
                 self.ttft.add(r.ttft_ns)
@@ -89,20 +100,27 @@ class RunStats:
                 self.ideal_cached_tokens += r.ideal_cached_tokens_est
 
     @property
+    def cancelled(self) -> int:
+        """Requests cut short by the run stopping (Ctrl-C, a halt): not the engine's errors."""
+        return self.by_status.get("cancelled", 0)
+
+    @property
     def errors(self) -> int:
-        return self.requests - self.by_status.get("ok", 0)
+        """Requests that failed: neither ok nor cancelled by the run."""
+        return self.requests - self.by_status.get("ok", 0) - self.cancelled
 
     def merge(self, other: RunStats) -> None:
         for name in (
-            "requests", "in_flight", "agents_started", "agents_done", "prompt_tokens", "cached_tokens",
-            "prompt_tokens_est", "ideal_cached_tokens", "completion_tokens", "chunks", "late",
+            "requests", "in_flight", "agents_started", "agents_done", "agents_cut", "prompt_tokens",
+            "cached_tokens", "prompt_tokens_est", "ideal_cached_tokens", "completion_tokens", "chunks", "late",
+            "slot_waits",
         ):  # fmt: skip
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for k, v in other.by_status.items():
             self.by_status[k] = self.by_status.get(k, 0) + v
-        self.queue_ns_max = max(self.queue_ns_max, other.queue_ns_max)
+        self.lag_ns_max = max(self.lag_ns_max, other.lag_ns_max)
         self.ttft.merge(other.ttft)
-        self.queue.merge(other.queue)
+        self.lag.merge(other.lag)
 
     def replace_with(self, other: RunStats) -> None:
         """Take ``other``'s values (the driver's view of merged worker stats)."""
@@ -116,13 +134,16 @@ class RunStats:
             "requests": self.requests,
             "in_flight": self.in_flight,
             "errors": self.errors,
+            "cancelled": self.cancelled,
             "agents_started": self.agents_started,
             "agents_done": self.agents_done,
+            "agents_cut": self.agents_cut,
             "completion_tokens": self.completion_tokens,
             "ttft_p50_ms": ms(self.ttft.quantile_ns(0.5)),
             "ttft_p99_ms": ms(self.ttft.quantile_ns(0.99)),
-            "queue_p99_ms": ms(self.queue.quantile_ns(0.99)),
+            "lag_p99_ms": ms(self.lag.quantile_ns(0.99)),
             "late": self.late,
+            "slot_waits": self.slot_waits,
             "cache_hit_ratio": self.cached_tokens / self.prompt_tokens if self.prompt_tokens else None,
             "ideal_hit_ratio": self.ideal_cached_tokens / self.prompt_tokens_est
             if self.prompt_tokens_est

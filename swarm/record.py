@@ -6,7 +6,9 @@ module depends on nothing else in swarm, so every other part may import it.
 
 Timing fields follow the trace contract: ``scheduled_ns`` and ``sent_ns`` are wall-clock
 anchors (``time.time_ns``, aligned to the driver's clock on a cluster); every latency
-(``queue_ns`` aside) is a ``perf_counter_ns`` delta measured in one process.
+(``queue_ns`` aside) is a ``perf_counter_ns`` delta measured in one process. ``queue_ns``
+(sent minus scheduled) splits into ``slot_wait_ns`` (waiting for the in-flight cap: the load
+asked for) and the dispatch lag (the rest: the generator falling behind, a fault).
 """
 
 from __future__ import annotations
@@ -107,7 +109,15 @@ class RequestRecord:
     prompt_parts: tuple[str, ...] | None = None
     prompt_roles: tuple[str, ...] | None = None
     output_text: str | None = None
+    #: of ``queue_ns``, the time spent waiting for a free slot under the in-flight cap
+    #: (``max_in_flight``): load the run was asked to hold back, not the generator's delay
+    slot_wait_ns: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def dispatch_lag_ns(self) -> int:
+        """``queue_ns - slot_wait_ns``: how late the generator itself sent the request."""
+        return self.queue_ns - self.slot_wait_ns
 
     @property
     def ok(self) -> bool:
@@ -164,6 +174,8 @@ TRACE_SCHEMA = pa.schema(
         pa.field("prompt_parts", pa.list_(_STR)),
         pa.field("prompt_roles", pa.list_(_STR)),
         pa.field("output_text", _STR),
+        # added after schema version 1's first release: null in older traces (read as 0)
+        pa.field("slot_wait_ns", _I64),
     ],
     metadata={b"swarm.schema_version": str(SCHEMA_VERSION).encode()},
 )

@@ -30,14 +30,14 @@ from swarm.catalog import Catalog
 from swarm.engines.client import Timeouts, normalise_base_url, read_api_key, redact_url
 from swarm.engines.profiles import get_profile
 from swarm.errors import InputError
-from swarm.live_stats import RunStats
+from swarm.live_stats import LATE_NS, RunStats
 from swarm.record import RequestRecord
 from swarm.runner import Halt, ResolvedTarget, TargetOutcome, run_agents
 from swarm.server_metrics import ServerMetricsScraper, write_server_metrics
 from swarm.trace.manifest import RunManifest, RunStatus, TargetInfo, WorkerInfo, new_run_id, versions
 from swarm.trace.sink import ParquetTraceSink, TraceSink, TraceWriteError
 from swarm.trace.storage import RunStorage
-from swarm.workload import Workload, WorkloadSpec
+from swarm.workload import Workload, WorkloadSpec, check_mix
 
 log = logging.getLogger(__name__)
 
@@ -293,6 +293,7 @@ def run_on_targets(
     on_target_start: Callable[[ResolvedTarget, RunStats], None] | None = None,
     metrics_interval_s: float = 1.0,
     flush_interval_s: float = 10.0,
+    sessions_planned: int = 0,
 ) -> RunResult:
     """The frame of every run: resolve targets (or start the emulators), create the run folder
     and manifest, call ``send`` once per target with a fresh sink, and finish the manifest with
@@ -336,8 +337,13 @@ def run_on_targets(
         status = RunStatus.COMPLETE
         reasons: list[str] = []
         scrapers: list[ServerMetricsScraper] = []
+        infos = {t.name: t for t in manifest.targets}
+        ran: set[str] = set()
         try:
             for target in targets:
+                info = infos[target.name]
+                info.sessions_planned = sessions_planned
+                ran.add(target.name)
                 stats = RunStats()
                 if on_target_start is not None:
                     on_target_start(target, stats)
@@ -360,14 +366,19 @@ def run_on_targets(
                         log.error("%s", exc)
                     for k, v in stats.by_status.items():
                         manifest.counts[k] = manifest.counts.get(k, 0) + v
+                    info.sessions_started = stats.agents_started
+                    info.sessions_finished = stats.agents_done
+                    info.sessions_cut = stats.agents_cut
                     lost = sink.rows_lost if isinstance(sink, ParquetTraceSink) else 0
                     manifest.records_lost += lost
                     manifest.write(storage)
-                if stats.late:
+                lag_p99 = stats.lag.quantile_ns(0.99)
+                if lag_p99 is not None and lag_p99 > LATE_NS:
                     log.warning(
-                        "target %s: %d of %d requests were sent more than 10 ms after their scheduled "
-                        "time: the generator could not keep its schedule (queue_ns in the trace)",
-                        target.name, stats.late, stats.requests,
+                        "target %s: %d of %d requests were sent more than %d ms after they were due "
+                        "(not counting waits for the in-flight cap): the generator could not keep its "
+                        "schedule (queue_ns - slot_wait_ns in the trace)",
+                        target.name, stats.late, stats.requests, LATE_NS // 1_000_000,
                     )  # fmt: skip
                 log.info(
                     "target %s: %d requests in %.1f s",
@@ -386,16 +397,20 @@ def run_on_targets(
                 lost += outcome.records_lost  # rows workers could not write themselves
                 manifest.records_lost += outcome.records_lost
                 failure = sink.failure if isinstance(sink, ParquetTraceSink) else None
+                info.outcome = RunStatus.COMPLETE.value
                 if lost or failure:
                     status = RunStatus.FAILED
+                    info.outcome = status.value
                     why = failure or outcome.halt_reason or "the trace could not be written"
                     reasons.append(f"target {target.name}: {why}; {lost} records not written")
                     break
                 if outcome.halt_reason:
                     status = RunStatus.STOPPED if status is RunStatus.COMPLETE else status
+                    info.outcome = RunStatus.STOPPED.value
                     reasons.append(f"target {target.name}: {outcome.halt_reason}")
                 if outcome.interrupted:
                     status = RunStatus.INTERRUPTED
+                    info.outcome = status.value
                     reasons.append("interrupted by a signal")
                     break
         except KeyboardInterrupt:
@@ -406,6 +421,14 @@ def run_on_targets(
             reasons.append(f"{type(exc).__name__}: {exc}")
             raise
         finally:
+            not_run = []
+            for info in manifest.targets:
+                if info.outcome == "pending":  # the run ended while (or before) it ran
+                    info.outcome = status.value if info.name in ran else "not_run"
+                if info.outcome == "not_run":
+                    not_run.append(info.name)
+            if not_run:
+                reasons.append(f"not run: {', '.join(not_run)} (the run ended before it came to them)")
             manifest.status = status
             manifest.status_reason = "; ".join(reasons) or None
             manifest.parts = [n for n in storage.list("requests") if n.endswith(".parquet")]
@@ -424,9 +447,12 @@ def execute_run(
     catalog: Catalog | None = None,
     executor: Executor | None = None,
     on_target_start: Callable[[ResolvedTarget, RunStats], None] | None = None,
+    source: str = "run spec",
 ) -> RunResult:
-    """Run ``spec``; returns the run folder and its final manifest."""
-    workload = Workload(spec.workload, catalog)  # validates profiles and topologies first
+    """Run ``spec``; returns the run folder and its final manifest. Profiles and topologies
+    are resolved first (errors name ``source`` and the field), then targets are probed."""
+    check_mix(spec.workload, catalog, source)
+    workload = Workload(spec.workload, catalog)
     chosen = executor or make_executor(spec)
     t = spec.timeouts
     timeouts = Timeouts(t.connect_s, t.first_token_s, t.total_s, t.idle_s)
@@ -447,13 +473,15 @@ def execute_run(
         manifest_fields={
             "seed": spec.workload.seed,
             "spec": spec.model_dump(mode="json", exclude={"targets"}),
-            "spec_hash": spec.workload.spec_hash(),
+            "spec_hash": workload.traffic_hash(),
+            "workload_digests": workload.content_digests(),
         },
         send=send,
         context=chosen,
         on_target_start=on_target_start,
         flush_interval_s=spec.flush_interval_s,
         metrics_interval_s=spec.metrics_interval_s,
+        sessions_planned=workload.n_agents,
     )
 
 

@@ -49,6 +49,7 @@ class ResolvedTarget:
 class TargetOutcome:
     requests: int
     agents_started: int
+    #: agents whose topology ran to its end (not cut short by a stop)
     agents_finished: int
     stop_reason: str | None
     interrupted: bool
@@ -188,11 +189,15 @@ async def run_agents(
             async def one(agent_id: int, start_ns: int) -> None:
                 nonlocal finished
                 stats.agents_started += 1
+                agent = AgentRun(workload.agent(agent_id), env)
                 try:
-                    await AgentRun(workload.agent(agent_id), env).run(start_ns)
+                    await agent.run(start_ns)
                 finally:
-                    finished += 1
-                    stats.agents_done += 1
+                    if agent.cut_short:
+                        stats.agents_cut += 1
+                    else:
+                        finished += 1
+                        stats.agents_done += 1
 
             async def launcher() -> None:
                 for agent_id in order:
@@ -243,6 +248,7 @@ async def run_agents(
                 if waiter is not None:
                     waiter.cancel()
             stats.in_flight = 0
+            stats.finished = True
             return TargetOutcome(
                 requests=gate.issued,
                 agents_started=stats.agents_started,

@@ -57,6 +57,17 @@ class TopologyTemplate:
     def role(self, node: str) -> str:
         return str(self.graph.nodes[node]["role"])
 
+    def canonical(self) -> dict[str, object]:
+        """The template as plain sorted data (for a digest of what shapes the traffic)."""
+        g = self.graph
+        return {
+            "name": self.name,
+            "nodes": sorted([n, sorted(a.items())] for n, a in g.nodes(data=True)),
+            "edges": sorted([u, v, sorted(a.items())] for u, v, a in g.edges(data=True)),
+            "beams": [[b.name, list(b.candidates), list(b.scorers), b.keep] for b in self.beams],
+            "order": list(self.order),
+        }
+
     def context_parents(self, node: str) -> list[str]:
         return [p for p in self.graph.predecessors(node) if self.graph.edges[p, node]["kind"] == "context"]
 

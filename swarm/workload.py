@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from swarm.agent_profile import AgentProfile
 from swarm.arrival import ArrivalSpec
 from swarm.catalog import Catalog, default_catalog
+from swarm.errors import InputError
 from swarm.textsynth import synth_text, tool_catalogue
 from swarm.tokenizer import Tokenizer
 from swarm.topology import TopologyTemplate
@@ -87,10 +88,10 @@ class WorkloadSpec(BaseModel):
     )
     tokenizer: str | None = Field(default=None, description="local HF tokenizer.json for token estimates")
 
-    def spec_hash(self) -> str:
-        """Hash of everything that shapes the traffic (two runs with equal hashes send the same)."""
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+def _digest(obj: object) -> str:
+    canonical = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +192,25 @@ class Workload:
     def n_agents(self) -> int:
         return self.spec.agents
 
+    def content_digests(self) -> dict[str, str]:
+        """A digest of each resolved agent profile and topology the mix uses, by
+        ``"profile NAME"`` / ``"topology NAME"``: their contents (every field, the system prompt
+        file's text, the topology's nodes, edges and beams), not their names."""
+        out: dict[str, str] = {}
+        for p in self.profiles:
+            out[f"profile {p.name}"] = _digest(
+                {**p.model_dump(mode="json"), "system_prompt_text": p.system_prompt_text}
+            )
+        for t in self.topologies:
+            out[f"topology {t.name}"] = _digest(t.canonical())
+        return out
+
+    def traffic_hash(self) -> str:
+        """Hash of everything that shapes the traffic: the spec and the resolved contents of
+        its profiles and topologies. Two runs with equal hashes send the same requests; an edit
+        to ``agents/*.yaml`` between them changes it."""
+        return _digest({"spec": self.spec.model_dump(mode="json"), "contents": self.content_digests()})
+
     def system_prompt(self, profile: AgentProfile, index: int) -> str:
         """System prompt ``index`` of ``profile``'s pool (starts with its own tag)."""
         key = (profile.name, index)
@@ -246,6 +266,19 @@ class Workload:
             seed=self.spec.seed,
             tokenizer=self.tokenizer,
         )
+
+
+def check_mix(spec: WorkloadSpec, catalog: Catalog | None = None, source: str = "run spec") -> None:
+    """Resolve every profile and topology of the mix; an InputError names where each bad one
+    was given (``SOURCE: workload.mix.I.FIELD``, or the flag when it came from flags)."""
+    catalog = catalog or default_catalog()
+    for i, entry in enumerate(spec.mix):
+        for name, lookup in (("profile", catalog.profile), ("topology", catalog.topology)):
+            try:
+                lookup(getattr(entry, name))
+            except InputError as exc:
+                where = f"--{name}" if source == "flags" else f"{source}: workload.mix.{i}.{name}"
+                raise InputError(f"{where}: {exc}") from None
 
 
 def partition(n_agents: int, workers: int) -> list[list[int]]:

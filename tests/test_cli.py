@@ -55,7 +55,9 @@ def test_invalid_url(url: str) -> None:
 
 
 def test_unreachable_target() -> None:
-    assert_one_line_error(swarm("probe", f"http://127.0.0.1:{free_port()}"), "cannot reach")
+    assert_one_line_error(
+        swarm("probe", f"http://127.0.0.1:{free_port()}"), "connection refused at http://127.0.0.1:"
+    )
 
 
 def test_unknown_engine_profile() -> None:

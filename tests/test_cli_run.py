@@ -71,8 +71,14 @@ def assert_refused(out: subprocess.CompletedProcess[str], needle: str, cwd: Path
     [
         ("workload:\n  agentz: 3\n", "spec.yaml (with flags): workload.agentz: unknown key"),
         ("workload:\n  agents: many\n", "workload.agents: Input should be a valid integer"),
-        ("workload:\n  mix: [{topology: spiral}]\n", "unknown topology 'spiral'"),
-        ("workload:\n  mix: [{profile: wizard}]\n", "unknown agent profile 'wizard'"),
+        (
+            "workload:\n  mix: [{topology: spiral}]\n",
+            "spec.yaml (with flags): workload.mix.0.topology: unknown topology 'spiral'",
+        ),
+        (
+            "workload:\n  mix: [{profile: math_reasoner}, {profile: wizard}]\n",
+            "spec.yaml (with flags): workload.mix.1.profile: unknown agent profile 'wizard'",
+        ),
         (
             "workload:\n  arrival: {process: poisson, rate: -2}\n",
             "workload.arrival.rate: Input should be greater than 0",
@@ -100,12 +106,30 @@ def test_impossible_distribution_in_a_profile_names_file_and_field(tmp_path: Pat
 
 def test_bad_target_flags(tmp_path: Path) -> None:
     assert_refused(swarm("run", "--target", "nourl", cwd=tmp_path), "expected NAME=URL", tmp_path)
-    assert_refused(swarm("run", "--target", "a=http://127.0.0.1:1", cwd=tmp_path), "cannot reach", tmp_path)
+    assert_refused(
+        swarm("run", "--target", "a=http://127.0.0.1:1", cwd=tmp_path),
+        "swarm: error: connection refused at http://127.0.0.1:1",
+        tmp_path,
+    )
     assert_refused(
         swarm("run", "--target", "a=http://127.0.0.1:1", "--engine", "tgi", cwd=tmp_path),
         "unknown engine profile 'tgi'",
         tmp_path,
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--profile", "wizard"], "--profile: unknown agent profile 'wizard'"),
+        (["--topology", "spiral"], "--topology: unknown topology 'spiral'"),
+        (["--target", "a=http://127.0.0.1:1"], "connection refused at http://127.0.0.1:1"),
+    ],
+)
+def test_bad_input_is_told_before_any_live_table(tmp_path: Path, args: list[str], needle: str) -> None:
+    out = swarm("run", *args, cwd=tmp_path)  # the live view is on (the default)
+    assert_refused(out, needle, tmp_path)
+    assert "┏" not in out.stdout + out.stderr and "swarm run" not in out.stdout  # no table drawn
 
 
 def metric(url: str, name: str) -> float:
@@ -128,7 +152,7 @@ def test_sigint_leaves_readable_trace_and_interrupted_manifest(
     url = emu.url  # type: ignore[attr-defined]
     proc = subprocess.Popen(
         [sys.executable, "-m", "swarm", "run", "--agents", "2000", "--arrival", "constant:50", "--no-progress",
-         "--executor", executor, "--target", f"s={url}", "--engine", "sglang"],
+         "--executor", executor, "--target", f"s={url}", "--target", f"t={url}", "--engine", "sglang", "--json"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
@@ -137,15 +161,27 @@ def test_sigint_leaves_readable_trace_and_interrupted_manifest(
     while time.monotonic() < deadline and metric(url, "sglang:num_requests_total") < 300:
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=90)
+    out, err = proc.communicate(timeout=90)
     assert proc.returncode == 130, err
     (run_dir,) = list((tmp_path / "runs").iterdir())
     manifest = RunManifest.read(run_dir)
     assert manifest.status.value == "interrupted"
     table = read_requests(run_dir)
-    statuses = set(table["status"].to_pylist())
+    statuses = table["status"].to_pylist()
     assert table.num_rows >= 300 and "ok" in statuses and "cancelled" in statuses
     assert sum(manifest.counts.values()) == table.num_rows
+    # counts that mean what they say: cancelled requests are not errors, the sessions the stop
+    # cut are counted, and the target that never ran is named
+    s, t = manifest.targets
+    assert (s.outcome, t.outcome) == ("interrupted", "not_run")
+    assert s.sessions_planned == 2000 and s.sessions_cut > 0
+    assert s.sessions_finished + s.sessions_cut == s.sessions_started
+    assert "not run: t" in (manifest.status_reason or "")
+    summary = json.loads(out)
+    assert summary["not_run"] == ["t"] and list(summary["targets"]) == ["s"]
+    row = summary["targets"]["s"]
+    assert row["cancelled"] == statuses.count("cancelled") > 0
+    assert row["errors"] == len(statuses) - statuses.count("ok") - statuses.count("cancelled")
 
 
 @pytest.mark.slow

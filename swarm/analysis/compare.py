@@ -3,9 +3,11 @@
 Place in the map (DESIGN.md, "Analysis"): one column per target (of one run with several
 targets, or of several runs), one row per dimension, and a delta column naming the leader and
 the ratio to the runner-up: for a "lower is better" figure ``runner-up / leader``, for a
-"higher is better" one ``leader / runner-up`` (so a ratio is always >= 1). Runs are compared
-only when their workloads are the same (``report.workload_identity``): otherwise
-``WorkloadMismatch`` unless forced, and then the result carries the warning.
+"higher is better" one ``leader / runner-up`` (so a ratio is always >= 1); below
+``1 + TIE_WITHIN`` it is a tie, with no leader. Runs are compared only when their workloads
+are the same (``report.workload_identity``: a dependent replay of a run is the same workload
+as the run): otherwise ``WorkloadMismatch``, naming the differing fields in words, unless
+forced, and then the result carries the warning. Each run's own report warnings are repeated.
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from swarm.analysis import metrics as m
-from swarm.analysis.report import LoadedRun, workload_identity
+from swarm.analysis.report import LoadedRun, build_report, workload_differences, workload_identity
 from swarm.errors import InputError
+
+#: A lead smaller than this share (2 %) is a tie: the noise between two runs of one workload.
+TIE_WITHIN = 0.02
 
 
 class WorkloadMismatch(InputError):
@@ -66,7 +71,7 @@ DIMENSIONS: tuple[Dimension, ...] = (
     Dimension("goodput", "req/s", "higher", _d("goodput", "request_goodput_per_s")),
     Dimension("goodput share", "", "higher", _d("goodput", "good_fraction")),
     Dimension("error rate", "", "lower", _d("errors", "error_rate")),
-    Dimension("client queue p99", "ms", "lower", _d("queue_ms", "p99")),
+    Dimension("dispatch lag p99", "ms", "lower", _d("lag_ms", "p99")),
 )
 
 
@@ -88,9 +93,10 @@ class Comparison:
         }
 
 
-def lead(values: list[float | None], better: str) -> tuple[int | None, float | None]:
+def lead(values: list[float | None], better: str, tie_within: float = 0.0) -> tuple[int | None, float | None]:
     """Index of the leading value and its ratio to the runner-up (>= 1; inf when the
-    runner-up is 0 and the leader is not, for a "higher" figure, or the other way round)."""
+    runner-up is 0 and the leader is not, for a "higher" figure, or the other way round).
+    A ratio below ``1 + tie_within`` is a tie: no leader, and the ratio."""
     present = [(v, i) for i, v in enumerate(values) if v is not None and not math.isnan(v)]
     if better not in ("lower", "higher") or len(present) < 2:
         return None, None
@@ -99,30 +105,41 @@ def lead(values: list[float | None], better: str) -> tuple[int | None, float | N
     if best == second:
         return None, 1.0
     if better == "lower":
-        return i, (second / best) if best > 0 else math.inf
-    return i, (best / second) if second > 0 else math.inf
+        ratio = (second / best) if best > 0 else math.inf
+    else:
+        ratio = (best / second) if second > 0 else math.inf
+    return (None, ratio) if ratio < 1 + tie_within else (i, ratio)
 
 
-def compare(runs: list[LoadedRun], slo: m.SLO | None = None, *, force: bool = False) -> Comparison:
-    """The matrix for every target of ``runs``."""
-    identities = {r.manifest.run_id: workload_identity(r.manifest) for r in runs}
-    distinct = {repr(sorted(v.items())) for v in identities.values()}
+def compare(
+    runs: list[LoadedRun], slo: m.SLO | None = None, *, force: bool = False, tie_within: float = TIE_WITHIN
+) -> Comparison:
+    """The matrix for every target of ``runs``; a lead smaller than ``tie_within`` (a share:
+    0.05 is 5 %) is a tie. The runs' own warnings (a generator that fell behind, an emulator
+    that could not keep its model, failures) come first: they make a verdict suspect."""
+    named = [(r.manifest.run_id, r.manifest) for r in runs]
+    identities = {rid: workload_identity(mf) for rid, mf in named}
     warnings = []
-    if len(distinct) > 1:
-        lines = "; ".join(f"{rid}: {ident}" for rid, ident in identities.items())
-        message = f"the runs' workloads differ ({lines})"
+    differences = workload_differences(named) if len(runs) > 1 else []
+    if differences:
+        message = "the runs' workloads differ: " + "; ".join(differences)
         if not force:
             raise WorkloadMismatch(f"{message}; compare them anyway with --force")
         warnings.append(f"{message}: differences may come from the traffic, not the engines")
+    reports = [build_report(run, slo) for run in runs]
+    for run, report in zip(runs, reports, strict=True):
+        prefix = f"{run.manifest.run_id}: " if len(runs) > 1 else ""
+        warnings += [prefix + w for w in report["warnings"]]
     columns: list[tuple[str, LoadedRun, str]] = []
     all_targets = [t for r in runs for t in r.targets()]
-    for run in runs:
+    figures = []
+    for run, report in zip(runs, reports, strict=True):
         for target in run.targets():
             label = target if all_targets.count(target) == 1 else f"{run.manifest.run_id}:{target}"
             columns.append((label, run, target))
+            figures.append(report["targets"][target]["figures"])
     if len(columns) < 2:
         raise InputError("compare needs at least two targets (one run with several, or several runs)")
-    figures = [m.summary_figures(run.rows_of(target), slo) for _, run, target in columns]
     emulated = {
         label: any(t.emulated for t in run.manifest.targets if t.name == target)
         for label, run, target in columns
@@ -134,7 +151,7 @@ def compare(runs: list[LoadedRun], slo: m.SLO | None = None, *, force: bool = Fa
         values = [dim.get(f) for f in figures]
         if all(v is None for v in values):
             continue
-        leader, ratio = lead(values, dim.better)
+        leader, ratio = lead(values, dim.better, tie_within)
         rows.append(
             {
                 "dimension": dim.name,
@@ -143,6 +160,7 @@ def compare(runs: list[LoadedRun], slo: m.SLO | None = None, *, force: bool = Fa
                 "values": values,
                 "leader": columns[leader][0] if leader is not None else None,
                 "ratio": ratio,
+                "tie": leader is None and ratio is not None,
             }
         )
     return Comparison(

@@ -68,8 +68,24 @@ def e2e_ms(table: pa.Table) -> np.ndarray:
 
 
 def queue_ms(table: pa.Table) -> np.ndarray:
-    """The client's own delay per row, every status: ``queue_ns / 1e6`` (sent − scheduled)."""
+    """The delay of each send, every status: ``queue_ns / 1e6`` (sent − scheduled), whatever
+    its cause (a wait for the in-flight cap, or the generator falling behind)."""
     return _num(table, "queue_ns") / 1e6
+
+
+def slot_wait_ms(table: pa.Table) -> np.ndarray:
+    """Per row, the part of ``queue_ns`` spent waiting for a free slot under the in-flight cap:
+    ``slot_wait_ns / 1e6`` (null, in a trace older than the column: 0)."""
+    if "slot_wait_ns" not in table.column_names:
+        return np.zeros(table.num_rows)
+    return np.nan_to_num(_num(table, "slot_wait_ns")) / 1e6
+
+
+def lag_ms(table: pa.Table) -> np.ndarray:
+    """The dispatch lag per row, every status: ``(queue_ns − slot_wait_ns) / 1e6``, how late
+    the generator itself sent a request; above ``live_stats.LATE_NS`` the generator was behind
+    its schedule (waiting for the cap is the load asked for, not lateness)."""
+    return queue_ms(table) - slot_wait_ms(table)
 
 
 def _chunk_lists(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
@@ -407,6 +423,8 @@ def summary_figures(table: pa.Table, slo: SLO | None = None) -> dict[str, Any]:
         "tpot_ms": distribution(tpot_ms(table)),
         "e2e_ms": distribution(e2e_ms(table)),
         "queue_ms": distribution(queue_ms(table)),
+        "lag_ms": distribution(lag_ms(table)),
+        "slot_wait_ms": distribution(slot_wait_ms(table)),
         "throughput": throughput(table),
         "errors": errors(table),
         "cache": cache(table),

@@ -23,7 +23,7 @@ from swarm.trace.reader import RunLocation, as_storage, read_requests, unfinishe
 BREAKDOWN_KEYS = ("depth", "role", "profile", "topology", "system_prompt_id")
 COLUMNS = [
     "target", "engine", "session_id", "node", "parent_nodes", "depth", "role", "profile", "topology",
-    "system_prompt_id", "status", "error", "scheduled_ns", "sent_ns", "queue_ns", "ttft_ns", "e2e_ns",
+    "system_prompt_id", "status", "error", "scheduled_ns", "sent_ns", "queue_ns", "slot_wait_ns", "ttft_ns", "e2e_ns",
     "chunk_ns", "prompt_tokens", "completion_tokens", "cached_tokens", "prompt_tokens_est",
     "ideal_cached_tokens_est",
 ]  # fmt: skip
@@ -73,9 +73,13 @@ def _size(storage: Any, path: Any) -> int:
         return 0
 
 
-#: Client queue p99 above this says the generator could not keep its schedule (the live
-#: view's "late" uses the same bound).
-LATE_QUEUE_P99_MS = LATE_NS / 1e6
+#: Dispatch lag p99 above this says the generator could not keep its schedule (the live view's
+#: "late" uses the same bound).
+LATE_LAG_P99_MS = LATE_NS / 1e6
+#: The words every warning about it starts with (``swarm compare`` finds them by these).
+GENERATOR_BEHIND = "the generator fell behind its schedule"
+#: An emulator whose steps take this much longer than its model did not keep the model.
+EMULATOR_OVERRUN_LIMIT = 1.2
 
 
 def run_warnings(run: LoadedRun, report: dict[str, Any]) -> list[str]:
@@ -98,32 +102,104 @@ def run_warnings(run: LoadedRun, report: dict[str, Any]) -> list[str]:
         )
     if mf.records_lost:
         out.append(f"{mf.records_lost} requests were made but could not be written to the trace")
+    for info in mf.targets:
+        if info.outcome == "not_run":
+            out.append(f"{info.name}: not run (the run ended before it came to this target)")
+        elif info.sessions_cut:
+            out.append(
+                f"{info.name}: {info.sessions_cut} of {info.sessions_planned} agent sessions were cut short "
+                f"by the run's stop ({info.outcome})"
+            )
     for name, entry in report["targets"].items():
         fig = entry["figures"]
-        failed = fig["requests"] - fig["ok"]
+        by_status = fig["errors"]["by_status"]
+        failed = fig["requests"] - fig["ok"] - by_status.get("cancelled", 0)
         if failed:
-            kinds = ", ".join(f"{k} {v}" for k, v in fig["errors"]["by_status"].items() if k != "ok")
+            kinds = ", ".join(f"{k} {v}" for k, v in by_status.items() if k not in ("ok", "cancelled"))
             out.append(f"{name}: {failed} of {fig['requests']} requests failed ({kinds})")
-        q99 = fig["queue_ms"]["p99"]
-        if q99 is not None and q99 > LATE_QUEUE_P99_MS:
+        if by_status.get("cancelled"):
             out.append(
-                f"{name}: the generator fell behind its schedule: sends were late by {q99:.1f} ms at "
-                f"p99 (max {fig['queue_ms']['max']:.1f} ms); the load offered was lower than asked "
-                "(queue_ns: sent minus scheduled)"
+                f"{name}: {by_status['cancelled']} requests in flight were cancelled when the run stopped"
+            )
+        emu = (entry.get("server") or {}).get("emulator")
+        if emu is not None and emu["step_overrun"] > EMULATOR_OVERRUN_LIMIT:
+            out.append(
+                f"{name}: the emulator could not keep its own model: its steps took "
+                f"{emu['step_overrun']:.2f}x their modelled time (the CPU was its limit), so its "
+                "latencies describe this machine, not the modelled engine; lower the load or give "
+                "the emulator a core of its own"
+            )
+        lag99 = fig["lag_ms"]["p99"]
+        if lag99 is not None and lag99 > LATE_LAG_P99_MS:
+            out.append(
+                f"{name}: {GENERATOR_BEHIND}: sends were late by {lag99:.1f} ms at p99 (max "
+                f"{fig['lag_ms']['max']:.1f} ms); the load offered was lower than asked (dispatch lag: "
+                "queue_ns - slot_wait_ns)"
             )
     return out
 
 
 def workload_identity(manifest: RunManifest) -> dict[str, Any]:
-    """What makes two runs' traffic the same: seed and spec hash for a swarm run; source, mode,
-    speed, filters and size for a replay."""
-    if manifest.kind == "replay" and manifest.replay_of:
-        r = manifest.replay_of
+    """What makes two runs' traffic the same.
+
+    - a swarm run: its seed and traffic hash (``spec_hash``: the spec and the resolved
+      contents of its profiles and topologies), paced by its agents (``dependent x1``);
+    - a replay of a swarm run: the same, from the run it replays (its manifest carries the
+      source's seed and hash), paced by its mode and speed: a dependent replay at speed 1 is
+      the same workload as its source run;
+    - a replay of a trace file: the source, its format, filters and size, mode and speed.
+    """
+    r = manifest.replay_of if manifest.kind == "replay" else None
+    if r is not None and not (r.get("format") == "swarm" and manifest.spec_hash):
         return {
-            "kind": "replay",
-            **{k: r.get(k) for k in ("source", "run_id", "format", "mode", "speed", "requests", "filters")},
+            "traffic": "trace",
+            **{k: r.get(k) for k in ("source", "format", "requests", "filters")},
+            "pacing": f"{r.get('mode')} x{r.get('speed'):g}" if r.get("speed") else r.get("mode"),
         }
-    return {"kind": manifest.kind, "seed": manifest.seed, "spec_hash": manifest.spec_hash}
+    pacing = "dependent x1" if r is None else f"{r.get('mode')} x{(r.get('speed') or 1):g}"
+    return {
+        "traffic": "swarm workload",
+        "seed": manifest.seed,
+        "spec_hash": manifest.spec_hash,
+        "pacing": pacing,
+    }
+
+
+#: Words for the fields of ``workload_identity``, for a refusal a person can read.
+IDENTITY_WORDS = {
+    "traffic": "kind of traffic",
+    "seed": "seed",
+    "spec_hash": "workload (spec, profiles and topologies)",
+    "pacing": "pacing (replay mode and speed)",
+    "source": "source trace",
+    "format": "trace format",
+    "requests": "requests",
+    "filters": "filters",
+}
+
+
+def workload_differences(runs: list[tuple[str, RunManifest]]) -> list[str]:
+    """Each field in which the runs' workloads differ, in words, with every run's value; for
+    the traffic hash, the profiles and topologies whose contents differ where the manifests
+    say."""
+    identities = [(name, workload_identity(mf)) for name, mf in runs]
+    out: list[str] = []
+    for key in dict.fromkeys(k for _, ident in identities for k in ident):
+        values = [ident.get(key) for _, ident in identities]
+        if all(v == values[0] for v in values):
+            continue
+        line = f"{IDENTITY_WORDS.get(key, key)}: " + ", ".join(
+            f"{name} {value if value is not None else '(none)'}"
+            for (name, _), value in zip(identities, values, strict=True)
+        )
+        if key == "spec_hash":
+            digests = [mf.workload_digests for _, mf in runs]
+            if all(digests):
+                changed = sorted(k for k in set().union(*digests) if len({d.get(k) for d in digests}) > 1)
+                if changed:
+                    line += f" ({', '.join(changed)} differ)"
+        out.append(line)
+    return out
 
 
 def build_report(run: LoadedRun, slo: m.SLO | None = None) -> dict[str, Any]:

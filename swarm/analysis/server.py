@@ -13,6 +13,8 @@ Prometheus endpoint (see ``swarm.server_metrics`` for the file) and derives, per
   ``vllm:num_requests_waiting``, ``trtllm_num_requests_waiting``,
   ``llamacpp:requests_deferred``): mean and max over scrapes, and its timeline
 - ``running``: the running-requests gauge, likewise
+- ``emulator``: for swarm's emulator only, whether it kept its step-time model
+  (``emulator_figures``)
 
 Series of several label sets are summed. Names are matched as the engines publish them, so a
 file from any engine that uses one of these names is understood.
@@ -104,6 +106,7 @@ def target_figures(table: pa.Table, start_ns: int | None = None) -> dict[str, An
         out["cache_hit_ratio"] = float(v[-1])
         out["cache_source"] = gauge
         out["cache_timeline"] = {"t_s": ((t - origin) / 1e9).tolist(), "hit_ratio": v.tolist()}
+    out["emulator"] = emulator_figures(table)
     for key, names in (("queue", QUEUE_GAUGES), ("running", RUNNING_GAUGES)):
         name = _first_present(table, names)
         if name is None:
@@ -118,6 +121,35 @@ def target_figures(table: pa.Table, start_ns: int | None = None) -> dict[str, An
             "values": v.tolist(),
         }
     return out
+
+
+def _delta(table: pa.Table, metric: str) -> float | None:
+    """Last minus first scrape of a counter; None with fewer than two scrapes."""
+    _, values = _series(table, metric)
+    return float(values[-1] - values[0]) if values.size >= 2 else None
+
+
+def emulator_figures(table: pa.Table) -> dict[str, Any] | None:
+    """Whether swarm's emulator kept its own step-time model, from its ``swarm_emulator_*``
+    counters between the first and the last scrape (None for a real engine, or no steps):
+
+    - ``step_overrun``: Δ actual step seconds / Δ modelled step seconds (1.0: kept its model)
+    - ``model_itl_ms``: Δ Σ(modelled step per emitted token) / Δ tokens emitted, x 1000: the
+      inter-token latency the model gives, averaged over tokens as a client sees them
+    - ``steps``: Δ steps
+    """
+    steps = _delta(table, "swarm_emulator_steps_total")
+    model_s = _delta(table, "swarm_emulator_step_model_seconds_total")
+    actual_s = _delta(table, "swarm_emulator_step_seconds_total")
+    tokens = _delta(table, "swarm_emulator_step_tokens_total")
+    token_model_s = _delta(table, "swarm_emulator_step_token_model_seconds_total")
+    if not steps or not model_s or actual_s is None:
+        return None
+    return {
+        "steps": int(steps),
+        "step_overrun": actual_s / model_s,
+        "model_itl_ms": 1000 * token_model_s / tokens if tokens and token_model_s is not None else None,
+    }
 
 
 def server_figures(

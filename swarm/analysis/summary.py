@@ -3,13 +3,16 @@
 Place in the map (DESIGN.md, "Analysis"): the short table ``swarm run`` prints at the end.
 Every figure is computed from the Parquet rows, with exact percentiles:
 
-- requests, ok, errors (rows whose status is not ``ok``), agents (distinct ``session_id``)
+- requests, ok, cancelled (rows cut short by the run's own stop: Ctrl-C, a halt), errors
+  (rows neither ``ok`` nor ``cancelled``), agents (distinct ``session_id``)
 - TTFT p50 / p99: percentiles of ``ttft_ns`` over ok rows
 - ITL p50 / p99: percentiles of consecutive differences of ``chunk_ns`` over ok rows
 - output tokens/s: sum of ``completion_tokens`` / (last ``sent_ns + e2e_ns`` - first ``sent_ns``)
 - cache hit ratio: sum ``cached_tokens`` / sum ``prompt_tokens`` over ok rows that report both
 - ideal hit ratio: sum ``ideal_cached_tokens_est`` / sum ``prompt_tokens_est`` over the same rows
-- queue p99: 99th percentile of ``queue_ns`` (the client's own lateness)
+- lag p99: 99th percentile of the dispatch lag ``queue_ns - slot_wait_ns`` (how late the
+  generator itself sent requests; a wait for a free slot under the in-flight cap is the load
+  asked for, not lateness; a null ``slot_wait_ns``, from an older trace, counts as 0)
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from swarm.analysis import metrics as m
 from swarm.trace.reader import RunLocation, read_requests
 
 COLUMNS = [
-    "target", "engine", "session_id", "status", "ttft_ns", "e2e_ns", "sent_ns", "queue_ns", "chunk_ns",
+    "target", "engine", "session_id", "status", "ttft_ns", "e2e_ns", "sent_ns", "queue_ns", "slot_wait_ns",
+    "chunk_ns",
     "prompt_tokens", "completion_tokens", "cached_tokens", "prompt_tokens_est", "ideal_cached_tokens_est",
 ]  # fmt: skip
 
@@ -64,12 +69,14 @@ def summarize_table(table: pa.Table) -> dict[str, Any]:
         start = pc.min(table["sent_ns"]).as_py()
         ends = pc.add(table["sent_ns"], pc.fill_null(table["e2e_ns"], 0))
         duration_s = (pc.max(ends).as_py() - start) / 1e9
-    queue = table["queue_ns"].to_numpy().astype(np.float64)
+    lag = m.lag_ms(table)
     statuses = table["status"].value_counts().to_pylist()
+    cancelled = pc.sum(pc.equal(table["status"], "cancelled")).as_py() or 0
     return {
         "requests": table.num_rows,
         "ok": ok.num_rows,
-        "errors": table.num_rows - ok.num_rows,
+        "cancelled": cancelled,
+        "errors": table.num_rows - ok.num_rows - cancelled,
         "by_status": {d["values"]: d["counts"] for d in statuses},
         "agents": pc.count_distinct(table["session_id"]).as_py() if table.num_rows else 0,
         "duration_s": duration_s,
@@ -77,7 +84,7 @@ def summarize_table(table: pa.Table) -> dict[str, Any]:
         "ttft_p99_ms": None if (v := _pct(ttft, 99)) is None else v / 1e6,
         "itl_p50_ms": None if (v := _pct(itl, 50)) is None else v / 1e6,
         "itl_p99_ms": None if (v := _pct(itl, 99)) is None else v / 1e6,
-        "queue_p99_ms": None if (v := _pct(queue, 99)) is None else v / 1e6,
+        "lag_p99_ms": _pct(lag, 99),
         "output_tokens_per_s": completion / duration_s if duration_s else None,
         "cache_hit_ratio": cached / prompt if prompt else None,
         "ideal_hit_ratio": est_cached / est_prompt if est_prompt else None,

@@ -244,6 +244,10 @@ class RayExecutor:
         for i, out in outcomes.items():
             infos[i]["peak_rss_bytes"] = int(out.get("peak_rss_bytes", 0))
             infos[i]["start_rss_bytes"] = int(out.get("start_rss_bytes", 0))
+        for i, info in enumerate(infos):  # assigned sessions that did not run to their end
+            done = latest[i].agents_done if i in latest else 0
+            info["sessions_cut"] = max(int(info["sessions"]) - done, 0)
+        stats.finished = True
         for o in outcomes.values():  # a worker that wrote its own parts and could not
             halt_reason = halt_reason or o.get("halt_reason")
         interrupted = stop_requested or (

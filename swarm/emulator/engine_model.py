@@ -24,6 +24,12 @@ uncached prompt tokens count as prefill. At the end of a step every admitted req
 its first token and every running one its next token. ``fixed`` ignores load: each request
 emits its first token ``first_token_ms`` after arrival and one more every ``token_ms``
 (scheduled on absolute times, so delays do not accumulate). ``zero`` emits everything at once.
+
+Keeping the model. The emulator is a Python process: when its own work per step (admitting,
+emitting, writing hundreds of streams) takes longer than the modelled step, steps run long
+and its latencies describe the CPU, not the model. It counts its steps' modelled and actual
+durations (``EngineStats``; ``swarm_emulator_*`` in its Prometheus text), and ``swarm report``
+warns when they part.
 """
 
 from __future__ import annotations
@@ -92,6 +98,15 @@ class EngineStats:
     e2e: Histogram = field(default_factory=Histogram)
     queue: Histogram = field(default_factory=Histogram)
     tpot: Histogram = field(default_factory=Histogram)
+    #: ``batch`` timing: steps run, their modelled and their actual duration (an emulator
+    #: that cannot keep its model on a busy CPU shows it here: actual > modelled)
+    steps: int = 0
+    step_model_s: float = 0.0
+    step_actual_s: float = 0.0
+    #: tokens emitted by steps, and Σ modelled step time per emitted token: the model's ITL
+    #: averaged as a client sees it (a step of 300 sequences counts 300 times)
+    step_tokens: int = 0
+    step_token_model_s: float = 0.0
 
 
 class Generation:
@@ -321,16 +336,24 @@ class EngineModel:
                 await asyncio.sleep(delay)
             now = time.monotonic()
             still: list[Generation] = []
+            emitted = 0
             for gen in self.running + admitted:
                 if gen.cancelled:
                     self._release(gen, now)
                     continue
                 gen._emit(now)
+                emitted += 1
                 if gen.finished:
                     self._release(gen, now)
                 else:
                     still.append(gen)
             self.running = still
+            st = self.stats
+            st.steps += 1
+            st.step_model_s += step_s
+            st.step_actual_s += clock() - step_start
+            st.step_tokens += emitted
+            st.step_token_model_s += step_s * emitted
 
     def _release(self, gen: Generation, now_s: float) -> None:
         self.kv_used -= gen.reserved

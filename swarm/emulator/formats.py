@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from swarm.emulator.config import EmulatorConfig
-from swarm.emulator.engine_model import LATENCY_BUCKETS_S, EngineModel, Generation, Histogram
+from swarm.emulator.engine_model import LATENCY_BUCKETS_S, EngineModel, EngineStats, Generation, Histogram
 
 #: Fields trtllm-serve's OpenAI request models accept; anything else is refused.
 TRTLLM_COMMON_FIELDS = frozenset(
@@ -177,7 +177,25 @@ def prometheus_text(config: EmulatorConfig, model: EngineModel) -> str:
         lines += _hist_lines("trtllm_e2e_request_latency_seconds", labels, st.e2e)
         lines += _hist_lines("trtllm_time_per_output_token_seconds", labels, st.tpot)
         lines += _hist_lines("trtllm_request_queue_time_seconds", labels, st.queue)
+    # the emulator's own, in both profiles: whether it kept its step-time model
+    for name, value, help_text in emulator_step_metrics(st):
+        metric(name, "counter", value, help_text)
     return "\n".join(lines) + "\n"
+
+
+def emulator_step_metrics(st: EngineStats) -> list[tuple[str, float, str]]:
+    """The emulator's step accounting as (metric, value, help) for its Prometheus text."""
+    return [
+        ("swarm_emulator_steps_total", st.steps, "Batch steps run (swarm emulator)."),
+        ("swarm_emulator_step_model_seconds_total", st.step_model_s, "Sum of the steps' modelled durations."),
+        ("swarm_emulator_step_seconds_total", st.step_actual_s, "Sum of the steps' actual durations."),
+        ("swarm_emulator_step_tokens_total", st.step_tokens, "Tokens emitted by steps."),
+        (
+            "swarm_emulator_step_token_model_seconds_total",
+            st.step_token_model_s,
+            "Sum over emitted tokens of their step's modelled duration (the model's ITL x tokens).",
+        ),
+    ]
 
 
 def trtllm_iteration_stats(config: EmulatorConfig, model: EngineModel) -> list[dict[str, Any]]:

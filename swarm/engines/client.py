@@ -84,6 +84,8 @@ class EngineRequest:
     temperature: float = 0.0
     ignore_eos: bool = True
     prompt_tokens_est: int | None = None
+    #: time this request waited for a free slot under the in-flight cap, before ``send``
+    slot_wait_ns: int = 0
     ideal_cached_tokens_est: int | None = None
     block_hashes: tuple[int, ...] = ()
     extra_body: Mapping[str, Any] | None = None
@@ -493,6 +495,7 @@ class HttpEngineClient:
             scheduled_ns=scheduled,
             sent_ns=sent_wall,
             queue_ns=sent_wall - scheduled,
+            slot_wait_ns=request.slot_wait_ns,
             ttft_ns=chunk_ns[0] if chunk_ns else None,
             e2e_ns=end - t0,
             chunk_ns=tuple(chunk_ns),

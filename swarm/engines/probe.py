@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import logging
 import secrets
+import socket
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,6 +135,20 @@ def _prefix_text() -> str:
     )
 
 
+def unreachable(url: str, exc: BaseException) -> str:
+    """One line on why ``url`` could not be reached, in words (not aiohttp's internals)."""
+    cause: BaseException | None = getattr(exc, "os_error", None) or exc
+    if isinstance(cause, ConnectionRefusedError):
+        return f"connection refused at {url} (is the server running, and on this port?)"
+    if isinstance(exc, aiohttp.ClientConnectorDNSError) or isinstance(cause, socket.gaierror):
+        return f"cannot resolve the host of {url}"
+    if isinstance(exc, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
+        return f"no answer from {url} within 5 s"
+    if isinstance(cause, OSError) and cause.strerror:
+        return f"cannot reach {url}: {cause.strerror.lower()}"
+    return f"cannot reach {url}: {type(exc).__name__}: {exc}"
+
+
 async def probe(
     url: str,
     *,
@@ -165,7 +180,7 @@ async def probe(
         try:
             first = await _get(session, base + "/v1/models", headers)
         except (aiohttp.ClientConnectionError, asyncio.TimeoutError, OSError) as exc:
-            raise InputError(f"cannot reach {result.url}: {exc}") from None
+            raise InputError(unreachable(result.url, exc)) from None
         found["/v1/models"] = first
         for path in paths:
             if path in found:

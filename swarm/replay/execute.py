@@ -89,6 +89,10 @@ def execute_replay(
         emulator_args=emulator_args or [],
         manifest_fields={
             "kind": "replay",
+            # a swarm run's workload, replayed: the same seed and traffic hash as its source
+            "seed": plan.source_seed,
+            "spec_hash": plan.source_spec_hash,
+            "workload_digests": plan.source_digests,
             "replay_of": {
                 "source": plan.source,
                 "format": plan.source_format,

@@ -51,6 +51,21 @@ def _synthetic_prompts(
             f"cannot rebuild the run's prompts from its spec ({exc}); prompts synthesised from block hashes"
         )
         return [None] * len(rows)
+    if manifest.workload_digests:
+        now = workload.content_digests()
+        changed = sorted(k for k in set(now) | set(manifest.workload_digests)
+                         if now.get(k) != manifest.workload_digests.get(k))  # fmt: skip
+        if changed:
+            notes.append(
+                f"{', '.join(changed)} changed since the run: its prompts cannot be rebuilt exactly; "
+                "prompts synthesised from block hashes (same lengths and prefix sharing)"
+            )
+            return [None] * len(rows)
+    else:
+        notes.append(
+            "the run's manifest predates content digests: prompts rebuilt from the profiles and "
+            "topologies as they are now, which may have changed since the run"
+        )
     parents_of = {(r["session_id"], r["node"]): tuple(r["parent_nodes"]) for r in rows}
     plans: dict[int, AgentPlan] = {}
     out: list[tuple[tuple[str, ...], tuple[str, ...]] | None] = []
@@ -149,4 +164,7 @@ def plan_from_run(run_dir: str, target: str | None = None) -> ReplayPlan:
         default_mode="dependent",
         source_run_id=manifest.run_id,
         notes=notes,
+        source_seed=manifest.seed,
+        source_spec_hash=manifest.spec_hash,
+        source_digests=dict(manifest.workload_digests),
     )

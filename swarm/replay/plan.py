@@ -36,3 +36,8 @@ class ReplayPlan:
     default_mode: str = "timed"
     source_run_id: str | None = None
     notes: list[str] = field(default_factory=list)  # e.g. skipped bad lines
+    #: a swarm run's workload (seed, traffic hash, content digests): a replay of it sends the
+    #: same workload, and its manifest says so (``swarm compare`` compares the two)
+    source_seed: int | None = None
+    source_spec_hash: str | None = None
+    source_digests: dict[str, str] = field(default_factory=dict)

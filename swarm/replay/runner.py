@@ -324,10 +324,15 @@ class _Replayer:
     async def send(self, item: ReplayItem, prepared: Prepared) -> None:
         if self.stop is not None and self.stop.is_set():
             return
+        slot_wait_ns = 0
         if self.sem is not None:
+            wait_from = time.perf_counter_ns()
             await self.sem.acquire()
+            slot_wait_ns = time.perf_counter_ns() - wait_from
         try:
             request = prepared.request
+            if slot_wait_ns:
+                request = dataclasses.replace(request, slot_wait_ns=slot_wait_ns)
             if request.ideal_cached_tokens_est is None:
                 request = dataclasses.replace(
                     request, ideal_cached_tokens_est=self.index.observe(prepared.tokens)

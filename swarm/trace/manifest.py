@@ -47,6 +47,17 @@ class TargetInfo(BaseModel):
     api_key_env: str | None = Field(default=None, description="name of the variable holding the key")
     api_key_file: str | None = Field(default=None, description="path of the file holding the key")
     server_info: dict[str, Any] = Field(default_factory=dict, description="what the server said")
+    outcome: str = Field(
+        default="pending",
+        description="how this target's part of the run ended: complete, interrupted, stopped, failed, "
+        "or not_run (the run ended before it came to this target); pending while the run goes on",
+    )
+    sessions_planned: int = Field(default=0, description="agent sessions planned (0 for a replay)")
+    sessions_started: int = Field(default=0, description="sessions that started")
+    sessions_finished: int = Field(default=0, description="sessions that ran to their end")
+    sessions_cut: int = Field(
+        default=0, description="sessions started but cut short by the run's stop (interrupt, halt, limit)"
+    )
 
 
 class WorkerInfo(BaseModel):
@@ -81,7 +92,14 @@ class RunManifest(BaseModel):
     status_reason: str | None = None
     seed: int | None = None
     spec: dict[str, Any] = Field(default_factory=dict)
-    spec_hash: str | None = None
+    spec_hash: str | None = Field(
+        default=None,
+        description="hash of the traffic: the spec and the resolved contents of its profiles and "
+        "topologies (equal hashes: the same requests)",
+    )
+    workload_digests: dict[str, str] = Field(
+        default_factory=dict, description="digest of each resolved profile and topology, by 'profile NAME'"
+    )
     targets: list[TargetInfo] = Field(default_factory=list)
     workers: list[WorkerInfo] = Field(default_factory=list)
     counts: dict[str, int] = Field(default_factory=dict, description="requests by status")

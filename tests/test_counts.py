@@ -1,0 +1,235 @@
+"""Counts that mean what they say: a wait for the in-flight cap is not lateness, a tie is a
+tie, a replay of a run is the same workload, an edited profile is a different one, and the
+live view's rate is the run's average once it has ended."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from swarm.analysis.compare import WorkloadMismatch, compare, lead
+from swarm.analysis.report import build_report, load_run
+from swarm.arrival import ArrivalSpec
+from swarm.catalog import Catalog
+from swarm.cli_run import LiveView
+from swarm.emulator import EmulatorThread
+from swarm.live_stats import LATE_NS, RunStats
+from swarm.record import RequestIdentity, RequestRecord, Status
+from swarm.replay.execute import execute_replay
+from swarm.replay.from_run import plan_from_run
+from swarm.run import RunSpec, TargetSpec, execute_run
+from swarm.runner import ResolvedTarget, run_agents
+from swarm.trace.manifest import RunManifest, RunStatus
+from swarm.trace.sink import ParquetTraceSink
+from swarm.trace.synthetic import synthetic_record
+from swarm.workload import MixEntry, Workload, WorkloadSpec
+
+ONE_CALL = """
+name: one_call
+system_prompt: {style: prose, tokens: 40}
+task_tokens: {dist: constant, value: 10}
+instruction_tokens: {dist: constant, value: 4}
+output_tokens: {default: {dist: constant, value: 1}}
+think_time_s: {dist: constant, value: 0}
+"""
+
+
+def _record(queue_ns: int, slot_wait_ns: int) -> RequestRecord:
+    return RequestRecord(
+        identity=RequestIdentity(), dialect="openai-chat", model="m", stream=True, scheduled_ns=0,
+        sent_ns=queue_ns, queue_ns=queue_ns, ttft_ns=1, e2e_ns=1, chunk_ns=(1,), status=Status.OK,
+        slot_wait_ns=slot_wait_ns,
+    )  # fmt: skip
+
+
+def test_a_wait_for_the_in_flight_cap_is_not_a_late_send() -> None:
+    stats = RunStats()
+    stats.add(_record(queue_ns=400_000_000, slot_wait_ns=399_000_000))  # waited for the cap: on time
+    stats.add(_record(queue_ns=40_000_000, slot_wait_ns=0))  # the generator was 40 ms behind
+    stats.add(_record(queue_ns=60_000_000, slot_wait_ns=20_000_000))  # waited 20, then 40 ms behind
+    assert stats.late == 2 and stats.slot_waits == 2
+    assert LATE_NS < stats.lag_ns_max == 40_000_000
+
+
+def test_the_report_warns_of_lag_but_not_of_slot_waits(tmp_path: Path) -> None:
+    for name, slot_share in (("capped", 1.0), ("behind", 0.0)):
+        run_dir = tmp_path / name
+        run_dir.mkdir()
+        RunManifest(run_id=name, status=RunStatus.COMPLETE).write(run_dir)
+        with ParquetTraceSink(run_dir, writer="w") as sink:
+            for i in range(200):  # every request left 300 ms after it was due
+                r = synthetic_record(i)
+                q = 300_000_000
+                sink.write(
+                    dataclasses.replace(
+                        r, queue_ns=q, sent_ns=r.scheduled_ns + q, slot_wait_ns=int(q * slot_share)
+                    )
+                )
+        report = build_report(load_run(run_dir))
+        behind = [w for w in report["warnings"] if "fell behind its schedule" in w]
+        fig = report["targets"]["emulator-sglang"]["figures"]
+        assert fig["queue_ms"]["p99"] == pytest.approx(300)
+        if name == "capped":
+            assert (
+                behind == []
+                and fig["lag_ms"]["p99"] == pytest.approx(0)
+                and fig["slot_wait_ms"]["p99"] == pytest.approx(300)
+            )
+        else:
+            assert len(behind) == 1 and fig["lag_ms"]["p99"] == pytest.approx(300)
+
+
+def test_the_agent_records_its_wait_for_a_slot(
+    tmp_path: Path, emulator: Callable[..., EmulatorThread]
+) -> None:
+    # three one-call agents due at once, one slot, each answer at least 100 ms away: the second
+    # waits at least one answer for its slot, the third at least two (a sleep is never short)
+    emu = emulator(engine="sglang", timing="fixed", first_token_ms=100, token_ms=1)
+    (tmp_path / "one_call.yaml").write_text(ONE_CALL)
+    spec = WorkloadSpec(
+        agents=3, mix=[MixEntry(profile="one_call", topology="chain")], max_in_flight=1,
+        arrival=ArrivalSpec(process="all_at_once", rate=None),
+    )  # fmt: skip
+    workload = Workload(spec, Catalog(agent_dirs=[tmp_path]))
+    records: list[RequestRecord] = []
+    target = ResolvedTarget("t", emu.url, "sglang", "openai-chat", "m")
+    asyncio.run(run_agents(workload, range(3), target, records.append))
+    firsts = sorted((r for r in records if r.identity.node.endswith("0")), key=lambda r: r.slot_wait_ns)
+    waits = [r.slot_wait_ns for r in firsts]
+    assert len(waits) == 3 and waits[1] >= 100_000_000 and waits[2] >= 200_000_000, waits
+    assert all(r.slot_wait_ns <= r.queue_ns + 1_000_000 for r in records)  # a part of queue_ns
+    # without a cap nothing waits for a slot
+    uncapped: list[RequestRecord] = []
+    free = Workload(spec.model_copy(update={"max_in_flight": 0}), Catalog(agent_dirs=[tmp_path]))
+    asyncio.run(run_agents(free, range(3), target, uncapped.append))
+    assert {r.slot_wait_ns for r in uncapped} == {0}
+
+
+def test_a_lead_below_the_threshold_is_a_tie() -> None:
+    assert lead([100.0, 101.0], "lower", tie_within=0.02) == (None, pytest.approx(1.01))
+    assert lead([100.0, 101.0], "lower", tie_within=0.0) == (0, pytest.approx(1.01))
+    assert lead([0.50, 0.60], "higher", tie_within=0.02) == (1, pytest.approx(1.2))
+    assert lead([3.0, 3.0], "lower", tie_within=0.0) == (None, 1.0)
+
+
+def test_the_live_rate_is_the_runs_average_once_sending_stopped() -> None:
+    view = LiveView(total_agents=1)
+    stats = RunStats()
+    view.start_target("t", stats)
+    stats.completion_tokens = 3321
+    stats.finished = True
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(view)
+    text = console.export_text()
+    row = next(line for line in text.splitlines() if line.startswith("│ t"))
+    cells = [c.strip() for c in row.split("│")]
+    assert cells[7] not in ("0", "-"), row  # out tok/s: an average, not the last second's 0
+
+
+def _run(url: str, out: Path, profile: Path, seed: int = 0) -> str:
+    spec = RunSpec(
+        workload=WorkloadSpec(
+            agents=4, seed=seed, mix=[MixEntry(profile=str(profile), topology="chain")],
+            arrival=ArrivalSpec(process="constant", rate=20),
+        ),
+        targets=[TargetSpec(name="a", url=url, engine="sglang")],
+        output_dir=str(out), executor="inprocess", metrics_interval_s=0,
+    )  # fmt: skip
+    return str(execute_run(spec).run_dir)
+
+
+TINY = """
+name: tiny_reasoner
+system_prompt: {style: prose, tokens: 60}
+task_tokens: {dist: constant, value: 12}
+instruction_tokens: {dist: constant, value: 4}
+output_tokens: {default: {dist: constant, value: 4}}
+think_time_s: {dist: constant, value: 0}
+"""
+
+
+def test_a_run_and_its_replay_compare_and_an_edited_profile_does_not(
+    tmp_path: Path, emulator: Callable[..., EmulatorThread]
+) -> None:
+    emu = emulator(engine="sglang", timing="zero")
+    profile = tmp_path / "tiny_reasoner.yaml"
+    profile.write_text(TINY)
+    run_a = _run(emu.url, tmp_path / "runs", profile)
+    # a dependent replay of a run is the same workload as the run: compared, not refused
+    plan = plan_from_run(run_a)
+    assert plan.notes == [] and all(i.prompt_parts is not None for i in plan.items)  # rebuilt exactly
+    replayed = execute_replay(
+        plan, [TargetSpec(name="b", url=emu.url, engine="sglang")], output_dir=str(tmp_path / "runs")
+    )
+    result = compare([load_run(run_a), load_run(replayed.run_dir)])
+    assert result.columns == ["a", "b"] and result.warnings == []
+    # a timed replay paces the same requests differently: refused, in words
+    timed = execute_replay(
+        plan,
+        [TargetSpec(name="c", url=emu.url, engine="sglang")],
+        mode="timed",
+        output_dir=str(tmp_path / "runs"),
+    )
+    with pytest.raises(
+        WorkloadMismatch, match=r"pacing \(replay mode and speed\): \S+ dependent x1, \S+ timed x1"
+    ):
+        compare([load_run(run_a), load_run(timed.run_dir)])
+    # the same spec after an edit of the profile's file is another workload
+    profile.write_text(TINY.replace("value: 4}}", "value: 9}}"))
+    run_b = _run(emu.url, tmp_path / "runs", profile)
+    a, b = RunManifest.read(run_a), RunManifest.read(run_b)
+    assert a.spec == b.spec and a.spec_hash != b.spec_hash
+    with pytest.raises(WorkloadMismatch) as refused:
+        compare([load_run(run_a), load_run(run_b)])
+    message = str(refused.value)
+    assert (
+        "workload (spec, profiles and topologies)" in message and "(profile tiny_reasoner differ)" in message
+    )
+    assert "{" not in message  # words, not Python dicts
+    # a replay of the first run no longer rebuilds its prompts from the edited profile
+    stale = plan_from_run(run_a)
+    assert any("profile tiny_reasoner changed since the run" in n for n in stale.notes), stale.notes
+    assert all(i.prompt_parts is None for i in stale.items)
+
+
+def test_compare_repeats_a_runs_warning_that_its_generator_fell_behind(tmp_path: Path) -> None:
+    runs = []
+    for name, q in (("ontime", 100_000), ("late", 40_000_000)):
+        run_dir = tmp_path / name
+        run_dir.mkdir()
+        RunManifest(run_id=name, status=RunStatus.COMPLETE, seed=0, spec_hash="x").write(run_dir)
+        with ParquetTraceSink(run_dir, writer="w") as sink:
+            for i in range(100):
+                r = synthetic_record(i).with_identity(target=name)
+                sink.write(dataclasses.replace(r, queue_ns=q, sent_ns=r.scheduled_ns + q))
+        runs.append(load_run(run_dir))
+    result = compare(runs)
+    assert any(w.startswith("late: late: the generator fell behind its schedule") for w in result.warnings), (
+        result.warnings
+    )
+    assert not any(w.startswith("ontime:") and "fell behind" in w for w in result.warnings)
+
+
+def test_cli_compare_names_differences_in_words(
+    tmp_path: Path, emulator: Callable[..., EmulatorThread]
+) -> None:
+    emu = emulator(engine="sglang", timing="zero")
+    profile = tmp_path / "tiny_reasoner.yaml"
+    profile.write_text(TINY)
+    a = _run(emu.url, tmp_path / "runs", profile)
+    b = _run(emu.url, tmp_path / "runs", profile, seed=1)
+    swarm = [sys.executable, "-m", "swarm", "compare"]
+    out = subprocess.run([*swarm, a, b], capture_output=True, text=True)
+    assert out.returncode == 2 and "seed: " in out.stderr and "{" not in out.stderr, out.stderr
+    forced = subprocess.run([*swarm, a, b, "--force", "--json"], capture_output=True, text=True)
+    assert forced.returncode == 0, forced.stderr
+    rows = json.loads(forced.stdout)["rows"]
+    assert rows and all(r["tie"] == (r["leader"] is None and r["ratio"] is not None) for r in rows)
