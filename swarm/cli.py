@@ -510,21 +510,31 @@ def replay(
 @app.command()
 def export(
     run_dir: Annotated[str, typer.Argument(help="a run folder")],
-    format: Annotated[str, typer.Option("--format", help="mooncake")] = "mooncake",
-    target: Annotated[str | None, typer.Option(help="which recorded target (default: the first)")] = None,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="file to write (default: stdout)")] = None,
+    format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="mooncake (JSON lines, one target) or csv (one row per request, for spreadsheets)",
+        ),
+    ] = "mooncake",
+    target: Annotated[
+        str | None, typer.Option(help="which recorded target (default: mooncake the first, csv all)")
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", "--out", help="file to write (default: stdout); written whole or not at all"
+        ),
+    ] = None,
 ) -> None:
-    """Write a run as a trace other tools read (Mooncake JSON lines)."""
-    if format != "mooncake":
-        raise InputError(f"--format {format!r}: only mooncake is supported")
-    from swarm.replay.export import export_mooncake
+    """Write a run as a trace other tools read (Mooncake JSON lines, or CSV)."""
+    from swarm.replay.export import FORMATS, export_run
 
-    if out is None:
-        export_mooncake(run_dir, sys.stdout, target)
-        return
-    with out.open("w", encoding="utf-8") as f:
-        count = export_mooncake(run_dir, f, target)
-    print(f"wrote {count} requests to {out}", file=sys.stderr)
+    if format not in FORMATS:
+        raise InputError(f"--format {format!r}: expected one of {', '.join(FORMATS)}")
+    count = export_run(run_dir, format, output, target)
+    if output is not None:
+        print(f"wrote {count} requests to {output}", file=sys.stderr)
 
 
 @app.command()

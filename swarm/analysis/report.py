@@ -7,7 +7,7 @@ HTML page (``html``) and ``--json`` all show this same dict, so they never disag
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -17,7 +17,15 @@ from swarm.analysis import metrics as m
 from swarm.analysis.server import read_server_metrics, target_figures
 from swarm.live_stats import LATE_NS
 from swarm.trace.manifest import RunManifest
-from swarm.trace.reader import RunLocation, as_storage, read_requests, unfinished_parts
+from swarm.trace.reader import (
+    BadPart,
+    RunLocation,
+    as_storage,
+    list_parts,
+    part_size,
+    read_requests_tolerant,
+    unfinished_parts,
+)
 
 #: Columns a breakdown may be made by, in the order reports show them.
 BREAKDOWN_KEYS = ("depth", "role", "profile", "topology", "system_prompt_id")
@@ -40,6 +48,8 @@ class LoadedRun:
     unfinished_parts: int
     #: bytes of the unfinished parts (rows a killed process had not yet closed into a part)
     unfinished_bytes: int = 0
+    #: closed parts that could not be read (truncated, damaged): left out, and said so
+    bad_parts: list[BadPart] = field(default_factory=list)
 
     def targets(self) -> list[str]:
         named = [t.name for t in self.manifest.targets]
@@ -56,21 +66,17 @@ def load_run(run_dir: RunLocation) -> LoadedRun:
     if not storage.exists("manifest.json"):
         raise FileNotFoundError(f"{storage.path('manifest.json')}: no manifest (is this a run directory?)")
     torn = unfinished_parts(storage) if storage.exists("requests") else []
+    manifest = RunManifest.read(storage)
+    requests, bad = read_requests_tolerant(storage, columns=COLUMNS)
     return LoadedRun(
         location=str(storage.path()),
-        manifest=RunManifest.read(storage),
-        requests=read_requests(storage, columns=COLUMNS),
+        manifest=manifest,
+        requests=requests,
         server=read_server_metrics(storage),
         unfinished_parts=len(torn),
-        unfinished_bytes=sum(_size(storage, p) for p in torn),
+        unfinished_bytes=sum(part_size(storage, p) for p in torn),
+        bad_parts=bad,
     )
-
-
-def _size(storage: Any, path: Any) -> int:
-    try:
-        return int(storage.fs.get_file_info(str(path)).size or 0)
-    except OSError:
-        return 0
 
 
 #: Dispatch lag p99 above this says the generator could not keep its schedule (the live view's
@@ -100,6 +106,22 @@ def run_warnings(run: LoadedRun, report: dict[str, Any]) -> list[str]:
             "out: their writer stopped before closing them, and their rows are lost (at most one flush "
             "interval of requests per writer)"
         )
+    if run.bad_parts:
+        rows = run.requests.num_rows
+        read_bytes = sum(part_size(as_storage(run.location), p) for p in list_parts(run.location)) - sum(
+            b.size_bytes for b in run.bad_parts
+        )
+        per_row = read_bytes / rows if rows and read_bytes > 0 else None
+        for b in run.bad_parts:
+            estimate = (
+                f"about {b.size_bytes / per_row:,.0f} rows (from its size)" if per_row else "rows unknown"
+            )
+            out.append(
+                f"{b.path} ({b.size_bytes:,} bytes) cannot be read and is left out: {estimate}; {b.error}"
+            )
+        counted = sum(mf.counts.values())
+        if counted > rows:
+            out.append(f"the readable parts hold {rows:,} of the {counted:,} requests the manifest counts")
     if mf.records_lost:
         out.append(f"{mf.records_lost} requests were made but could not be written to the trace")
     for info in mf.targets:

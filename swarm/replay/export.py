@@ -1,7 +1,15 @@
-"""Exporter: a swarm run as Mooncake JSON lines, for tools that replay that format.
+"""Exporters: a swarm run as Mooncake JSON lines (for tools that replay that format), or as
+CSV (for a spreadsheet).
 
-Place in the map (DESIGN.md, "replay"). One line per request of one target, in scheduled
-order: ``timestamp`` (ms from the first request's ``scheduled_ns``), ``input_length``
+Place in the map (DESIGN.md, "replay"). A file is written under a temporary name beside it
+and moved into place once whole, so a failed export leaves no file, or the one there before.
+
+CSV: one row per request (every target, or ``--target``), in scheduled order, with the trace's
+scalar columns; ``parent_nodes`` joined by ``;``, and ``chunks`` (the number of content
+chunks) in place of the per-chunk times. Lists of numbers and the text columns stay in the
+Parquet trace.
+
+Mooncake: one line per request of one target, in scheduled order: ``timestamp`` (ms from the first request's ``scheduled_ns``), ``input_length``
 (``prompt_tokens_est``), ``output_length`` (``completion_tokens``, or ``max_tokens`` when the
 server did not report it) and ``hash_ids``: one id per 512-token block of the prompt. A
 block's id is the run's chained 64-token block hash at the block's last 64-token block (the
@@ -13,10 +21,16 @@ the published Mooncake traces.
 from __future__ import annotations
 
 import json
+import os
+import sys
+import tempfile
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import IO
 
+import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.csv as pacsv
 
 from swarm.errors import InputError
 from swarm.prefix import BLOCK_TOKENS
@@ -53,13 +67,69 @@ def mooncake_lines(
         }
 
 
+FORMATS = ("mooncake", "csv")
+#: Trace columns left out of the CSV (lists of numbers, and text).
+CSV_LEFT_OUT = ("chunk_ns", "block_hashes", "parent_nodes", "prompt_parts", "prompt_roles", "output_text")
+
+
+def export_run(run_dir: str, fmt: str, output: Path | None, target: str | None = None) -> int:
+    """Write ``run_dir`` as ``fmt`` to ``output`` (stdout when None), whole or not at all;
+    returns the number of requests written."""
+    if output is None:
+        if fmt == "csv":
+            return _write_csv(csv_table(run_dir, target), sys.stdout.buffer)
+        return export_mooncake(run_dir, sys.stdout, target)
+    output = Path(output)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent or ".")
+    tmp = Path(tmp_name)
+    try:
+        if fmt == "csv":
+            table = csv_table(run_dir, target)  # read first: a bad run leaves nothing behind
+            with os.fdopen(fd, "wb") as f:
+                count = _write_csv(table, f)
+        else:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                count = export_mooncake(run_dir, f, target)
+        os.replace(tmp, output)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return count
+
+
+def _manifest(storage: RunStorage) -> RunManifest:
+    try:
+        return RunManifest.read(storage)
+    except FileNotFoundError as exc:
+        raise InputError(str(exc)) from None
+
+
+def csv_table(run_dir: str, target: str | None = None) -> pa.Table:
+    """The run's rows for CSV: scalar columns, ``parent_nodes`` joined, ``chunks`` counted."""
+    storage = RunStorage.at(run_dir)
+    _manifest(storage)  # a run folder, and a whole one
+    table = read_requests(storage)
+    if target is not None:
+        table = table.filter(pc.equal(table["target"], target))
+        if table.num_rows == 0:
+            raise InputError(f"{run_dir}: no requests for target {target!r}")
+    table = table.sort_by([("scheduled_ns", "ascending"), ("request_id", "ascending")])
+    parents = pa.array([";".join(p) for p in table["parent_nodes"].to_pylist()], pa.string())
+    chunks = pc.fill_null(pc.list_value_length(table["chunk_ns"]), 0)
+    out = table.select([n for n in table.column_names if n not in CSV_LEFT_OUT])
+    out = out.add_column(out.column_names.index("node") + 1, "parent_nodes", parents)
+    return out.add_column(out.column_names.index("e2e_ns") + 1, "chunks", chunks)
+
+
+def _write_csv(table: pa.Table, sink: IO[bytes]) -> int:
+    pacsv.write_csv(table, sink)
+    return int(table.num_rows)
+
+
 def export_mooncake(run_dir: str, out: IO[str], target: str | None = None) -> int:
     """Write one target of a run as Mooncake JSONL to ``out``; returns the number of lines."""
     storage = RunStorage.at(run_dir)
-    try:
-        manifest = RunManifest.read(storage)
-    except FileNotFoundError as exc:
-        raise InputError(str(exc)) from None
+    manifest = _manifest(storage)
     table = read_requests(
         storage,
         columns=[

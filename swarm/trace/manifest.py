@@ -16,8 +16,9 @@ import os
 import secrets
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from swarm.errors import InputError
 from swarm.record import SCHEMA_VERSION
 from swarm.trace.storage import RunStorage
 
@@ -129,8 +130,18 @@ class RunManifest(BaseModel):
         except FileNotFoundError as exc:
             raise FileNotFoundError(f"{where}: no manifest (is this a run directory?)") from exc
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{where}: not valid JSON: {exc}") from exc
-        return cls.model_validate(data)
+            raise InputError(f"{where}: not valid JSON: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{where}: not UTF-8 text: {exc}") from None
+        if not isinstance(data, dict):
+            raise InputError(f"{where}: expected a JSON object, got {type(data).__name__}")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}" for e in exc.errors()[:3]
+            )
+            raise InputError(f"{where}: not a swarm run manifest: {problems}") from None
 
 
 def new_run_id(now: dt.datetime | None = None) -> str:

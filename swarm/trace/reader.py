@@ -2,17 +2,21 @@
 
 Place in the map (DESIGN.md): the file side of the trace contract, used by analysis, replay
 and tests. Only closed parts (``*.parquet``) are read; a part still being written carries an
-``.inprogress`` suffix and is reported, not read.
+``.inprogress`` suffix and is reported, not read. A closed part that cannot be read (a disk
+that filled, a copy cut short) stops ``read_requests`` with its name; reports read around it
+(``read_requests_tolerant``) and say what is missing.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from swarm.errors import InputError
 from swarm.record import TRACE_SCHEMA
 from swarm.trace.sink import INPROGRESS_SUFFIX, PART_SUFFIX, REQUESTS_DIR
 from swarm.trace.storage import RunStorage
@@ -44,13 +48,60 @@ def unfinished_parts(run_dir: RunLocation) -> list[Path]:
 
 
 def read_requests(run_dir: RunLocation, columns: list[str] | None = None) -> pa.Table:
-    """All request rows of a run as one table (empty table of the trace schema if none)."""
+    """All request rows of a run as one table (empty table of the trace schema if none).
+
+    A part that cannot be read (truncated, damaged) is an InputError naming it: for tools that
+    must not go on with part of a trace (export, replay). ``read_requests_tolerant`` reads
+    around it instead."""
+    table, bad = read_requests_tolerant(run_dir, columns)
+    if bad:
+        first = bad[0]
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise InputError(f"{first.path}: cannot read this trace part{more}: {first.error}")
+    return table
+
+
+@dataclass(frozen=True)
+class BadPart:
+    """A closed part that could not be read: where, how big, why."""
+
+    path: str
+    size_bytes: int
+    error: str
+
+
+def read_requests_tolerant(
+    run_dir: RunLocation, columns: list[str] | None = None
+) -> tuple[pa.Table, list[BadPart]]:
+    """The rows of every part that can be read, and the parts that cannot (named, with their
+    size and the reason): for reports, which show what there is and say what is missing."""
     storage = as_storage(run_dir)
     parts = list_parts(storage)
+    empty = TRACE_SCHEMA.empty_table()
     if not parts:
-        table = TRACE_SCHEMA.empty_table()
-        return table.select(columns) if columns else table
-    dataset = ds.dataset(
-        [str(p) for p in parts], format="parquet", schema=TRACE_SCHEMA, filesystem=storage.fs
-    )
-    return dataset.to_table(columns=columns)
+        return (empty.select(columns) if columns else empty), []
+    try:  # the usual case: every part whole, read as one dataset
+        return _dataset(storage, parts).to_table(columns=columns), []
+    except (pa.ArrowException, OSError):
+        pass
+    tables, bad = [], []
+    for part in parts:
+        try:
+            tables.append(_dataset(storage, [part]).to_table(columns=columns))
+        except (pa.ArrowException, OSError) as exc:
+            bad.append(BadPart(str(part), part_size(storage, part), f"{type(exc).__name__}: {exc}"[:300]))
+    if not tables:
+        return (empty.select(columns) if columns else empty), bad
+    return pa.concat_tables(tables), bad
+
+
+def _dataset(storage: RunStorage, parts: list[Path]) -> ds.Dataset:
+    return ds.dataset([str(p) for p in parts], format="parquet", schema=TRACE_SCHEMA, filesystem=storage.fs)
+
+
+def part_size(storage: RunStorage, path: Path) -> int:
+    """A file's size in bytes (0 when it cannot be told)."""
+    try:
+        return int(storage.fs.get_file_info(str(path)).size or 0)
+    except OSError:
+        return 0
