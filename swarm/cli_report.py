@@ -129,7 +129,7 @@ def report_command(run_dir: str, html_path: Path | None, as_json: bool, slos: li
         return
     console = Console()
     for warning in report.get("warnings", []):
-        console.print(f"[bold yellow]warning:[/] {warning}")
+        console.print(f"[bold yellow]warning:[/] {warning}", soft_wrap=True, highlight=False)
     for table in report_tables(report):
         console.print(table)
 
@@ -173,7 +173,7 @@ def compare_command(
         return
     console = Console()
     for warning in result["warnings"]:
-        console.print(f"[bold red]warning:[/] {warning}")
+        console.print(f"[bold red]warning:[/] {warning}", soft_wrap=True, highlight=False)
     console.print(compare_table(result))
     console.print(
         f"[dim]a lead under {tie_within:.0%} is a tie (--tie-within); ratios: runner-up / leader for "
