@@ -10,6 +10,7 @@ Cases (default: all but ray-scale, about 6-8 minutes on a 2-core machine):
 - ``arrival``: p99 lateness of sends on a Poisson schedule at the highest sustained rate
 - ``replay-timing``: timed replay's gap error and lateness (Poisson and Mooncake traces)
 - ``ray-scale``: 500 / 2,000 / 10,000 agents over 1 and 2 Ray workers (long; not in the default)
+- ``default-run``: the README's ``swarm run``: wall time, late sends, emulated ITL vs the model
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import os
 
 from bench.common import Row, print_rows
 
-CASES = ("path", "client-delay", "scale", "ingest", "arrival", "replay-timing", "ray-scale")
+CASES = ("path", "client-delay", "scale", "ingest", "arrival", "replay-timing", "default-run", "ray-scale")
 DEFAULT = CASES[:-1]
 
 
@@ -69,6 +70,10 @@ def main() -> None:
             from bench import replay_timing
 
             rows += replay_timing.run()
+        elif case == "default-run":
+            from bench import default_run
+
+            rows += default_run.run()
         elif case == "ray-scale":
             from bench import ray_scale
 

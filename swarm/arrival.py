@@ -32,7 +32,7 @@ class ArrivalSpec(BaseModel):
 
     process: Process = Field(default="poisson", description="how agents arrive")
     rate: float | None = Field(
-        default=25.0, gt=0, description="agents per second (poisson, constant, gamma, ramp end)"
+        default=10.0, gt=0, description="agents per second (poisson, constant, gamma, ramp end)"
     )
     cv: float = Field(default=2.0, gt=0, le=20, description="gamma: coefficient of variation of the gaps")
     start_rate: float = Field(default=1.0, gt=0, description="ramp: rate at time 0")

@@ -250,7 +250,7 @@ def run(
     api_key_file: Annotated[
         str | None, typer.Option(help="file holding the API key (first line); never pass a key as a flag")
     ] = None,
-    agents: Annotated[int | None, typer.Option(help="agent sessions (default 500)")] = None,
+    agents: Annotated[int | None, typer.Option(help="agent sessions (default 100)")] = None,
     profile: Annotated[
         str | None, typer.Option(help="agent profile name or YAML (default math_reasoner)")
     ] = None,

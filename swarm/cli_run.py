@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from swarm.errors import InputError
-from swarm.live_stats import RunStats
+from swarm.live_stats import RunStats, behind_schedule
 
 
 def _fmt(value: float | None, spec: str = ".1f", suffix: str = "") -> str:
@@ -98,8 +98,8 @@ class LiveView:
             "tokens; ideal: longest shared prefix; lag: sent minus due, less any wait for the in-flight "
             "cap; late: lag > 10 ms (the generator is behind)"
         )
-        if any(st.late for _, st, _, _ in self.rows):
-            table.caption += "\n[bold yellow]the generator is behind its schedule: see late / queue p99[/]"
+        if any(behind_schedule(st) for _, st, _, _ in self.rows):
+            table.caption += "\n[bold yellow]the generator is behind its schedule: see late / lag p99[/]"
         return table
 
 

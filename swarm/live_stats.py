@@ -22,6 +22,14 @@ _BUCKETS = 540  # 10 us * 1.05**540 ~ 2.7e11 ns
 LATE_NS = 10_000_000
 
 
+def behind_schedule(stats: RunStats) -> bool:
+    """The rule every "fell behind its schedule" warning uses (live view, end of run, report):
+    the dispatch lag's p99 is above ``LATE_NS``. A few late sends in a run are noise; one in a
+    hundred is a generator that cannot keep up."""
+    p99 = stats.lag.quantile_ns(0.99)
+    return p99 is not None and p99 > LATE_NS
+
+
 @dataclass
 class LogHistogram:
     counts: list[int] = field(default_factory=lambda: [0] * (_BUCKETS + 1))

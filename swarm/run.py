@@ -30,7 +30,7 @@ from swarm.catalog import Catalog
 from swarm.engines.client import Timeouts, normalise_base_url, read_api_key, redact_url
 from swarm.engines.profiles import get_profile
 from swarm.errors import InputError
-from swarm.live_stats import LATE_NS, RunStats
+from swarm.live_stats import LATE_NS, RunStats, behind_schedule
 from swarm.record import RequestRecord
 from swarm.runner import Halt, ResolvedTarget, TargetOutcome, run_agents
 from swarm.server_metrics import ServerMetricsScraper, write_server_metrics
@@ -372,8 +372,7 @@ def run_on_targets(
                     lost = sink.rows_lost if isinstance(sink, ParquetTraceSink) else 0
                     manifest.records_lost += lost
                     manifest.write(storage)
-                lag_p99 = stats.lag.quantile_ns(0.99)
-                if lag_p99 is not None and lag_p99 > LATE_NS:
+                if behind_schedule(stats):
                     log.warning(
                         "target %s: %d of %d requests were sent more than %d ms after they were due "
                         "(not counting waits for the in-flight cap): the generator could not keep its "

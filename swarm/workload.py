@@ -52,7 +52,13 @@ class WorkloadSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     seed: int = Field(default=0, description="seed of every random choice")
-    agents: int = Field(default=500, ge=1, le=10_000_000, description="agent sessions to run")
+    agents: int = Field(
+        default=100,
+        ge=1,
+        le=10_000_000,
+        description="agent sessions to run (the default is sized for the built-in demo on a 2-core "
+        "machine: the emulator and the generator on the same cores keep their schedules)",
+    )
     mix: list[MixEntry] = Field(default_factory=lambda: [MixEntry()], min_length=1)
     system_prompts: int = Field(
         default=4, ge=1, le=100_000, description="distinct system prompts per profile, shared by the swarm"

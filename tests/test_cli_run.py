@@ -186,14 +186,15 @@ def test_sigint_leaves_readable_trace_and_interrupted_manifest(
 
 @pytest.mark.slow
 def test_default_run_finishes_and_sglang_caches_more(tmp_path: Path) -> None:
-    """`swarm run` with defaults: 500 tree-of-thought agents, 4 system prompts, both profiles."""
+    """`swarm run` with defaults: 100 tree-of-thought agents, 4 system prompts, both profiles.
+    (How long it takes and whether it kept its schedule are magnitudes: bench default-run.)"""
     start = time.monotonic()
     out = swarm("run", "--json", cwd=tmp_path, timeout=600)
     elapsed = time.monotonic() - start
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     sg, trt = result["targets"]["emulator-sglang"], result["targets"]["emulator-trtllm"]
-    assert sg["agents"] == trt["agents"] == 500
+    assert sg["agents"] == trt["agents"] == 100
     assert sg["requests"] == trt["requests"] and sg["errors"] == trt["errors"] == 0
     assert sg["cache_hit_ratio"] > trt["cache_hit_ratio"]
     print(

@@ -103,7 +103,9 @@ def test_report_and_compare_read_around_a_truncated_part_and_say_so(run_dir: Pat
     assert report["targets"]["trt"]["figures"]["requests"] == 160
     warnings = report["warnings"]
     named = [w for w in warnings if part.name in w]
-    assert len(named) == 1 and re.search(r"cannot be read and is left out: about \d+ rows", named[0]), warnings
+    assert len(named) == 1 and re.search(r"cannot be read and is left out: about \d+ rows", named[0]), (
+        warnings
+    )
     assert any("the readable parts hold 280 of the 400 requests the manifest counts" in w for w in warnings)
     text = _swarm("report", str(run_dir), cwd=tmp_path)
     assert text.returncode == 0 and part.name in text.stdout

@@ -13,6 +13,10 @@ turned into KeyboardInterrupt by the CLI) ends it at once. The thread lives unti
 connection is closed: Ray's local processes are tied to the thread that started them (Linux's
 parent-death signal), so a thread that ended would take them with it. A ``host:port`` address
 is first tried with a plain TCP connect, so a cluster that is gone is named in a second.
+
+A local Ray's workers run at the driver's priority (``RAY_worker_niceness=0``; Ray's default
+of 15 starves the generator beside an emulator on the same cores). A cluster's workers run as
+that cluster was started.
 """
 
 from __future__ import annotations
@@ -108,6 +112,10 @@ class RayConnection:
         kwargs: dict[str, Any] = {"address": self.address, "logging_level": logging.WARNING}
         if self.address == "local":
             kwargs["include_dashboard"] = False
+            # Ray starts its workers at niceness 15: beside an emulator (or any process at 0)
+            # on the same cores, the generator would get the leftovers and send late. A local
+            # Ray is this run's own, so its workers run at the driver's priority.
+            os.environ.setdefault("RAY_worker_niceness", "0")
         if runtime_env:
             kwargs["runtime_env"] = runtime_env
         worker_log = logging.getLogger("ray._private.worker")

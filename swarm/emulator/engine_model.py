@@ -69,6 +69,10 @@ LATENCY_BUCKETS_S: tuple[float, ...] = (
 )
 
 
+#: How far behind its modelled timeline the step loop may catch up (a late timer's wake-up).
+STEP_CATCHUP_S = 0.003
+
+
 class PromptTooLong(ValueError):
     pass
 
@@ -305,11 +309,18 @@ class EngineModel:
         cfg = self.config
         loop = asyncio.get_running_loop()
         clock = loop.time
+        #: while steps run back to back, the modelled end of the last one: the next step is
+        #: timed from it, so a timer that wakes late (epoll rounds up to the millisecond) is
+        #: made up by the next step, up to STEP_CATCHUP_S; a CPU that falls further behind shows
+        #: as overrun, never hidden
+        planned_end: float | None = None
         while True:
             if not self.running and not self.waiting:
                 self._wake.clear()
                 await self._wake.wait()
+                planned_end = None
             step_start = clock()
+            anchor = step_start if planned_end is None else max(planned_end, step_start - STEP_CATCHUP_S)
             admitted: list[Generation] = []
             prefill = 0
             while self.waiting:
@@ -331,7 +342,8 @@ class EngineModel:
             step_s = (
                 cfg.step_base_ms + cfg.prefill_ms_per_token * prefill + cfg.decode_ms_per_seq * batch
             ) / 1000.0
-            delay = step_start + step_s - clock()
+            planned_end = anchor + step_s
+            delay = planned_end - clock()
             if delay > 0:
                 await asyncio.sleep(delay)
             now = time.monotonic()
