@@ -18,6 +18,34 @@ class Row:
     met: bool | None = None
 
 
+def invalid_because(
+    *,
+    expected: int,
+    requests: int,
+    ok: int,
+    workers: int = 1,
+    workers_alive: int = 1,
+    workers_measured: int = 1,
+) -> str | None:
+    """Why a case's figures cannot be called met, or None: a "met" needs the expected number of
+    requests, every one ok (no failure left unexplained), and every worker alive and measured."""
+    problems = []
+    if requests != expected:
+        problems.append(f"{requests:,} requests of the {expected:,} expected")
+    if ok != requests:
+        problems.append(f"{requests - ok:,} failed")
+    if workers_alive != workers:
+        problems.append(f"{workers - workers_alive} of {workers} workers died")
+    elif workers_measured != workers:
+        problems.append(f"{workers - workers_measured} of {workers} workers not measured")
+    return "; ".join(problems) or None
+
+
+def labelled(case: str, why: str | None) -> str:
+    """A case name that says why its figures are not valid, when they are not."""
+    return case if why is None else f"{case} (INVALID: {why})"
+
+
 def fmt(value: float | None) -> str:
     if value is None:
         return "-"

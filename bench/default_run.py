@@ -99,7 +99,7 @@ def run(args: list[str] | None = None) -> list[Row]:
             "s",
             target=f"< {WALL_TARGET_S:g} s",
             met=valid and res["wall_s"] < WALL_TARGET_S,
-        )  # fmt: skip
+        )
     ]
     for name, t in res["targets"].items():
         tag = f"default run, {name}"
@@ -111,7 +111,7 @@ def run(args: list[str] | None = None) -> list[Row]:
                 "ms",
                 target=f"<= {LATE_MS:g} ms (no warning)",
                 met=valid and t["lag_p99_ms"] is not None and t["lag_p99_ms"] <= LATE_MS,
-            )  # fmt: skip
+            )
         )
         rows.append(Row(f"{tag}: sends > {LATE_MS:g} ms late", t["late"], "requests"))
         ratio = t["itl_vs_model"]
@@ -124,7 +124,7 @@ def run(args: list[str] | None = None) -> list[Row]:
                 ratio=ratio,
                 target=f"ratio within {ITL_TOLERANCE:.0%}",
                 met=valid and ratio is not None and abs(ratio - 1) <= ITL_TOLERANCE,
-            )  # fmt: skip
+            )
         )
         rows.append(Row(f"{tag}: emulator step overrun", t["step_overrun"], "x model"))
     return rows

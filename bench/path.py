@@ -1,10 +1,15 @@
-"""Path efficiency: streamed chunks/s through swarm's whole path beside a bare aiohttp loop.
+"""Path efficiency: streamed chunks/s through swarm's whole path beside two bare loops.
 
-Both read the same streams from one zero-delay emulator process (``--timing zero``), with the
+All read the same streams from one zero-delay emulator process (``--timing zero``), with the
 same number of requests in flight, one after the other in this one process:
 
-- baseline: a plain ``aiohttp`` loop that posts the same body and only reads the stream
-  (``iter_any``), counting nothing but bytes;
+- baseline (transport included): a plain ``aiohttp`` loop that posts the same body and only
+  reads the stream (``iter_any``), counting nothing but bytes: what a user of aiohttp would
+  write; the target (swarm >= 0.8 of it) is held against this one;
+- baseline (same transport kind): a bare HTTP/1.1 protocol on keep-alive connections that
+  reads each chunked response as bytes until its last chunk: the floor for a client of
+  swarm's own kind, so the ratio to it is swarm's per-event work alone (parsing, timing,
+  records, the trace), without the choice of transport mixed in;
 - swarm: ``HttpEngineClient.send`` (SSE parsing, JSON decoding, a chunk time per read, usage,
   the RequestRecord) and every record written by a ``ParquetTraceSink``.
 
@@ -48,6 +53,58 @@ async def _bare(url: str, body: bytes) -> tuple[float, float]:
         t0, c0 = time.perf_counter(), time.process_time()
         await asyncio.gather(*(one() for _ in range(REQUESTS)))
         return _rates(t0, c0)
+
+
+class _BareH1(asyncio.Protocol):
+    """One keep-alive connection that reads each chunked response as bytes only, until the
+    body's last chunk (``0\\r\\n\\r\\n``): the least an HTTP/1.1 client of swarm's kind can do."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.done: asyncio.Future[None] | None = None
+        self.tail = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.tail = (self.tail + data)[-5:]
+        if self.tail == b"0\r\n\r\n" and self.done is not None and not self.done.done():
+            self.done.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.done is not None and not self.done.done():
+            self.done.set_exception(ConnectionError(f"connection lost: {exc}"))
+
+
+async def _bare_h1(url: str, body: bytes) -> tuple[float, float]:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    request = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    loop = asyncio.get_running_loop()
+    conns = [(await loop.create_connection(_BareH1, host, port))[1] for _ in range(IN_FLIGHT)]
+
+    async def serve(proto: _BareH1, n: int) -> None:
+        assert proto.transport is not None
+        for _ in range(n):
+            proto.done, proto.tail = loop.create_future(), b""
+            proto.transport.write(request)
+            await proto.done
+
+    share = [REQUESTS // IN_FLIGHT + (i < REQUESTS % IN_FLIGHT) for i in range(IN_FLIGHT)]
+    t0, c0 = time.perf_counter(), time.process_time()
+    await asyncio.gather(*(serve(p, n) for p, n in zip(conns, share, strict=True)))
+    rates = _rates(t0, c0)
+    for p in conns:
+        if p.transport is not None:
+            p.transport.close()
+    return rates
 
 
 def _rates(t0: float, c0: float) -> tuple[float, float]:
@@ -102,15 +159,26 @@ def run() -> list[Row]:
         }
     )
     bare: list[tuple[float, float]] = []
+    bare_h1: list[tuple[float, float]] = []
     full: list[tuple[float, float]] = []
     with EmulatorProcess(["--engine", "sglang", "--timing", "zero", "--cache-tokens", "0"]) as emu:
         for _ in range(REPEATS):  # alternating, best of each: this machine's noise is large
             bare.append(asyncio.run(_bare(emu.url, body)))
+            bare_h1.append(asyncio.run(_bare_h1(emu.url, body)))
             full.append(asyncio.run(_swarm(emu.url)))
     cpu_full, cpu_bare = max(f[1] for f in full), max(b[1] for b in bare)
+    cpu_h1 = max(b[1] for b in bare_h1)
     wall_full, wall_bare = max(f[0] for f in full), max(b[0] for b in bare)
     ratio = cpu_full / cpu_bare
     return [
+        Row(
+            "path overhead: chunks per client CPU-s, swarm's full path vs bare HTTP/1.1 reading "
+            f"(same transport kind, bytes only; {IN_FLIGHT} in flight)",
+            cpu_full,
+            "chunks/cpu-s",
+            baseline=cpu_h1,
+            ratio=cpu_full / cpu_h1,
+        ),
         Row(
             f"path efficiency: chunks per client CPU-s, swarm's full path vs bare aiohttp ({IN_FLIGHT} in flight)",
             cpu_full,

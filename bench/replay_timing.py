@@ -12,7 +12,7 @@ figures per trace, p50 and p99 over its requests:
 The traces:
 
 - Poisson arrivals at 30 requests/s with 200-token prompts, at speed 1 (target: p99 <= 5 ms);
-- the first 300 requests of the Mooncake trace in ``../shared/traces`` at speed 10: bursts of
+- the first 300 requests of the Mooncake trace (the project's test data) at speed 10: bursts of
   about 15 requests on the same millisecond with 14,000-token prompts on average, which one
   event loop must send one after another.
 """
@@ -27,7 +27,8 @@ import numpy as np
 
 from bench.common import Row
 
-MOONCAKE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "mooncake" / "conversation_trace.jsonl"
+#: the first 300 requests of the Mooncake conversation trace, in the project's test data
+MOONCAKE = Path(__file__).resolve().parents[1] / "tests" / "data" / "mooncake_conversation_first300.jsonl"
 
 
 def _replay_ms(plan: object, speed: float) -> tuple[np.ndarray, np.ndarray]:
@@ -48,7 +49,6 @@ def _replay_ms(plan: object, speed: float) -> tuple[np.ndarray, np.ndarray]:
 
 
 def run() -> list[Row]:
-    from swarm.replay.importers import Filters, import_trace
     from swarm.replay.plan import ReplayItem, ReplayPlan
 
     rows: list[Row] = []
@@ -59,10 +59,19 @@ def run() -> list[Row]:
     ]
     plan = ReplayPlan(items=items, source="poisson", source_format="synthetic")
     rows += _rows("Poisson 30/s, 200-token prompts", *_replay_ms(plan, 1.0))
-    if MOONCAKE.is_file():
-        mooncake = import_trace(MOONCAKE, "mooncake", Filters(limit=300))
-        rows += _rows("Mooncake first 300, speed 10", *_replay_ms(mooncake, 10.0))
+    rows += mooncake_rows(MOONCAKE)
     return rows
+
+
+def mooncake_rows(path: Path) -> list[Row]:
+    """The Mooncake case, or one row that says it was skipped and why (never no row at all)."""
+    from swarm.replay.importers import Filters, import_trace
+
+    label = "Mooncake first 300, speed 10"
+    if not path.is_file():
+        return [Row(f"replay timed ({label}): skipped, no trace at {path}", None, "-")]
+    mooncake = import_trace(path, "mooncake", Filters(limit=300))
+    return _rows(label, *_replay_ms(mooncake, 10.0))
 
 
 def _rows(label: str, scheduled_ms: np.ndarray, sent_ms: np.ndarray) -> list[Row]:

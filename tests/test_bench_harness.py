@@ -55,3 +55,49 @@ def test_send_stamps_give_one_non_negative_delay_per_content_event(
     assert record.ok and len(delays) == len(record.chunk_ns) == 12  # type: ignore[attr-defined]
     assert all(d >= 0 for d in delays)  # one monotonic clock: received after sent
     assert plain.extra == {} and plain.ok  # type: ignore[attr-defined]
+
+
+def _scale_result(**changes: object) -> dict[str, object]:
+    good: dict[str, object] = {
+        "expected": 4000, "workers": 1, "workers_alive": 1, "workers_measured": 1, "requests": 4000,
+        "ok": 4000, "requests_per_s": 900.0, "chunks_per_s": 14000.0, "worker_growth_kb_per_agent": 12.0,
+        "worker_rss_mb": 300.0, "driver_kb_per_agent": 40.0,
+    }  # fmt: skip
+    return {**good, **changes}
+
+
+def test_a_bench_row_is_met_only_with_every_request_and_every_worker() -> None:
+    from bench.ray_scale import scale_rows
+
+    def verdicts(res: dict[str, object]) -> list[object]:
+        return [r.met for r in scale_rows(1000, res) if r.target is not None]
+
+    assert verdicts(_scale_result()) == [True, True]
+    # a worker that died has no memory figure (not "0 KB, met") and its requests are missing
+    dead = _scale_result(
+        workers_alive=0, workers_measured=0, worker_growth_kb_per_agent=None, requests=2000, ok=2000
+    )
+    rows = scale_rows(1000, dead)
+    assert verdicts(dead) == [False, False] and all("INVALID" in r.case for r in rows)
+    assert "1 of 1 workers died" in rows[0].case and "2,000 requests of the 4,000 expected" in rows[0].case
+    # all requests there, but some failed: still not met
+    assert verdicts(_scale_result(ok=3990)) == [False, False]
+
+
+def test_client_delay_with_failed_requests_is_not_met() -> None:
+    from bench.client_delay import delay_rows
+
+    res = {"requests": 2000.0, "ok": 1990.0, "expected": 2000.0, "ttft_p50": 0.1, "ttft_p99": 1.0,
+           "ttft_max": 2.0, "itl_p50": 0.1, "itl_p99": 1.0, "itl_max": 2.0}  # fmt: skip
+    (p99,) = [r for r in delay_rows(500, "steady_agent", res) if r.target is not None]
+    assert p99.met is False and "10 failed" in p99.case
+    (p99,) = [r for r in delay_rows(500, "steady_agent", {**res, "ok": 2000.0}) if r.target is not None]
+    assert p99.met is True
+
+
+def test_a_case_without_its_data_prints_a_skipped_row(tmp_path: Path) -> None:
+    from bench.replay_timing import MOONCAKE, mooncake_rows
+
+    (row,) = mooncake_rows(tmp_path / "absent.jsonl")
+    assert "skipped" in row.case and "absent.jsonl" in row.case and row.met is None
+    assert MOONCAKE.is_file()  # the project carries the slice it needs

@@ -29,7 +29,8 @@ from swarm.trace.manifest import RunManifest
 from swarm.trace.reader import read_requests
 from swarm.workload import MixEntry, WorkloadSpec
 
-MOONCAKE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "mooncake" / "conversation_trace.jsonl"
+#: the first 300 requests of the Mooncake conversation trace (source and licence: data/README.md)
+MOONCAKE = Path(__file__).resolve().parent / "data" / "mooncake_conversation_first300.jsonl"
 
 
 @pytest.fixture
@@ -131,9 +132,6 @@ def mooncake_ideal(rows: list[dict]) -> list[int]:  # type: ignore[type-arg]
     return out
 
 
-@pytest.mark.skipif(
-    not MOONCAKE.is_file(), reason=f"the Mooncake trace is not at {MOONCAKE} (../shared/traces)"
-)
 @pytest.mark.parametrize("engine", ["sglang", "trtllm"])
 def test_mooncake_first_300_cached_tokens_equal_the_trace_ideal(
     engine: str, emulator: Callable[..., EmulatorThread]
@@ -251,11 +249,8 @@ def test_csv_importers_and_filters(tmp_path: Path) -> None:
     missing = write(tmp_path, "bad.csv", "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46,3\n")
     with pytest.raises(InputError, match=r"bad.csv: line 1: missing column\(s\) \['GeneratedTokens'\]"):
         import_trace(missing, "azure")
-    sampled = (
-        import_trace(MOONCAKE, "mooncake", Filters(sample=0.5, limit=100)) if MOONCAKE.is_file() else None
-    )
-    if sampled is not None:
-        assert len(sampled.items) == 100
+    sampled = import_trace(MOONCAKE, "mooncake", Filters(sample=0.5, limit=100))
+    assert len(sampled.items) == 100
 
 
 def test_replay_cli_on_a_trace_and_bad_input(tmp_path: Path, emulator_process: Callable[..., object]) -> None:
