@@ -135,7 +135,7 @@ def run(sizes: tuple[int, ...] = SIZES, profile: str = "steady_agent") -> list[R
 def delay_rows(n: int, profile: str, res: dict[str, float], pinned: bool = True) -> list[Row]:
     """One size's rows; its TTFT p99 is met only with every expected request there and ok."""
     why = invalid_because(expected=int(res["expected"]), requests=int(res["requests"]), ok=int(res["ok"]))
-    where = "" if pinned else ", one core shared"
+    where = "" if pinned else ", cores shared with the emulator"
     tag = labelled(f"client delay, {n} {profile}s{where}", why)
     target = TARGETS_MS.get(n) if profile == "steady_agent" else None
     return [

@@ -20,7 +20,7 @@ import math
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from swarm.errors import InputError
 
@@ -37,6 +37,12 @@ class ArrivalSpec(BaseModel):
     cv: float = Field(default=2.0, gt=0, le=20, description="gamma: coefficient of variation of the gaps")
     start_rate: float = Field(default=1.0, gt=0, description="ramp: rate at time 0")
     ramp_s: float = Field(default=30.0, gt=0, description="ramp: seconds to reach `rate`")
+
+    @field_validator("process", mode="before")
+    @classmethod
+    def _all_is_all_at_once(cls, value: object) -> object:
+        """``all`` (the command line's short form) is accepted for ``all_at_once`` in a spec too."""
+        return "all_at_once" if value == "all" else value
 
     @model_validator(mode="after")
     def _needs_rate(self) -> ArrivalSpec:
@@ -75,8 +81,8 @@ class ArrivalSpec(BaseModel):
 
 
 def parse_arrival(text: str) -> ArrivalSpec:
-    """CLI shorthand: ``all``, ``poisson:RATE``, ``constant:RATE``, ``gamma:RATE,CV``,
-    ``ramp:START,END,SECONDS``."""
+    """CLI shorthand: ``all_at_once`` (or ``all``), ``poisson:RATE``, ``constant:RATE``,
+    ``gamma:RATE,CV``, ``ramp:START,END,SECONDS``."""
     name, _, args = text.partition(":")
     values: list[float] = []
     try:
@@ -97,5 +103,6 @@ def parse_arrival(text: str) -> ArrivalSpec:
     except ValueError as exc:
         raise InputError(f"--arrival {text!r}: {exc}") from None
     raise InputError(
-        f"--arrival {text!r}: expected all, poisson:RATE, constant:RATE, gamma:RATE,CV or ramp:START,END,SECONDS"
+        f"--arrival {text!r}: expected all_at_once, poisson:RATE, constant:RATE, gamma:RATE,CV or "
+        "ramp:START,END,SECONDS"
     )

@@ -241,7 +241,10 @@ def run(
         typer.Option(help="engine profile per target (or one for all); detected when absent"),
     ] = None,
     dialect: Annotated[
-        str | None, typer.Option(help="openai-chat, openai-completions or sglang-generate")
+        str | None,
+        typer.Option(
+            help="openai-chat, openai-completions or sglang-generate (default: the engine's own, openai-chat)"
+        ),
     ] = None,
     model: Annotated[
         str | None, typer.Option(help="model name to request (default: the server's first)")
@@ -262,18 +265,30 @@ def run(
     ] = None,
     seed: Annotated[int | None, typer.Option(help="seed of the workload (default 0)")] = None,
     context: Annotated[
-        str | None, typer.Option(help="synthetic (identical prompts on every engine) or live")
+        str | None,
+        typer.Option(help="synthetic (identical prompts on every engine; the default) or live"),
     ] = None,
     arrival: Annotated[
         str | None,
-        typer.Option(help="all | poisson:RATE | constant:RATE | gamma:RATE,CV | ramp:START,END,SECONDS"),
+        typer.Option(
+            help="when agents start: all_at_once | poisson:RATE | constant:RATE | gamma:RATE,CV | "
+            "ramp:START,END,SECONDS (default poisson:10)"
+        ),
     ] = None,
     max_in_flight: Annotated[
-        int | None, typer.Option(help="global cap on requests in flight (0 = none)")
+        int | None, typer.Option(help="global cap on requests in flight (default 0: none)")
     ] = None,
-    duration: Annotated[float | None, typer.Option(help="stop sending after this many seconds")] = None,
-    max_requests: Annotated[int | None, typer.Option(help="stop after this many requests")] = None,
-    tokenizer: Annotated[str | None, typer.Option(help="local HF tokenizer.json for token estimates")] = None,
+    duration: Annotated[
+        float | None,
+        typer.Option(help="stop sending after this many seconds (default: when every agent has finished)"),
+    ] = None,
+    max_requests: Annotated[
+        int | None, typer.Option(help="stop after this many requests (default: no limit)")
+    ] = None,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(help="local HF tokenizer.json for token estimates (default: whitespace words)"),
+    ] = None,
     output: Annotated[str | None, typer.Option(help="folder for run folders (default runs)")] = None,
     record_text: Annotated[
         bool, typer.Option("--record-text", help="store prompts and outputs in the trace")
@@ -313,7 +328,8 @@ def run(
         typer.Option(help="retries of a failed call (default 0: failures are measured, not hidden)"),
     ] = None,
     retry_backoff: Annotated[
-        float | None, typer.Option(help="seconds before the first retry, doubling (Retry-After wins)")
+        float | None,
+        typer.Option(help="seconds before the first retry, doubling; Retry-After wins (default 0.5)"),
     ] = None,
     on_failure: Annotated[
         str | None,
@@ -321,7 +337,9 @@ def run(
     ] = None,
     max_error_rate: Annotated[
         float | None,
-        typer.Option(help="circuit breaker: stop a target when this share of recent requests failed (0-1)"),
+        typer.Option(
+            help="circuit breaker: stop a target when this share of recent requests failed (0-1; default: off)"
+        ),
     ] = None,
     error_window: Annotated[
         int | None, typer.Option(help="requests the circuit breaker looks back over (default 100)")
@@ -471,14 +489,19 @@ def replay(
         list[str] | None, typer.Option(help="engine profile per target (or one for all)")
     ] = None,
     dialect: Annotated[
-        str | None, typer.Option(help="openai-chat, openai-completions or sglang-generate")
+        str | None,
+        typer.Option(
+            help="openai-chat, openai-completions or sglang-generate (default: the engine's own, openai-chat)"
+        ),
     ] = None,
     model: Annotated[str | None, typer.Option(help="model name to request")] = None,
     api_key_env: Annotated[str | None, typer.Option(help="environment variable holding the API key")] = None,
     api_key_file: Annotated[str | None, typer.Option(help="file holding the API key (first line)")] = None,
     max_error_rate: Annotated[
         float | None,
-        typer.Option(help="circuit breaker: stop a target when this share of recent requests failed (0-1)"),
+        typer.Option(
+            help="circuit breaker: stop a target when this share of recent requests failed (0-1; default: off)"
+        ),
     ] = None,
     error_window: Annotated[int, typer.Option(help="requests the circuit breaker looks back over")] = 100,
     max_in_flight: Annotated[int, typer.Option(help="cap on requests in flight (0 = none)")] = 0,

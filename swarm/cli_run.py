@@ -207,7 +207,7 @@ def finish_code(manifest: Any, console: Console) -> int:
     """Say why a run did not complete (on ``console``) and return the run's exit code."""
     status = manifest.status.value
     if status != "complete" and manifest.status_reason:
-        console.print(f"[bold yellow]run {status}:[/] {manifest.status_reason}", highlight=False)
+        console.print(f"[bold yellow]run {status}:[/] {manifest.status_reason}", highlight=False, soft_wrap=True)
     return EXIT_CODES.get(status, 1)
 
 
