@@ -1,6 +1,6 @@
 """Agent programs: one topology instance walked against one engine.
 
-Place in the map (DESIGN.md, "Agent program"): an ``AgentRun`` issues a node when its
+Place in the map (docs/architecture.md, "Agent program"): an ``AgentRun`` issues a node when its
 dependencies are resolved (context parents, ``after`` parents, and the beam group it waits
 for), runs sibling branches concurrently as asyncio tasks, sleeps the node's think time
 before a call and its tool time after one, and feeds each parent's output into its children:

@@ -1,6 +1,6 @@
 """Agent profiles (``agents/*.yaml``): what one kind of agent sends.
 
-Place in the map (DESIGN.md, "Workload"): a profile gives the system prompt (a file, or
+Place in the map (docs/architecture.md, "Workload"): a profile gives the system prompt (a file, or
 synthesised to N tokens, e.g. a catalogue of tool definitions as coding agents carry), the
 task size, the instruction size per call, output tokens per node role, think and tool times,
 and the pruning policy. The Workload samples from it with a seeded RNG per agent.

@@ -1,6 +1,6 @@
 """Arrival processes: when agents start, as target offsets from the run's start.
 
-Place in the map (DESIGN.md, "Scheduler"): strategies compute, runners sleep. An
+Place in the map (docs/architecture.md, "Scheduler"): strategies compute, runners sleep. An
 ``ArrivalSpec`` returns the start offsets (seconds) of ``n`` agents from a seeded NumPy
 generator; the runner sleeps until each one and records any lateness as ``queue_ns``.
 

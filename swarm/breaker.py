@@ -1,6 +1,6 @@
 """CircuitBreaker: stops a run that only measures a dead or broken server.
 
-Place in the map (DESIGN.md, "Scheduler"): fed with the status of every finished request of a
+Place in the map (docs/architecture.md, "Scheduler"): fed with the status of every finished request of a
 target (by the in-process runner, or by the Ray driver as batches arrive); when the share of
 failures among the last ``window`` requests reaches ``max_error_rate`` it trips once, with a
 reason that names the rate and the commonest failures. The run then stops sending to that

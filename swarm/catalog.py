@@ -1,6 +1,6 @@
 """Where named agent profiles and topologies come from.
 
-Place in the map (DESIGN.md, "Parts"): ``agents/`` and ``topologies/`` hold data, shipped in
+Place in the map (docs/architecture.md, "Parts"): ``agents/`` and ``topologies/`` hold data, shipped in
 the wheel as package data (``swarm/_builtin/``) and read from the checkout in development. A
 name resolves to ``<name>.yaml`` in the user's extra folders first, then the built-in ones; a
 value that is a path to a ``.yaml`` file is loaded as it is.

@@ -1,6 +1,6 @@
 """The ``swarm`` command line: each command builds a spec and calls the library.
 
-Place in the map (DESIGN.md): the face of the tool. Only this module knows typer and rich's
+Place in the map (docs/architecture.md): the face of the tool. Only this module knows typer and rich's
 live display. Heavy modules (aiohttp, pyarrow, ray) are imported inside the commands, so
 ``swarm --help`` answers at once. Bad input (an ``InputError``) is printed as one line on
 stderr with exit code 2 and no traceback.

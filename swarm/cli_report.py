@@ -1,6 +1,6 @@
 """``swarm report`` and ``swarm compare`` in the terminal: rich tables of the analysis dicts.
 
-Place in the map (DESIGN.md): part of the CLI. The figures come from ``analysis.report`` and
+Place in the map (docs/architecture.md): part of the CLI. The figures come from ``analysis.report`` and
 ``analysis.compare``; this module only lays them out.
 """
 

@@ -1,6 +1,6 @@
 """``swarm run`` and ``swarm topologies``: flags to a RunSpec, a live view, a final summary.
 
-Place in the map (DESIGN.md): part of the CLI (the only place that knows rich's live display).
+Place in the map (docs/architecture.md): part of the CLI (the only place that knows rich's live display).
 The command builds a ``RunSpec`` from ``--spec`` and flags and calls ``swarm.run.execute_run``.
 """
 

@@ -1,6 +1,6 @@
 """Distributions for spec files: token counts and think/tool times.
 
-Place in the map (DESIGN.md): used by agent profiles and the Workload. Each distribution is a
+Place in the map (docs/architecture.md): used by agent profiles and the Workload. Each distribution is a
 pydantic model (``dist: <kind>`` plus its parameters), validated when the spec is read, so an
 impossible parameter (a negative rate, min above max) is refused before any request is sent.
 Sampling takes a ``random.Random`` owned by the caller: the Workload seeds one per agent, so

@@ -1,6 +1,6 @@
 """Prefix accounting on the client side: block hashes and the ideal cached tokens.
 
-Place in the map (DESIGN.md, "Workload" and the trace contract): for every request the
+Place in the map (docs/architecture.md, "Workload" and the trace contract): for every request the
 Workload's prompt tokens give
 
 - ``block_hashes``: chained 64-bit hashes of consecutive ``BLOCK_TOKENS``-token blocks (the

@@ -1,6 +1,6 @@
 """QuietCollector: Python's cyclic garbage collector, run only where it cannot delay a send.
 
-Place in the map (DESIGN.md, "Runners sleep"): a runner that knows when its next send is due
+Place in the map (docs/architecture.md, "Runners sleep"): a runner that knows when its next send is due
 (the replay dispatcher) turns automatic collection off and calls ``collect_if_due`` whenever
 it has a quiet stretch ahead. A collection walks every container object that is still
 tracked; with prompts of tens of thousands of tokens in flight one pass took 2-5 ms for the

@@ -1,6 +1,6 @@
 """The RequestRecord: one row of the trace, and its Arrow schema.
 
-Place in the map (DESIGN.md): the foundation. The EngineClient makes one RequestRecord per
+Place in the map (docs/architecture.md): the foundation. The EngineClient makes one RequestRecord per
 request; the TraceSink turns records into Parquet rows; analysis reads the rows back. This
 module depends on nothing else in swarm, so every other part may import it.
 

@@ -1,6 +1,6 @@
 """Secrets kept out of everything swarm writes: traces, manifests, logs, error texts.
 
-Place in the map (DESIGN.md): used by whatever reads an API key (``engines.client``'s
+Place in the map (docs/architecture.md): used by whatever reads an API key (``engines.client``'s
 ``read_api_key``, a Ray worker handed one) and by whatever turns foreign text into a record
 (the client's error texts, which may echo request headers). A key is registered once it is
 read; ``redact`` replaces every registered key in a text; and a log-record factory redacts

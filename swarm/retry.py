@@ -1,6 +1,6 @@
 """Retry policy: which failed calls are sent again, and after how long.
 
-Place in the map (DESIGN.md, "Agent program"): consulted by an agent after each failed call
+Place in the map (docs/architecture.md, "Agent program"): consulted by an agent after each failed call
 when the workload asks for retries (``retries > 0``; off by default, because a load generator
 that retries quietly hides the failures it should measure). A strategy only: it computes
 decisions and delays from a record; the agent sleeps and sends. Every attempt is recorded as

@@ -1,6 +1,6 @@
 """A run: one workload against one or more targets, one after the other, into one run folder.
 
-Place in the map (DESIGN.md): what ``swarm run`` calls. It resolves the targets (probing a
+Place in the map (docs/architecture.md): what ``swarm run`` calls. It resolves the targets (probing a
 URL for its engine and model when not given; starting the emulator in both profiles on
 loopback when no target is given), writes ``runs/<run_id>/manifest.json``, runs the identical
 workload against each target through an Executor, streams records into the TraceSink, and
@@ -261,7 +261,7 @@ def make_executor(spec: RunSpec) -> Executor:
 
     return RayExecutor(
         workers=spec.workers, address=spec.address, worker_writes=spec.worker_writes,
-        connect_timeout_s=spec.ray_timeout_s,
+        connect_timeout_s=spec.ray_timeout_s, flush_interval_s=spec.flush_interval_s,
     )  # fmt: skip
 
 

@@ -1,6 +1,6 @@
 """The runner: a workload's agents against one target, in one asyncio loop.
 
-Place in the map (DESIGN.md, "Scheduler"): the loop that sleeps. It starts each agent at its
+Place in the map (docs/architecture.md, "Scheduler"): the loop that sleeps. It starts each agent at its
 arrival offset (computed by the Workload's ArrivalProcess), shares one connection pool (swarm's
 own HTTP/1.1 client for http://, aiohttp for https://: ``engines.client.open_transport``), one
 EngineClient, one PrefixIndex (for ``ideal_cached_tokens_est``) and one RequestGate (in-flight

@@ -1,6 +1,6 @@
 """Engine-side metrics: the target's Prometheus endpoint, scraped during a run.
 
-Place in the map (DESIGN.md, "Analysis": server metrics beside the client's view): while a
+Place in the map (docs/architecture.md, "Analysis": server metrics beside the client's view): while a
 target runs, a ``ServerMetricsScraper`` thread fetches the engine's Prometheus text (SGLang
 ``/metrics``, TensorRT-LLM ``/prometheus/metrics``, vLLM, llama.cpp, the emulator: the path is
 the engine profile's) every ``interval_s`` and keeps each sample as a row; at the end of the

@@ -1,6 +1,6 @@
 """Reading spec files: safe YAML, validation errors that name the file and the field.
 
-Place in the map (DESIGN.md): under the Workload, Topology and agent profiles. YAML is parsed
+Place in the map (docs/architecture.md): under the Workload, Topology and agent profiles. YAML is parsed
 with the safe loader only. A pydantic error becomes an ``InputError`` whose message names the
 file and the dotted path of the field (``agents/coder.yaml: output_tokens.expand.median:
 Input should be greater than 0``). Paths inside a spec are relative to the spec's folder and

@@ -1,6 +1,6 @@
 """Text synthesis: prompt text of an exact token length, from a seeded RNG.
 
-Place in the map (DESIGN.md, "Workload"): the Workload asks for system prompts, tasks,
+Place in the map (docs/architecture.md, "Workload"): the Workload asks for system prompts, tasks,
 instructions and stand-in outputs of given token budgets. With the word tokenizer the budget
 is hit exactly (one word is one token). With a real tokenizer the text is grown or trimmed
 word by word until its count is within one word of the budget.

@@ -1,6 +1,6 @@
 """Tokenizers the Workload counts and hashes prompts with.
 
-Place in the map (DESIGN.md, "Workload"): ``WordTokenizer`` is the emulator's tokenizer (a
+Place in the map (docs/architecture.md, "Workload"): ``WordTokenizer`` is the emulator's tokenizer (a
 token is a whitespace-separated word), so counts are exact against the emulator. With
 ``--tokenizer tokenizer.json`` a Hugging Face ``tokenizers`` file (optional extra
 ``swarm-loadgen[tokenizer]``) gives close counts for a real model. Chat prompts are counted

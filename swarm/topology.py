@@ -1,6 +1,6 @@
 """Topologies: the DAG templates of agent programs, built with networkx.
 
-Place in the map (DESIGN.md, "Topology"): a topology is a template; the Workload instantiates
+Place in the map (docs/architecture.md, "Topology"): a topology is a template; the Workload instantiates
 one per agent session and the agent program walks it. Nodes are LLM calls with a ``role``;
 edges say whose context a call inherits (``kind: context``) or only whom it waits for
 (``kind: after``). A node's prompt is the system prompt, the task, the turns of its context

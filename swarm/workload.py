@@ -1,6 +1,6 @@
 """The Workload: a pure function of (spec, seed) giving every agent and the text it sends.
 
-Place in the map (DESIGN.md, "Workload"): below the agent programs. It decides which agents
+Place in the map (docs/architecture.md, "Workload"): below the agent programs. It decides which agents
 exist, their profile and topology, their start offsets, which shared system prompt each
 carries, and the exact text of every prompt part that does not depend on an engine's output:
 the system prompts, each agent's task, each node's instruction, tool results, and the

@@ -1,5 +1,5 @@
 """Analysis: figures computed from traces on disk only.
 
-Place in the map (DESIGN.md, "Analysis"): reads ``runs/<id>/``; never imports engines, runner
+Place in the map (docs/architecture.md, "Analysis"): reads ``runs/<id>/``; never imports engines, runner
 or cluster, so a trace can be analysed on a laptop without Ray.
 """

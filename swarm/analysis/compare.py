@@ -1,6 +1,6 @@
 """``swarm compare``: the side-by-side matrix of targets, with who leads and by how much.
 
-Place in the map (DESIGN.md, "Analysis"): one column per target (of one run with several
+Place in the map (docs/architecture.md, "Analysis"): one column per target (of one run with several
 targets, or of several runs), one row per dimension, and a delta column naming the leader and
 the ratio to the runner-up: for a "lower is better" figure ``runner-up / leader``, for a
 "higher is better" one ``leader / runner-up`` (so a ratio is always >= 1); below

@@ -1,6 +1,6 @@
 """``swarm report --html``: the report as one self-contained page that opens offline.
 
-Place in the map (DESIGN.md, "Analysis"): the same figures as the terminal view and
+Place in the map (docs/architecture.md, "Analysis"): the same figures as the terminal view and
 ``--json`` (``report.build_report``), plus plots drawn as inline SVG (``svgplot``): TTFT and
 E2E CDFs per target, TTFT by tree depth, cache hit ratio realised vs ideal by depth, output
 throughput and requests in flight over time, agent task completion CDF, and the engine's own

@@ -1,6 +1,6 @@
 """Metrics computed from trace rows only, each with its formula.
 
-Place in the map (DESIGN.md, "Analysis"): functions from a table of request rows (the trace
+Place in the map (docs/architecture.md, "Analysis"): functions from a table of request rows (the trace
 schema, or any subset of its columns that a function names) to numbers. Nothing here looks at
 a live run. Times in the trace are nanoseconds; results are in the unit their name says.
 

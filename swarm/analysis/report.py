@@ -1,6 +1,6 @@
 """``swarm report``: every figure of a run, per target, as one JSON-ready dict.
 
-Place in the map (DESIGN.md, "Analysis"): reads a run folder (manifest, request rows, server
+Place in the map (docs/architecture.md, "Analysis"): reads a run folder (manifest, request rows, server
 metrics) and computes with ``metrics`` and ``server``; the terminal view (``cli_report``), the
 HTML page (``html``) and ``--json`` all show this same dict, so they never disagree.
 """

@@ -1,6 +1,6 @@
 """Engine-side figures from ``server_metrics.parquet``, beside the client's view.
 
-Place in the map (DESIGN.md, "Analysis"): reads the samples the run scraped from each target's
+Place in the map (docs/architecture.md, "Analysis"): reads the samples the run scraped from each target's
 Prometheus endpoint (see ``swarm.server_metrics`` for the file) and derives, per target:
 
 - ``cache_hit_ratio``: from counters, Δ hits / Δ queries between the first and the last scrape

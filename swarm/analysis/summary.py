@@ -1,6 +1,6 @@
 """The end-of-run summary per target, computed from the trace.
 
-Place in the map (DESIGN.md, "Analysis"): the short table ``swarm run`` prints at the end.
+Place in the map (docs/architecture.md, "Analysis"): the short table ``swarm run`` prints at the end.
 Every figure is computed from the Parquet rows, with exact percentiles:
 
 - requests, ok, cancelled (rows cut short by the run's own stop: Ctrl-C, a halt), errors

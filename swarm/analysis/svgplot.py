@@ -1,6 +1,6 @@
 """Line charts as inline SVG: what the HTML report draws its plots with.
 
-Place in the map (DESIGN.md, "Analysis"): a report must open offline as one file, so plots are
+Place in the map (docs/architecture.md, "Analysis"): a report must open offline as one file, so plots are
 SVG written here rather than a plotting library's JavaScript. Each data series is one
 ``<path class="series">`` with ``data-series`` (its label) and ``data-points`` (its number of
 points), so a test (or a person with the browser's inspector) can tell that a plot has data.

@@ -1,6 +1,6 @@
 """Starting or joining Ray, with a deadline, so a run never hangs before it starts.
 
-Place in the map (DESIGN.md, "Ray"): used by the RayExecutor when a run begins and ends.
+Place in the map (docs/architecture.md, "Ray"): used by the RayExecutor when a run begins and ends.
 
 Which Ray: ``--address`` when given, else ``RAY_ADDRESS``, else a new local Ray. Ray's own
 default for "no address" is to join the cluster named in its address file

@@ -1,6 +1,6 @@
 """RayExecutor: a run's agents spread over async Ray actors; the driver writes the trace.
 
-Place in the map (DESIGN.md, "Ray"): implements the Executor protocol of ``swarm.run``.
+Place in the map (docs/architecture.md, "Ray"): implements the Executor protocol of ``swarm.run``.
 
 1. Workers: ``--workers N`` actors (default: the CPUs Ray reports, less one for the driver),
    each with ``num_cpus`` set explicitly and the SPREAD strategy, so they land on different
@@ -82,6 +82,7 @@ class RayExecutor:
         worker_writes: bool = False,
         poll_s: float = 0.5,
         connect_timeout_s: float = DEFAULT_TIMEOUT_S,
+        flush_interval_s: float = 10.0,
     ) -> None:
         if workers is not None and workers < 1:
             raise InputError("--workers must be at least 1")
@@ -90,6 +91,8 @@ class RayExecutor:
         self.worker_writes = worker_writes
         self.poll_s = poll_s
         self.connect_timeout_s = connect_timeout_s
+        #: how often workers that write their own parts close them (``--flush-interval``)
+        self.flush_interval_s = flush_interval_s
         self._connection: RayConnection | None = None
         #: live actor handles of the target being run (tests kill one through this)
         self.actors: list[Any] = []
@@ -148,6 +151,7 @@ class RayExecutor:
             keep_text=keep_text,
             direct_output=storage.display if self.worker_writes else None,
             seed_shared_prefixes=n > 1,
+            flush_interval_s=self.flush_interval_s,
         )
         remote_cls: Any = ray.remote(SwarmWorker)
         actor_cls: Any = remote_cls.options(

@@ -1,6 +1,6 @@
 """SwarmWorker: one Ray actor hosting many agents.
 
-Place in the map (DESIGN.md, "Scheduler" on Ray): a thin shell around ``run_agents``. The
+Place in the map (docs/architecture.md, "Scheduler" on Ray): a thin shell around ``run_agents``. The
 driver calls ``run`` once (a long-running async call) and, while it runs, ``drain`` every
 half second to take the records finished since the last call (as one Arrow batch) and the
 worker's cumulative stats. ``stop`` cancels in-flight requests (recorded as ``cancelled``).
@@ -50,6 +50,7 @@ class WorkerPayload:
     keep_text: bool = False
     direct_output: str | None = None  # run folder (path or URI) the worker writes itself
     seed_shared_prefixes: bool = False  # several workers: see run_agents
+    flush_interval_s: float = 10.0  # direct_output: close a part at least this often
 
 
 def rss_bytes() -> int:
@@ -97,6 +98,7 @@ class SwarmWorker:
                 RunStorage.at(payload.direct_output),
                 writer=f"{payload.target.name}-w{index}",
                 keep_text=payload.keep_text,
+                flush_interval_s=payload.flush_interval_s,
             )
         self.sessions = 0
         self.records_total = 0

@@ -1,6 +1,6 @@
 """Block prefix cache that reuses only full blocks (TensorRT-LLM's KV block reuse model).
 
-Place in the map (DESIGN.md, "The emulator"): the prefix cache of the ``trtllm`` profile.
+Place in the map (docs/architecture.md, "The emulator"): the prefix cache of the ``trtllm`` profile.
 A prompt is cut into blocks of ``block_tokens`` (32 by default); block *i* is identified by
 its tokens and the identity of block *i-1*, so a block matches only when the whole prefix up
 to it matches. Cached tokens are ``matched_full_blocks * block_tokens``; a trailing partial

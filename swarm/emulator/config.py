@@ -1,7 +1,7 @@
 """Settings of the engine emulator (a pydantic model, the single source of truth).
 
-Place in the map (DESIGN.md, "The emulator"): read by ``swarm emulate`` flags and by code that
-starts an emulator in process (``swarm run`` with no target, the tests). Defaults describe a
+Place in the map (docs/architecture.md, "The emulator"): read by ``swarm emulate`` flags (``swarm run``
+with no target starts two such processes) and by the tests, which run emulators in a thread. Defaults describe a
 mid-size model on one modern GPU, roughly: 4 ms per batch step, 50,000 prefill tokens/s, a
 small cost per running sequence, 400,000 tokens of KV for running sequences and as many again
 for the prefix cache. They are plausible, not measured on any particular engine; figures from

@@ -1,6 +1,6 @@
 """The emulator's engine model: prefix cache, KV admission and continuous batching.
 
-Place in the map (DESIGN.md, "The emulator"): the part of ``swarm emulate`` that decides how
+Place in the map (docs/architecture.md, "The emulator"): the part of ``swarm emulate`` that decides how
 many prompt tokens are cached and when each token comes out. The HTTP server turns the token
 stream into each engine's wire format.
 

@@ -1,6 +1,6 @@
 """Fault injection for the emulator: a seeded choice of what goes wrong with each request.
 
-Place in the map (DESIGN.md, "The emulator"): read by ``swarm emulate --faults SPEC`` and
+Place in the map (docs/architecture.md, "The emulator"): read by ``swarm emulate --faults SPEC`` and
 used by the server's handlers. A ``FaultSpec`` gives each fault kind a rate; a
 ``FaultInjector`` draws one kind (or none) per request from a ``random.Random`` seeded with
 the spec's seed, in the order requests arrive, and counts what it injected so a test can

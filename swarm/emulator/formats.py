@@ -1,6 +1,6 @@
 """Wire formats of the emulated engines: response bodies, stream chunks, usage, metrics text.
 
-Place in the map (DESIGN.md, "The emulator"): used by the emulator's HTTP server only. It may
+Place in the map (docs/architecture.md, "The emulator"): used by the emulator's HTTP server only. It may
 share constants with ``swarm.engines`` but none of the client's logic, so a bug in one cannot
 hide in the other. Where the engines differ, this module follows each engine:
 

@@ -1,6 +1,6 @@
 """How the emulator's server applies injected faults (the aiohttp side of ``faults``).
 
-Place in the map (DESIGN.md, "The emulator"): ``faults`` decides (seeded draws, counts); this
+Place in the map (docs/architecture.md, "The emulator"): ``faults`` decides (seeded draws, counts); this
 module acts: it replaces a response with an error status, waits out slow headers, stalls, cuts
 or corrupts a stream halfway, and resets new connections as soon as they are accepted.
 """

@@ -1,6 +1,6 @@
 """Running ``swarm emulate`` as a child process on loopback (for ``swarm run`` with no target).
 
-Place in the map (DESIGN.md, "The emulator"): the emulator stays a separate program; this
+Place in the map (docs/architecture.md, "The emulator"): the emulator stays a separate program; this
 module only starts it, reads the URL it prints, and stops it. Running it in its own process
 also keeps its CPU use off the generator's event loop.
 """

@@ -1,6 +1,6 @@
 """Token-level radix prefix cache with LRU eviction of unreferenced leaves (SGLang's model).
 
-Place in the map (DESIGN.md, "The emulator"): the prefix cache of the ``sglang`` profile.
+Place in the map (docs/architecture.md, "The emulator"): the prefix cache of the ``sglang`` profile.
 A compressed radix tree over token sequences: each edge holds a run of tokens; a request's
 cached tokens are the length of the longest path from the root that matches its prompt, at
 token granularity. Inserting a sequence adds only the tokens not already present. When the

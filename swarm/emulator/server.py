@@ -1,6 +1,6 @@
 """The emulator's HTTP server: SGLang's or TensorRT-LLM's API over the engine model.
 
-Place in the map (DESIGN.md, "The emulator"): a separate program (``swarm emulate``) that
+Place in the map (docs/architecture.md, "The emulator"): a separate program (``swarm emulate``) that
 serves chat and completions (both profiles), SGLang's native ``/generate`` (sglang profile),
 ``/v1/models``, ``/health``, ``/flush_cache``, ``/get_server_info`` / ``/server_info``
 (sglang) or ``/version`` (trtllm), and Prometheus metrics. Every response carries a

@@ -1,6 +1,6 @@
 """The emulator's tokenizer and its text generator.
 
-Place in the map (DESIGN.md, "The emulator"): a token is a whitespace-separated word, so the
+Place in the map (docs/architecture.md, "The emulator"): a token is a whitespace-separated word, so the
 prompt token count of any text is ``len(text.split())``, exact and knowable by the client. For
 chat requests the tokens are the words of every message's content in order (no template
 tokens), so a chat prompt and the same parts joined into one completions prompt count alike.

@@ -1,6 +1,6 @@
 """EngineClient: sends one request, streams the answer, returns a RequestRecord.
 
-Place in the map (DESIGN.md): the seam between the agent runtime and an engine. One
+Place in the map (docs/architecture.md): the seam between the agent runtime and an engine. One
 ``HttpEngineClient`` per target, all sharing the process's connections to it
 (``open_transport``: swarm's own streaming HTTP/1.1 client, ``engines.h1``, for http://
 targets; an aiohttp session for https://). It never raises

@@ -1,6 +1,6 @@
 """API dialects: how a request is written and how its streamed answer is read.
 
-Place in the map (DESIGN.md): inside the EngineClient. Three dialects:
+Place in the map (docs/architecture.md): inside the EngineClient. Three dialects:
 
 - ``openai-chat``: ``POST /v1/chat/completions`` with ``messages``; content in
   ``choices[].delta.content`` (streamed) or ``choices[].message.content``.

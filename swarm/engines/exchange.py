@@ -1,6 +1,6 @@
 """One request's exchange with a server, over aiohttp or swarm's own HTTP/1.1 client.
 
-Place in the map (DESIGN.md): inside the EngineClient. ``HttpEngineClient.send`` builds the
+Place in the map (docs/architecture.md): inside the EngineClient. ``HttpEngineClient.send`` builds the
 record; the functions here send the bytes and read the answer into the StreamDecoder, timing
 every network read, and raise on failure: ``ExchangeFailure`` (a status and a text of our
 own), ``ChunkError`` / ``SSEError`` (a bad stream), or the transport's exceptions (aiohttp's,

@@ -1,6 +1,6 @@
 """A small streaming HTTP/1.1 client on asyncio Protocols: the hot path to plaintext targets.
 
-Place in the map (DESIGN.md): under the EngineClient, beside aiohttp (which still serves
+Place in the map (docs/architecture.md): under the EngineClient, beside aiohttp (which still serves
 ``https://`` targets, the probe and the scrapers). Why a client of our own: with aiohttp every
 network read of a stream wakes the reading task through a StreamReader, and at hundreds of
 streams those wake-ups are most of a core and the tail of the client's own delay

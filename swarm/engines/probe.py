@@ -1,6 +1,6 @@
 """``swarm probe URL``: which engine is there, which model, and whether it reports cached tokens.
 
-Place in the map (DESIGN.md): a user-facing check that sits on the EngineClient. It asks only
+Place in the map (docs/architecture.md): a user-facing check that sits on the EngineClient. It asks only
 documented endpoints, then sends two short requests that share a long prefix and reads the
 cached tokens of the second. When something needed for a fair measurement is missing (cached
 tokens not reported, no metrics endpoint), it says what to change on the server.

@@ -1,6 +1,6 @@
 """Engine profiles: each serving engine's quirks, in one table.
 
-Place in the map (DESIGN.md, "Engines"): consulted by the EngineClient when it builds a request
+Place in the map (docs/architecture.md, "Engines"): consulted by the EngineClient when it builds a request
 and reads usage, and by ``swarm probe``. A profile never changes how latency is measured; it
 only says how to ask each engine for what we need and where the engine puts its answer.
 """

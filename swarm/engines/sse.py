@@ -1,6 +1,6 @@
 """Incremental Server-Sent Events parser for streamed LLM responses.
 
-Place in the map (DESIGN.md): inside the EngineClient. Network reads arrive split at arbitrary
+Place in the map (docs/architecture.md): inside the EngineClient. Network reads arrive split at arbitrary
 byte positions; ``SSEParser.feed`` takes each read and returns the ``data`` payloads of the
 events it completed, the same events whatever the split (tested with hypothesis). It follows
 the parts of the WHATWG event-stream format that LLM servers use: lines end with LF, CRLF or CR;

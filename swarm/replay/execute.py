@@ -1,6 +1,6 @@
 """``swarm replay``: a ReplayPlan sent to targets, written as a run of its own.
 
-Place in the map (DESIGN.md, "replay"): the replay is a run (a new run folder, the same trace
+Place in the map (docs/architecture.md, "replay"): the replay is a run (a new run folder, the same trace
 schema) whose manifest says what it replays (``replay_of``: source, format, source run id,
 mode, speed, filters, skipped lines).
 """

@@ -1,7 +1,7 @@
 """Exporters: a swarm run as Mooncake JSON lines (for tools that replay that format), or as
 CSV (for a spreadsheet).
 
-Place in the map (DESIGN.md, "replay"). A file is written under a temporary name beside it
+Place in the map (docs/architecture.md, "replay"). A file is written under a temporary name beside it
 and moved into place once whole, so a failed export leaves no file, or the one there before.
 
 CSV: one row per request (every target, or ``--target``), in scheduled order, with the trace's

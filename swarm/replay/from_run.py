@@ -1,6 +1,6 @@
 """A recorded swarm run as a ReplayPlan.
 
-Place in the map (DESIGN.md, "replay"). One target of the run is replayed (the first, unless
+Place in the map (docs/architecture.md, "replay"). One target of the run is replayed (the first, unless
 named). Each row becomes an item at its recorded ``scheduled_ns`` offset. Its parents are the
 rows of the same session whose node is in its ``parent_nodes``; its gap is the recorded time
 from the last parent's end (``sent_ns + e2e_ns``) to its own ``scheduled_ns`` (think time, and

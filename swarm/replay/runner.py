@@ -1,6 +1,6 @@
 """Sending a ReplayPlan: timed (open loop) or dependent (keeping the DAG).
 
-Place in the map (DESIGN.md, "replay"). ``timed``: item *i* is sent at ``start + offset_i /
+Place in the map (docs/architecture.md, "replay"). ``timed``: item *i* is sent at ``start + offset_i /
 speed`` whatever happens to the others. ``dependent``: an item with parents is sent when all
 its parents' replayed requests have finished, plus its recorded gap divided by ``speed``, so
 a slower engine never receives a child before its parent; items without parents keep their

@@ -1,6 +1,6 @@
 """Where a run's files live: a local folder, or any pyarrow filesystem URI (s3://, gs://, ...).
 
-Place in the map (DESIGN.md, "The trace"): under the TraceSink and the manifest. A run folder
+Place in the map (docs/architecture.md, "The trace"): under the TraceSink and the manifest. A run folder
 is ``<output>/<run_id>``; ``<output>`` is a local path or a URI that
 ``pyarrow.fs.FileSystem.from_uri`` understands, so cluster workers can write their parts
 straight to shared storage. Files are written under a temporary name and moved into place,

@@ -1,6 +1,6 @@
 """Synthetic RequestRecords, for tests and benchmarks of the trace path.
 
-Place in the map (DESIGN.md): beside the TraceSink; nothing in a real run uses it. Records
+Place in the map (docs/architecture.md): beside the TraceSink; nothing in a real run uses it. Records
 are a deterministic function of their index, so a reader can check every row it reads back.
 """
 
