@@ -67,6 +67,17 @@ def synthetic_turn(plan: AgentPlan, node: str) -> list[str]:
     return turn
 
 
+async def wait_for_slot(sem: asyncio.Semaphore) -> int:
+    """Take a slot of ``sem``; the ns spent waiting for it, 0 when one was free at once (a free
+    slot is taken without suspending, so no wait is recorded for it)."""
+    if not sem.locked():
+        await sem.acquire()
+        return 0
+    started = time.perf_counter_ns()
+    await sem.acquire()
+    return time.perf_counter_ns() - started
+
+
 class RequestGate:
     """Global limits on sending: an in-flight cap, a request count, a deadline, a stop switch."""
 
@@ -100,26 +111,23 @@ class RequestGate:
             return False
         return True
 
-    async def acquire(self) -> bool:
-        """Wait for a slot; False when the run no longer sends."""
+    async def acquire(self) -> int | None:
+        """Wait for a slot: the ns waited for it (0 when one was free, or there is no cap), or
+        None when the run no longer sends."""
         if not self._check():
-            return False
+            return None
+        waited = 0
         if self._sem is not None:
-            await self._sem.acquire()
+            waited = await wait_for_slot(self._sem)
             if not self._check():
                 self._sem.release()
-                return False
+                return None
         self.issued += 1
-        return True
+        return waited
 
     def release(self) -> None:
         if self._sem is not None:
             self._sem.release()
-
-    @property
-    def capped(self) -> bool:
-        """Whether sends wait for a free slot (an in-flight cap is set)."""
-        return self._sem is not None
 
 
 @dataclass
@@ -307,15 +315,13 @@ class AgentRun:
         first_id = f"{plan.session_id}:{node}"
         attempt = 0
         while True:
-            wait_from = time.perf_counter_ns()
-            if not await env.gate.acquire():
+            slot_wait_ns = await env.gate.acquire()
+            if slot_wait_ns is None:
                 if attempt == 0:
                     self._resolve(node, "skipped")
                 else:  # the run stopped before the retry: the node failed
                     self._resolve(node, "failed")
                 return
-            # the wait for a slot under the in-flight cap (the cap's, not the generator's delay)
-            slot_wait_ns = time.perf_counter_ns() - wait_from if env.gate.capped else 0
             env.in_flight[0] += 1
             try:
                 record = await self._send(node, np_, due_perf_ns, attempt, first_id, slot_wait_ns)

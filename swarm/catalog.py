@@ -9,7 +9,9 @@ value that is a path to a ``.yaml`` file is loaded as it is.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from swarm.agent_profile import AgentProfile, load_profile
 from swarm.errors import InputError
@@ -23,6 +25,9 @@ def builtin_dir(kind: str) -> Path:
     if packaged.is_dir() and any(packaged.glob("*.yaml")):
         return packaged
     return here.parent / kind
+
+
+T = TypeVar("T")
 
 
 def _stamp(path: Path) -> tuple[str, int, int]:
@@ -66,23 +71,23 @@ class Catalog:
         raise InputError(f"unknown {kind} {name!r} (known: {', '.join(known) or 'none'})")
 
     def profile(self, name: str) -> AgentProfile:
-        if self.agent_dirs or name not in self._profiles:  # (a preloaded catalog has no folders)
-            path = self._find(name, self.agent_dirs, "agent profile")
-            if self._stamps.get(("profile", name)) != (stamp := _stamp(path)) or name not in self._profiles:
-                self._profiles[name] = load_profile(path)
-                self._stamps[("profile", name)] = stamp
-        return self._profiles[name]
+        return self._get(name, "agent profile", self.agent_dirs, self._profiles, load_profile)
 
     def topology(self, name: str) -> TopologyTemplate:
-        if self.topology_dirs or name not in self._topologies:
-            path = self._find(name, self.topology_dirs, "topology")
-            if (
-                self._stamps.get(("topology", name)) != (stamp := _stamp(path))
-                or name not in self._topologies
-            ):
-                self._topologies[name] = load_topology(path)
-                self._stamps[("topology", name)] = stamp
-        return self._topologies[name]
+        return self._get(name, "topology", self.topology_dirs, self._topologies, load_topology)
+
+    def _get(
+        self, name: str, kind: str, dirs: list[Path], loaded: dict[str, T], load: Callable[[Path], T]
+    ) -> T:
+        """``name`` from ``loaded``, read again when its file changed since (a preloaded catalog,
+        on a cluster worker, has no folders and answers from what it was given)."""
+        if dirs or name not in loaded:
+            path = self._find(name, dirs, kind)
+            stamp = _stamp(path)
+            if name not in loaded or self._stamps.get((kind, name)) != stamp:
+                loaded[name] = load(path)
+                self._stamps[(kind, name)] = stamp
+        return loaded[name]
 
     def topology_names(self) -> list[str]:
         return sorted({p.stem for d in self.topology_dirs if d.is_dir() for p in d.glob("*.yaml")})

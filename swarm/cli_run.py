@@ -207,7 +207,9 @@ def finish_code(manifest: Any, console: Console) -> int:
     """Say why a run did not complete (on ``console``) and return the run's exit code."""
     status = manifest.status.value
     if status != "complete" and manifest.status_reason:
-        console.print(f"[bold yellow]run {status}:[/] {manifest.status_reason}", highlight=False, soft_wrap=True)
+        console.print(
+            f"[bold yellow]run {status}:[/] {manifest.status_reason}", highlight=False, soft_wrap=True
+        )
     return EXIT_CODES.get(status, 1)
 
 
@@ -252,10 +254,10 @@ def run_command(
         for t in result.manifest.targets:
             if t.outcome == "not_run":
                 console.print(f"[yellow]{t.name}: not run[/] (the run ended before it came to this target)")
-            elif t.sessions_cut:
+            elif t.sessions_cut or t.sessions_started < t.sessions_planned:
                 console.print(
-                    f"[yellow]{t.name}: {t.sessions_cut} of {t.sessions_planned} agent sessions cut short[/] "
-                    f"({t.outcome})"
+                    f"[yellow]{t.name}: {t.sessions_started} of {t.sessions_planned} agent sessions started, "
+                    f"{t.sessions_cut} of them cut short[/] ({t.outcome})"
                 )
         if emulated:
             console.print(

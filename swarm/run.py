@@ -326,6 +326,7 @@ def run_on_targets(
                     api_key_env=t.api_key_env,
                     api_key_file=t.api_key_file,
                     server_info=t.server_info or {},
+                    sessions_planned=sessions_planned,
                 )
                 for t in targets
             ],
@@ -342,7 +343,6 @@ def run_on_targets(
         try:
             for target in targets:
                 info = infos[target.name]
-                info.sessions_planned = sessions_planned
                 ran.add(target.name)
                 stats = RunStats()
                 if on_target_start is not None:
@@ -490,16 +490,21 @@ def run_async_with_signals(main: Callable[[asyncio.Event], Any]) -> Any:
     async def runner() -> Any:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        installed = []
+        installed: dict[int, Any] = {}
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                previous = signal.getsignal(sig)
                 loop.add_signal_handler(sig, stop.set)
-                installed.append(sig)
+                installed[sig] = previous
         try:
             return await main(stop)
         finally:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
+            # asyncio's removal leaves the default action: put back what was there (the CLI's
+            # SIGTERM-as-Ctrl-C), so a signal after this part still ends the run cleanly
+            for signum, previous in installed.items():
+                loop.remove_signal_handler(signum)
+                if previous is not None:
+                    signal.signal(signum, previous)
 
     return asyncio.run(runner())
 

@@ -174,7 +174,7 @@ def test_sigint_leaves_readable_trace_and_interrupted_manifest(
     # cut are counted, and the target that never ran is named
     s, t = manifest.targets
     assert (s.outcome, t.outcome) == ("interrupted", "not_run")
-    assert s.sessions_planned == 2000 and s.sessions_cut > 0
+    assert s.sessions_planned == t.sessions_planned == 2000 and s.sessions_cut > 0 and t.sessions_started == 0
     assert s.sessions_finished + s.sessions_cut == s.sessions_started
     assert "not run: t" in (manifest.status_reason or "")
     summary = json.loads(out)
@@ -200,3 +200,24 @@ def test_default_run_finishes_and_sglang_caches_more(tmp_path: Path) -> None:
     print(
         f"default run: {elapsed:.0f} s; cache hit sglang {sg['cache_hit_ratio']:.4f} trtllm {trt['cache_hit_ratio']:.4f}"
     )
+
+
+def test_an_in_process_part_puts_back_the_handler_it_found() -> None:
+    """After an in-process target (or a replay) the CLI's SIGTERM handler is in place again:
+    asyncio's own removal would leave the default action, and a SIGTERM between targets would
+    kill the run without writing its manifest."""
+    from swarm.run import run_async_with_signals
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+
+        async def part(stop: object) -> int:
+            return 7
+
+        assert run_async_with_signals(part) == 7
+        assert signal.getsignal(signal.SIGTERM) is handler
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -104,7 +104,8 @@ def test_the_agent_records_its_wait_for_a_slot(
     asyncio.run(run_agents(workload, range(3), target, records.append))
     firsts = sorted((r for r in records if r.identity.node.endswith("0")), key=lambda r: r.slot_wait_ns)
     waits = [r.slot_wait_ns for r in firsts]
-    assert len(waits) == 3 and waits[1] >= 100_000_000 and waits[2] >= 200_000_000, waits
+    assert len(waits) == 3 and waits[0] == 0, waits  # a free slot is no wait at all
+    assert waits[1] >= 100_000_000 and waits[2] >= 200_000_000, waits
     assert all(r.slot_wait_ns <= r.queue_ns + 1_000_000 for r in records)  # a part of queue_ns
     # without a cap nothing waits for a slot
     uncapped: list[RequestRecord] = []
@@ -233,3 +234,73 @@ def test_cli_compare_names_differences_in_words(
     assert forced.returncode == 0, forced.stderr
     rows = json.loads(forced.stdout)["rows"]
     assert rows and all(r["tie"] == (r["leader"] is None and r["ratio"] is not None) for r in rows)
+
+
+def test_the_emulator_counts_its_steps_against_its_model(emulator: Callable[..., EmulatorThread]) -> None:
+    from swarm.analysis.server import emulator_figures
+    from swarm.engines.client import EngineRequest, HttpEngineClient, open_http_session
+    from swarm.engines.dialects import ChatMessage
+    from swarm.engines.profiles import get_profile
+    from swarm.server_metrics import SCHEMA, parse_prometheus
+
+    emu = emulator(engine="sglang", step_base_ms=5.0, decode_ms_per_seq=0.0, prefill_ms_per_token=0.0)
+
+    async def go() -> None:
+        async with open_http_session() as session:
+            client = HttpEngineClient(session, emu.url, get_profile("sglang"))
+            await asyncio.gather(
+                *(
+                    client.send(EngineRequest(messages=(ChatMessage("user", f"q {i}"),), max_tokens=6))
+                    for i in range(4)
+                )
+            )
+
+    def scrape(t_ns: int) -> list[dict[str, object]]:
+        import urllib.request
+
+        with urllib.request.urlopen(emu.url + "/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+        return [
+            {"target": "e", "engine": "sglang", "t_ns": t_ns, "metric": m, "labels": lab, "value": v}
+            for m, lab, v in parse_prometheus(text) if m.startswith("swarm_emulator_")
+        ]  # fmt: skip
+
+    before = scrape(1)
+    asyncio.run(go())
+    after = scrape(2)
+    values = {r["metric"]: r["value"] for r in after}
+    # every token after a request's first came out of a step, each step modelled at 5 ms
+    assert values["swarm_emulator_step_tokens_total"] == 4 * (6 - 1)
+    assert values["swarm_emulator_step_model_seconds_total"] == pytest.approx(
+        0.005 * values["swarm_emulator_steps_total"]
+    )
+    assert values["swarm_emulator_step_seconds_total"] > 0
+    import pyarrow as pa
+
+    figures = emulator_figures(pa.Table.from_pylist(before + after, schema=SCHEMA))
+    assert figures is not None and figures["model_itl_ms"] == pytest.approx(5.0)
+    assert figures["steps"] == values["swarm_emulator_steps_total"]
+
+
+def test_the_report_says_when_the_emulator_could_not_keep_its_model(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from swarm.server_metrics import SCHEMA
+
+    RunManifest(run_id="slow-emulator", status=RunStatus.COMPLETE).write(tmp_path)
+    with ParquetTraceSink(tmp_path, writer="w") as sink:
+        for i in range(50):
+            sink.write(synthetic_record(i))
+    rows = [
+        {"target": "emulator-sglang", "engine": "sglang", "t_ns": t, "metric": m, "labels": "", "value": v * k}
+        for k, t in ((1, 1_000), (2, 2_000))
+        for m, v in (("swarm_emulator_steps_total", 100.0), ("swarm_emulator_step_model_seconds_total", 1.0),
+                     ("swarm_emulator_step_seconds_total", 1.5), ("swarm_emulator_step_tokens_total", 800.0),
+                     ("swarm_emulator_step_token_model_seconds_total", 8.0))
+    ]  # fmt: skip
+    pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), tmp_path / "server_metrics.parquet")
+    report = build_report(load_run(tmp_path))
+    emu = report["targets"]["emulator-sglang"]["server"]["emulator"]
+    assert emu["step_overrun"] == pytest.approx(1.5) and emu["model_itl_ms"] == pytest.approx(10.0)
+    assert any("could not keep its own model" in w and "1.50x" in w for w in report["warnings"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import subprocess
 import sys
@@ -129,3 +130,27 @@ def test_export_writes_csv_for_a_spreadsheet(run_dir: Path, tmp_path: Path) -> N
     )
     assert int(row["ttft_ns"]) == first.ttft_ns and "chunk_ns" not in row
     assert dataclasses.asdict(first.identity)["node"] == row["node"]
+
+
+def test_damaged_server_metrics_are_left_out_of_the_report_and_said(run_dir: Path, tmp_path: Path) -> None:
+    (run_dir / "server_metrics.parquet").write_bytes(b"PAR1 cut short")
+    out = _swarm("report", str(run_dir), "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["targets"]["sg"]["server"] is None
+    assert any(
+        "scraped metrics cannot be read" in w and "server_metrics.parquet" in w for w in report["warnings"]
+    )
+
+
+def test_export_into_a_missing_folder_is_one_line_and_a_new_file_gets_the_usual_mode(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    _one_clean_line(
+        _swarm("export", str(run_dir), "-o", "nowhere/x.jsonl", cwd=tmp_path), "no folder nowhere"
+    )
+    out = _swarm("export", str(run_dir), "-o", "x.jsonl", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "x.jsonl").stat().st_mode & 0o777 == 0o666 & ~umask  # not a temporary file's 0600

@@ -155,6 +155,7 @@ def test_draws_are_seeded() -> None:
 async def test_the_emulator_logs_each_fault_under_the_clients_request_id() -> None:
     """The client sends its request id (X-Request-Id); the emulator's fault log is keyed by it,
     so a trace's failed rows can be joined with what the server did."""
+    from swarm.engines.client import request_header_id
     from swarm.record import RequestIdentity
 
     spec = FaultSpec.parse("http_500=0.5,cut=0.3,seed=5")
@@ -167,7 +168,9 @@ async def test_the_emulator_logs_each_fault_under_the_clients_request_id() -> No
                     EngineRequest(
                         messages=(ChatMessage("user", "go"),),
                         max_tokens=4,
-                        identity=RequestIdentity(request_id=f"agent-{i}:t.0" if i % 5 else ""),
+                        identity=RequestIdentity(
+                            run_id="run-1" if i % 2 else "", request_id=f"agent-{i}:t.0" if i % 5 else ""
+                        ),
                     )
                 )
                 for i in range(40)
@@ -178,10 +181,12 @@ async def test_the_emulator_logs_each_fault_under_the_clients_request_id() -> No
     by_request = log["by_request"]
     assert isinstance(by_request, dict) and log["by_request_complete"] is True
     expected = {"http_500": Status.HTTP_ERROR, "cut": Status.STREAM_ERROR}
-    for r in records:  # an id made up by the client (none given) is sent as well
+    for r in records:  # RUN_ID/REQUEST_ID; an id made up by the client (none given) is sent as well
         assert r.identity.request_id
+        key = request_header_id(r.identity)
+        assert key == (f"run-1/{r.identity.request_id}" if r.identity.run_id else r.identity.request_id)
         if r.ok:
-            assert r.identity.request_id not in by_request
+            assert key not in by_request
         else:
-            assert expected[by_request[r.identity.request_id]] is r.status
+            assert expected[by_request[key]] is r.status
     assert len(by_request) == sum(not r.ok for r in records) > 0

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 from swarm.analysis import metrics as m
 from swarm.analysis.server import read_server_metrics, target_figures
 from swarm.live_stats import LATE_NS
-from swarm.trace.manifest import RunManifest
+from swarm.trace.manifest import RunManifest, changed_contents
 from swarm.trace.reader import (
     BadPart,
     RunLocation,
@@ -50,6 +50,8 @@ class LoadedRun:
     unfinished_bytes: int = 0
     #: closed parts that could not be read (truncated, damaged): left out, and said so
     bad_parts: list[BadPart] = field(default_factory=list)
+    #: why the scraped server metrics could not be read, if they could not
+    server_error: str | None = None
 
     def targets(self) -> list[str]:
         named = [t.name for t in self.manifest.targets]
@@ -68,11 +70,17 @@ def load_run(run_dir: RunLocation) -> LoadedRun:
     torn = unfinished_parts(storage) if storage.exists("requests") else []
     manifest = RunManifest.read(storage)
     requests, bad = read_requests_tolerant(storage, columns=COLUMNS)
+    server, server_error = None, None
+    try:
+        server = read_server_metrics(storage)
+    except (pa.ArrowException, OSError) as exc:  # the requests matter more: report without them
+        server_error = f"{storage.path('server_metrics.parquet')}: {type(exc).__name__}: {exc}"[:400]
     return LoadedRun(
         location=str(storage.path()),
         manifest=manifest,
         requests=requests,
-        server=read_server_metrics(storage),
+        server=server,
+        server_error=server_error,
         unfinished_parts=len(torn),
         unfinished_bytes=sum(part_size(storage, p) for p in torn),
         bad_parts=bad,
@@ -82,7 +90,7 @@ def load_run(run_dir: RunLocation) -> LoadedRun:
 #: Dispatch lag p99 above this says the generator could not keep its schedule (the live view's
 #: "late" uses the same bound).
 LATE_LAG_P99_MS = LATE_NS / 1e6
-#: The words every warning about it starts with (``swarm compare`` finds them by these).
+#: The words of every warning about it (run log, live view, report, compare).
 GENERATOR_BEHIND = "the generator fell behind its schedule"
 #: An emulator whose steps take this much longer than its model did not keep the model.
 EMULATOR_OVERRUN_LIMIT = 1.2
@@ -122,15 +130,17 @@ def run_warnings(run: LoadedRun, report: dict[str, Any]) -> list[str]:
         counted = sum(mf.counts.values())
         if counted > rows:
             out.append(f"the readable parts hold {rows:,} of the {counted:,} requests the manifest counts")
+    if run.server_error:
+        out.append(f"the engines' scraped metrics cannot be read and are left out: {run.server_error}")
     if mf.records_lost:
         out.append(f"{mf.records_lost} requests were made but could not be written to the trace")
     for info in mf.targets:
         if info.outcome == "not_run":
             out.append(f"{info.name}: not run (the run ended before it came to this target)")
-        elif info.sessions_cut:
+        elif info.sessions_cut or info.sessions_started < info.sessions_planned:
             out.append(
-                f"{info.name}: {info.sessions_cut} of {info.sessions_planned} agent sessions were cut short "
-                f"by the run's stop ({info.outcome})"
+                f"{info.name}: {info.sessions_started} of {info.sessions_planned} agent sessions started, "
+                f"{info.sessions_cut} of them cut short by the run's stop ({info.outcome})"
             )
     for name, entry in report["targets"].items():
         fig = entry["figures"]
@@ -217,7 +227,7 @@ def workload_differences(runs: list[tuple[str, RunManifest]]) -> list[str]:
         if key == "spec_hash":
             digests = [mf.workload_digests for _, mf in runs]
             if all(digests):
-                changed = sorted(k for k in set().union(*digests) if len({d.get(k) for d in digests}) > 1)
+                changed = changed_contents(*digests)
                 if changed:
                     line += f" ({', '.join(changed)} differ)"
         out.append(line)

@@ -25,6 +25,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from typing import Any
 
 from swarm.errors import InputError
@@ -80,6 +81,8 @@ class RayConnection:
         self._release = threading.Event()
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
+        #: the caller stopped waiting (deadline, signal): a start that completes later is undone
+        self._abandoned = False
 
     def open(self, runtime_env: dict[str, Any]) -> RayConnection:
         """Start or join Ray; InputError when it fails or does not answer by the deadline."""
@@ -88,19 +91,19 @@ class RayConnection:
             target=self._hold, args=(runtime_env,), name="swarm-ray-connection", daemon=True
         )
         self._thread.start()
-        waited = 0.0
-        while not self._ready.wait(_TICK_S):
-            waited += _TICK_S
-            if waited >= self.timeout_s:
-                self._release.set()
-                raise InputError(
-                    f"{describe(self.address)} did not answer within {self.timeout_s:g} s"
-                    + (
-                        "" if self.address == "local"
-                        else " (is it running, and is this its address?)"
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            while not self._ready.wait(_TICK_S):
+                if time.monotonic() >= deadline:
+                    raise InputError(
+                        f"{describe(self.address)} did not answer within {self.timeout_s:g} s"
+                        + ("" if self.address == "local" else " (is it running, and is this its address?)")
+                        + "; --ray-timeout sets the deadline"
                     )
-                    + "; --ray-timeout sets the deadline"
-                )  # fmt: skip
+        except BaseException:  # the deadline, or a signal: let the thread go, and undo a late start
+            self._abandoned = True
+            self._release.set()
+            raise
         if self._error is not None:
             exc = self._error
             raise InputError(f"cannot start or join {describe(self.address)}: {type(exc).__name__}: {exc}")
@@ -129,6 +132,9 @@ class RayConnection:
             return
         finally:
             worker_log.removeFilter(quiet)
+        if self._abandoned:  # nobody waits for this Ray any more: leave no half-held one behind
+            ray.shutdown()
+            return
         self._ready.set()
         self._release.wait()
 

@@ -107,8 +107,9 @@ class EngineStats:
     steps: int = 0
     step_model_s: float = 0.0
     step_actual_s: float = 0.0
-    #: tokens emitted by steps, and Σ modelled step time per emitted token: the model's ITL
-    #: averaged as a client sees it (a step of 300 sequences counts 300 times)
+    #: tokens after each request's first emitted by steps, and Σ modelled step time per such
+    #: token: the model's ITL averaged as a client sees it (a step of 300 sequences counts 300
+    #: times; first tokens, which a client counts in TTFT, are left out)
     step_tokens: int = 0
     step_token_model_s: float = 0.0
 
@@ -353,8 +354,8 @@ class EngineModel:
                 if gen.cancelled:
                     self._release(gen, now)
                     continue
+                emitted += bool(gen.output)  # a next token (the first is TTFT's, not ITL's)
                 gen._emit(now)
-                emitted += 1
                 if gen.finished:
                     self._release(gen, now)
                 else:

@@ -189,7 +189,11 @@ def emulator_step_metrics(st: EngineStats) -> list[tuple[str, float, str]]:
         ("swarm_emulator_steps_total", st.steps, "Batch steps run (swarm emulator)."),
         ("swarm_emulator_step_model_seconds_total", st.step_model_s, "Sum of the steps' modelled durations."),
         ("swarm_emulator_step_seconds_total", st.step_actual_s, "Sum of the steps' actual durations."),
-        ("swarm_emulator_step_tokens_total", st.step_tokens, "Tokens emitted by steps."),
+        (
+            "swarm_emulator_step_tokens_total",
+            st.step_tokens,
+            "Tokens after each request's first, emitted by steps.",
+        ),
         (
             "swarm_emulator_step_token_model_seconds_total",
             st.step_token_model_s,

@@ -10,7 +10,7 @@ line, a stall past the first-token, mid-stream silence or total deadline, or an 
 cancellation each become a record with its own ``status`` and a truncated ``error`` text in
 which API keys are redacted. It never retries a failure (that is the agent's policy, off by
 default); the one resend it makes is of a request that died on a reused keep-alive connection
-before any response, which the server never saw. Each request carries its ``request_id`` as
+before any response, which the server never saw. Each request carries ``RUN_ID/REQUEST_ID`` as
 an ``X-Request-Id`` header, so a server's logs (and the emulator's fault log) join the trace.
 
 Timing: ``sent_ns`` is the wall clock when the request is handed to the connection;
@@ -313,6 +313,12 @@ class _Watchdog:
             uncancel()
 
 
+def request_header_id(identity: RequestIdentity) -> str:
+    """The ``X-Request-Id`` a request carries: ``RUN_ID/REQUEST_ID`` (the request id alone when
+    it has no run): unique across runs, and joinable with the trace's two columns."""
+    return f"{identity.run_id}/{identity.request_id}" if identity.run_id else identity.request_id
+
+
 class HttpEngineClient:
     """EngineClient over HTTP for one target (base URL, engine profile, dialect, model)."""
 
@@ -411,9 +417,10 @@ class HttpEngineClient:
                 target=self.target,
                 engine=identity.engine or self.profile.name,
             )
-        # the request id goes to the server too (X-Request-Id), so a server's own logs join
-        # the trace on it
-        request_id = identity.request_id if _HEADER_SAFE.fullmatch(identity.request_id) else None
+        # the request id goes to the server too (X-Request-Id), so a server's own logs join the
+        # trace on it; with the run id in front, as request ids repeat in runs of one seed
+        header_id = request_header_id(identity)
+        request_id = header_id if _HEADER_SAFE.fullmatch(header_id) else None
         call = Call(self.wall_clock)
         reading = StreamReading(decoder, chunk_ns, call, watchdog, stamp_delays)
         watchdog.arm(self.timeouts)

@@ -20,6 +20,7 @@ the published Mooncake traces.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
@@ -80,21 +81,35 @@ def export_run(run_dir: str, fmt: str, output: Path | None, target: str | None =
             return _write_csv(csv_table(run_dir, target), sys.stdout.buffer)
         return export_mooncake(run_dir, sys.stdout, target)
     output = Path(output)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent or ".")
+    folder = output.parent if str(output.parent) else Path(".")
+    if not folder.is_dir():
+        raise InputError(f"--output {output}: no folder {folder}")
+    table = csv_table(run_dir, target) if fmt == "csv" else None  # a bad run: nothing is written
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=folder)
     tmp = Path(tmp_name)
     try:
-        if fmt == "csv":
-            table = csv_table(run_dir, target)  # read first: a bad run leaves nothing behind
-            with os.fdopen(fd, "wb") as f:
+        with os.fdopen(fd, "wb") as f:
+            if table is not None:
                 count = _write_csv(table, f)
-        else:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                count = export_mooncake(run_dir, f, target)
+            else:
+                text = io.TextIOWrapper(f, encoding="utf-8", newline="\n")
+                count = export_mooncake(run_dir, text, target)
+                text.flush()
+                text.detach()
+        # a new file gets the mode any file made here gets (mkstemp's is owner-only); a file
+        # written over keeps its own
+        os.chmod(tmp, output.stat().st_mode & 0o7777 if output.exists() else 0o666 & ~_umask())
         os.replace(tmp, output)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return count
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _manifest(storage: RunStorage) -> RunManifest:

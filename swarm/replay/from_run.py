@@ -21,7 +21,7 @@ from swarm.errors import InputError
 from swarm.prefix import BLOCK_TOKENS
 from swarm.record import RequestIdentity
 from swarm.replay.plan import ReplayItem, ReplayPlan
-from swarm.trace.manifest import RunManifest
+from swarm.trace.manifest import RunManifest, changed_contents
 from swarm.trace.reader import read_requests
 from swarm.trace.storage import RunStorage
 from swarm.workload import AgentPlan, Workload, WorkloadSpec
@@ -52,9 +52,7 @@ def _synthetic_prompts(
         )
         return [None] * len(rows)
     if manifest.workload_digests:
-        now = workload.content_digests()
-        changed = sorted(k for k in set(now) | set(manifest.workload_digests)
-                         if now.get(k) != manifest.workload_digests.get(k))  # fmt: skip
+        changed = changed_contents(workload.content_digests(), manifest.workload_digests)
         if changed:
             notes.append(
                 f"{', '.join(changed)} changed since the run: its prompts cannot be rebuilt exactly; "

@@ -19,6 +19,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from swarm.agent import wait_for_slot
 from swarm.engines.client import EngineRequest, HttpEngineClient, Timeouts, open_transport, read_api_key
 from swarm.engines.dialects import ChatMessage
 from swarm.engines.profiles import get_profile
@@ -324,11 +325,7 @@ class _Replayer:
     async def send(self, item: ReplayItem, prepared: Prepared) -> None:
         if self.stop is not None and self.stop.is_set():
             return
-        slot_wait_ns = 0
-        if self.sem is not None:
-            wait_from = time.perf_counter_ns()
-            await self.sem.acquire()
-            slot_wait_ns = time.perf_counter_ns() - wait_from
+        slot_wait_ns = await wait_for_slot(self.sem) if self.sem is not None else 0
         try:
             request = prepared.request
             if slot_wait_ns:

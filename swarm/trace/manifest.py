@@ -144,6 +144,13 @@ class RunManifest(BaseModel):
             raise InputError(f"{where}: not a swarm run manifest: {problems}") from None
 
 
+def changed_contents(*digests: dict[str, str]) -> list[str]:
+    """The profiles and topologies (``"profile NAME"``) whose digests differ between the given
+    ``content_digests`` (one present in some and not others counts as changed), sorted."""
+    keys = set().union(*digests)
+    return sorted(k for k in keys if len({d.get(k) for d in digests}) > 1)
+
+
 def new_run_id(now: dt.datetime | None = None) -> str:
     """A sortable, unique run id: ``YYYYmmdd-HHMMSS-xxxxxx``."""
     now = now or dt.datetime.now(dt.timezone.utc)
