@@ -252,13 +252,8 @@ def run_command(
     else:
         console.print(summary_table(summary, emulated))
         for t in result.manifest.targets:
-            if t.outcome == "not_run":
-                console.print(f"[yellow]{t.name}: not run[/] (the run ended before it came to this target)")
-            elif t.sessions_cut or t.sessions_started < t.sessions_planned:
-                console.print(
-                    f"[yellow]{t.name}: {t.sessions_started} of {t.sessions_planned} agent sessions started, "
-                    f"{t.sessions_cut} of them cut short[/] ({t.outcome})"
-                )
+            if (why := t.shortfall()) is not None:
+                console.print(f"[yellow]{t.name}:[/] {why}", highlight=False, soft_wrap=True)
         if emulated:
             console.print(
                 "[dim]figures from swarm's engine emulator, a model of an engine - not measurements of one[/dim]"

@@ -98,14 +98,32 @@ def test_replay_without_rebuildable_prompts_keeps_lengths_and_sharing(
     records: list[RequestRecord] = []
     target = ResolvedTarget("t", emu.url, "sglang", "openai-chat", "m")
     asyncio.run(replay(plan, target, records.append, mode="dependent", speed=10))
-    by_id = {r.identity.request_id: r for r in records}
     original = {r["request_id"]: r for r in read_requests(run_dir).to_pylist()}
-    for rid, o in original.items():
-        r = by_id[rid]
+    assert sorted(r.identity.request_id for r in records) == sorted(original)
+    # the prefix each prompt shares with those sent before it (in the replay's own order, which
+    # a busy machine may change) is the one the original block hashes give, to the 64-token block
+    earlier: list[list[int]] = []
+    for r in sorted(records, key=lambda r: r.sent_ns):
+        o = original[r.identity.request_id]
         assert r.prompt_tokens == o["prompt_tokens_est"]
-        # the prefix shared with earlier prompts is the original's, to the 64-token block
+        blocks = list(o["block_hashes"])
+        shared = max((_leading_equal(blocks, e) for e in earlier), default=0)
+        earlier.append(blocks)
         assert r.ideal_cached_tokens_est is not None
-        assert abs(r.ideal_cached_tokens_est - o["ideal_cached_tokens_est"]) < 64 + 1
+        assert shared * 64 <= r.ideal_cached_tokens_est <= (shared + 1) * 64, (
+            shared,
+            r.ideal_cached_tokens_est,
+        )
+
+
+def _leading_equal(a: list[int], b: list[int]) -> int:
+    """How many leading (chained) block hashes two prompts share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def mooncake_ideal(rows: list[dict]) -> list[int]:  # type: ignore[type-arg]

@@ -134,14 +134,7 @@ def run_warnings(run: LoadedRun, report: dict[str, Any]) -> list[str]:
         out.append(f"the engines' scraped metrics cannot be read and are left out: {run.server_error}")
     if mf.records_lost:
         out.append(f"{mf.records_lost} requests were made but could not be written to the trace")
-    for info in mf.targets:
-        if info.outcome == "not_run":
-            out.append(f"{info.name}: not run (the run ended before it came to this target)")
-        elif info.sessions_cut or info.sessions_started < info.sessions_planned:
-            out.append(
-                f"{info.name}: {info.sessions_started} of {info.sessions_planned} agent sessions started, "
-                f"{info.sessions_cut} of them cut short by the run's stop ({info.outcome})"
-            )
+    out += [f"{info.name}: {why}" for info in mf.targets if (why := info.shortfall()) is not None]
     for name, entry in report["targets"].items():
         fig = entry["figures"]
         by_status = fig["errors"]["by_status"]

@@ -60,6 +60,17 @@ class TargetInfo(BaseModel):
         default=0, description="sessions started but cut short by the run's stop (interrupt, halt, limit)"
     )
 
+    def shortfall(self) -> str | None:
+        """What of this target's part did not happen, in words (None when it all did)."""
+        if self.outcome == "not_run":
+            return "not run (the run ended before it came to this target)"
+        if self.sessions_cut or self.sessions_started < self.sessions_planned:
+            return (
+                f"{self.sessions_started} of {self.sessions_planned} agent sessions started, "
+                f"{self.sessions_cut} of them cut short by the run's stop ({self.outcome})"
+            )
+        return None
+
 
 class WorkerInfo(BaseModel):
     model_config = ConfigDict(extra="forbid")
