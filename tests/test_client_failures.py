@@ -285,7 +285,6 @@ async def test_a_bug_in_the_client_is_a_row_not_a_lost_request(
     async def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(client_module, "via_h1", broken)
-    monkeypatch.setattr(client_module, "via_aiohttp", broken)
+    monkeypatch.setattr(client_module, "run_exchange", broken)
     r = await send(bad_server, "ok")
     assert r.status is Status.CLIENT_ERROR and r.error == "swarm client error: RuntimeError: boom"

@@ -1,9 +1,11 @@
 """EngineClient: sends one request, streams the answer, returns a RequestRecord.
 
 Place in the map (docs/architecture.md): the seam between the agent runtime and an engine. One
-``HttpEngineClient`` per target, all sharing the process's connections to it
-(``open_transport``: swarm's own streaming HTTP/1.1 client, ``engines.h1``, for http://
-targets; an aiohttp session for https://). It never raises
+``HttpEngineClient`` per target, all sharing the process's connections to it, a ``Transport``
+(``engines.transport``; ``open_transport``: swarm's own streaming HTTP/1.1 client,
+``engines.h1``, for http:// targets; an aiohttp session, ``engines.aiohttp_transport``, for
+https://). The transports turn their own exceptions into the exchange's ``ExchangeFailure``;
+this client catches only that, cancellation, and a bug of its own. It never raises
 for a failed request: connection refused or reset before a response, an HTTP error (with its
 ``Retry-After``, kept for a retry policy), a stream cut mid-way, invalid JSON, an oversized
 line, a stall past the first-token, mid-stream silence or total deadline, or an outside
@@ -33,35 +35,22 @@ import os
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Callable
+from typing import Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
-from swarm.engines.dialects import (
-    PATHS,
-    ChatMessage,
-    ChunkError,
-    StreamDecoder,
-    build_body,
-    dumps,
-)
-from swarm.engines.exchange import (
-    Call,
-    ExchangeFailure,
-    PoolAttempt,
-    StreamReading,
-    via_aiohttp,
-    via_h1,
-)
-from swarm.engines.h1 import H1Broken, H1ConnectError, H1Pool, H1ProtocolError
+from swarm.engines.aiohttp_transport import AiohttpTransport, as_transport, open_http_session
+from swarm.engines.dialects import PATHS, StreamDecoder, build_body, dumps
+from swarm.engines.exchange import Call, StreamReading, run_exchange
+from swarm.engines.h1 import H1Pool
 from swarm.engines.profiles import EngineProfile, check_dialect
-from swarm.engines.sse import SSEError
+from swarm.engines.transport import ExchangeFailure, Transport
 from swarm.errors import InputError
 from swarm.record import RequestIdentity, RequestRecord, Status, truncate_error
 from swarm.redact import REDACTED, redact, register_secret
+from swarm.request import EngineRequest, Timeouts  # re-exported until callers import swarm.request
 
 log = logging.getLogger(__name__)
 
@@ -70,28 +59,6 @@ _perf_ns = time.perf_counter_ns
 #: A request id sent as the ``X-Request-Id`` header: printable ASCII with no spaces (an id of
 #: a user's own topology node that is not is kept in the trace but not sent).
 _HEADER_SAFE = re.compile(r"[!-~]{1,200}")
-
-
-@dataclass(frozen=True, slots=True)
-class EngineRequest:
-    """One LLM call, engine-neutral. Dialects render it (chat messages or one prompt string)."""
-
-    messages: tuple[ChatMessage, ...]
-    max_tokens: int | None
-    identity: RequestIdentity = field(default_factory=RequestIdentity)
-    scheduled_ns: int | None = None
-    stream: bool = True
-    temperature: float = 0.0
-    ignore_eos: bool = True
-    prompt_tokens_est: int | None = None
-    #: time this request waited for a free slot under the in-flight cap, before ``send``
-    slot_wait_ns: int = 0
-    ideal_cached_tokens_est: int | None = None
-    block_hashes: tuple[int, ...] = ()
-    extra_body: Mapping[str, Any] | None = None
-    #: Keep the prompt parts and the output text in the record (``--record-text``, or an agent
-    #: that feeds real outputs to its children).
-    keep_text: bool = False
 
 
 class EngineClient(Protocol):
@@ -105,40 +72,6 @@ class EngineClient(Protocol):
     async def send(self, request: EngineRequest) -> RequestRecord: ...
 
 
-@dataclass(frozen=True)
-class Timeouts:
-    """Limits in seconds; ``None`` disables one. ``idle_s``: longest silence mid-stream."""
-
-    connect_s: float | None = 10.0
-    first_token_s: float | None = 120.0
-    total_s: float | None = 600.0
-    idle_s: float | None = 60.0
-
-
-def open_http_session(
-    *, max_connections: int = 20_000, connect_timeout_s: float | None = 10.0
-) -> aiohttp.ClientSession:
-    """The one aiohttp session of a process, with a pool sized for thousands of streams.
-
-    Must be called inside a running event loop. Close it with ``await session.close()``.
-    """
-    connector = aiohttp.TCPConnector(
-        limit=max_connections,
-        limit_per_host=0,
-        keepalive_timeout=60.0,
-        ttl_dns_cache=300,
-    )
-    return aiohttp.ClientSession(
-        connector=connector,
-        trace_configs=[_connection_trace()],
-        timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s),
-        auto_decompress=False,
-        read_bufsize=1 << 16,
-        skip_auto_headers=("User-Agent",),
-        headers={"User-Agent": "swarm-loadgen"},
-    )
-
-
 #: ``open_transport`` kinds: ``auto`` is swarm's HTTP/1.1 client for http:// and aiohttp for https://
 TRANSPORTS = ("auto", "h1", "aiohttp")
 
@@ -146,34 +79,21 @@ TRANSPORTS = ("auto", "h1", "aiohttp")
 @contextlib.asynccontextmanager
 async def open_transport(
     url: str, *, kind: str = "auto", connect_timeout_s: float | None = 10.0
-) -> AsyncIterator[aiohttp.ClientSession | H1Pool]:
+) -> AsyncIterator[Transport]:
     """The connections of a process to one target, for ``HttpEngineClient``: swarm's own
     streaming HTTP/1.1 client (``engines.h1``) for plain http, aiohttp for https. Closed on
     exit. Must be entered inside a running event loop."""
     if kind not in TRANSPORTS:
         raise InputError(f"unknown transport {kind!r} (known: {', '.join(TRANSPORTS)})")
+    transport: Transport
     if kind == "h1" or (kind == "auto" and urlsplit(url).scheme == "http"):
-        pool = H1Pool(connect_timeout_s=connect_timeout_s)
-        try:
-            yield pool
-        finally:
-            await pool.close()
+        transport = H1Pool(connect_timeout_s=connect_timeout_s)
     else:
-        async with open_http_session(connect_timeout_s=connect_timeout_s) as session:
-            yield session
-
-
-def _connection_trace() -> aiohttp.TraceConfig:
-    """Marks a ``PoolAttempt`` (passed as ``trace_request_ctx``) whose connection came from the pool."""
-
-    async def on_reuse(_session: object, ctx: Any, _params: object) -> None:
-        attempt = getattr(ctx, "trace_request_ctx", None)
-        if isinstance(attempt, PoolAttempt):
-            attempt.reused = True
-
-    trace = aiohttp.TraceConfig()
-    trace.on_connection_reuseconn.append(on_reuse)
-    return trace
+        transport = AiohttpTransport(open_http_session(connect_timeout_s=connect_timeout_s))
+    try:
+        yield transport
+    finally:
+        await transport.close()
 
 
 def normalise_base_url(url: str) -> str:
@@ -324,7 +244,7 @@ class HttpEngineClient:
 
     def __init__(
         self,
-        session: aiohttp.ClientSession | H1Pool,
+        session: Transport | aiohttp.ClientSession,
         base_url: str,
         profile: EngineProfile,
         *,
@@ -338,7 +258,8 @@ class HttpEngineClient:
         wall_clock: Callable[[], int] = time.time_ns,
         measure_send_stamps: bool = False,
     ) -> None:
-        self.session = session
+        #: the connections (an aiohttp session given directly is wrapped as a transport)
+        self.transport = as_transport(session)
         self.base_url = normalise_base_url(base_url)
         self.profile = profile
         self.dialect = check_dialect(profile, dialect or profile.default_dialect)
@@ -352,24 +273,20 @@ class HttpEngineClient:
         #: per content event, receive time minus send time in ``record.extra["stamp_delays_ns"]``
         self.measure_send_stamps = measure_send_stamps
         self.url = self.base_url + PATHS[self.dialect]
-        self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         key = api_key or api_key_from_env(api_key_env)
         register_secret(key)
         if key:
-            self._headers["Authorization"] = f"Bearer {key}"
+            headers["Authorization"] = f"Bearer {key}"
             self._secret: str | None = key
         else:
             self._secret = None
-        parts = urlsplit(self.url)
-        if isinstance(session, H1Pool) and parts.scheme != "http":
-            raise InputError(f"{redact_url(self.url)}: swarm's HTTP/1.1 client speaks plain http only")
-        self._host = parts.hostname or ""
-        self._port = parts.port or (443 if parts.scheme == "https" else 80)
-        netloc = f"{self._host}:{self._port}" if parts.port else self._host
-        lines = [f"POST {parts.path or '/'} HTTP/1.1", f"Host: {netloc}", "User-Agent: swarm-loadgen"]
-        lines += [f"{k}: {v}" for k, v in self._headers.items()]
-        #: the request head for the h1 client, up to its per-request headers
-        self._h1_head = ("\r\n".join(lines) + "\r\n").encode("latin-1")
+        try:
+            self._endpoint = self.transport.endpoint(
+                self.url, headers, base_url=self.base_url, target=self.target
+            )
+        except ValueError as exc:  # this transport cannot reach the URL: it says why
+            raise InputError(f"{redact_url(self.url)}: {exc}") from None
 
     def _scrub(self, text: str) -> str:
         """An error text fit for a record: every known secret redacted, then truncated."""
@@ -425,19 +342,7 @@ class HttpEngineClient:
         reading = StreamReading(decoder, chunk_ns, call, watchdog, stamp_delays)
         watchdog.arm(self.timeouts)
         try:
-            if isinstance(self.session, H1Pool):
-                head = self._h1_head
-                if request_id is not None:
-                    head += b"X-Request-Id: " + request_id.encode("ascii") + b"\r\n"
-                await via_h1(
-                    self.session, self._host, self._port, head + b"Content-Length: ", body, request.stream,
-                    reading, self.target,
-                )  # fmt: skip
-            else:
-                headers = self._headers
-                if request_id is not None:
-                    headers = {**headers, "X-Request-Id": request_id}
-                await via_aiohttp(self.session, self.url, headers, body, request.stream, reading, self.target)
+            await run_exchange(self._endpoint, body, request_id, request.stream, reading)
             end = _perf_ns()
         except ExchangeFailure as failure:
             end = _perf_ns()
@@ -449,35 +354,6 @@ class HttpEngineClient:
             else:
                 watchdog.absorb()
                 status, error = Status.TIMEOUT, watchdog.fired
-        except (ChunkError, SSEError) as exc:
-            end = _perf_ns()
-            status, error = Status.STREAM_ERROR, str(exc)
-        except H1ConnectError as exc:
-            end = _perf_ns()
-            status, error = Status.CONNECT_ERROR, str(exc)
-        except H1Broken as exc:
-            end = _perf_ns()
-            status, error = Status.STREAM_ERROR, f"connection broken: {exc}"
-        except H1ProtocolError as exc:
-            end = _perf_ns()
-            status, error = Status.STREAM_ERROR, f"invalid HTTP response: {exc}"
-        except aiohttp.ClientConnectorError as exc:
-            end = _perf_ns()
-            status, error = Status.CONNECT_ERROR, f"cannot connect to {self.base_url}: {exc.os_error}"
-        except (aiohttp.ConnectionTimeoutError, aiohttp.SocketTimeoutError) as exc:
-            end = _perf_ns()
-            kind = "connect" if isinstance(exc, aiohttp.ConnectionTimeoutError) else "read"
-            status = Status.CONNECT_ERROR if kind == "connect" else Status.TIMEOUT
-            error = f"{kind} timed out: {exc}"
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as exc:
-            end = _perf_ns()
-            status, error = Status.STREAM_ERROR, f"connection broken: {type(exc).__name__}: {exc}"
-        except aiohttp.ClientError as exc:
-            end = _perf_ns()
-            status, error = Status.STREAM_ERROR, f"{type(exc).__name__}: {exc}"
-        except OSError as exc:
-            end = _perf_ns()
-            status, error = Status.CONNECT_ERROR, f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # a bug of ours: still a row (never a lost request), and logged whole
             end = _perf_ns()
             log.exception("request to %s: the client failed", self.target)

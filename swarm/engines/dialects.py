@@ -42,6 +42,7 @@ except ImportError:  # pragma: no cover
 
 from swarm.engines.profiles import EngineProfile
 from swarm.errors import InputError
+from swarm.request import ChatMessage  # re-exported until callers import swarm.request
 
 PATHS: dict[str, str] = {
     "openai-chat": "/v1/chat/completions",
@@ -56,12 +57,6 @@ PART_SEPARATOR = "\n\n"
 
 class ChunkError(ValueError):
     """A streamed event that cannot be understood (invalid JSON, or an error object)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ChatMessage:
-    role: str
-    content: str
 
 
 def render_prompt(messages: tuple[ChatMessage, ...]) -> str:

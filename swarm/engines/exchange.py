@@ -1,19 +1,20 @@
-"""One request's exchange with a server, over aiohttp or swarm's own HTTP/1.1 client.
+"""One request's exchange with a server over a Transport, timing every read.
 
 Place in the map (docs/architecture.md): inside the EngineClient. ``HttpEngineClient.send`` builds the
-record; the functions here send the bytes and read the answer into the StreamDecoder, timing
-every network read, and raise on failure: ``ExchangeFailure`` (a status and a text of our
-own), ``ChunkError`` / ``SSEError`` (a bad stream), or the transport's exceptions (aiohttp's,
-or ``h1``'s), which the client maps to statuses.
+record; ``run_exchange`` here posts the bytes through the transport's endpoint
+(``engines.transport``: swarm's own HTTP/1.1 client or aiohttp) and reads the answer into the
+StreamDecoder, timing every network read. Every failure leaves it as ``ExchangeFailure`` (a
+status and an error text): the transports map their own exceptions, this module maps an HTTP
+error response and a bad stream (``ChunkError``, ``SSEError``). Cancellation passes through.
 
 Both transports share the reading (``StreamReading``): split each read into SSE events, count
 or decode them, and give every content event the read's arrival time. With aiohttp a task
 iterates the reads; with ``h1`` the same code runs inside the protocol's ``data_received``.
 
 A request that dies on a *reused* keep-alive connection before any byte of a response was
-never seen by the server (it had closed the idle connection): it is sent again on a fresh
-connection, clock restarted (``Call.restart``). A failure on a fresh connection is never sent
-again.
+never seen by the server (it had closed the idle connection): the transport sends it again on
+a fresh connection, clock restarted (``Call.restart``). A failure on a fresh connection is
+never sent again.
 """
 
 from __future__ import annotations
@@ -21,39 +22,22 @@ from __future__ import annotations
 import email.utils
 import html
 import itertools
-import logging
 import re
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-import aiohttp
-
 from swarm.engines.dialects import CONTENT_KEYS, ChunkError, StreamDecoder, loads, plain_events_in
-from swarm.engines.h1 import H1Exchange, H1NoResponse, H1Pool
-from swarm.engines.sse import SSEParser
+from swarm.engines.sse import SSEError, SSEParser
+from swarm.engines.transport import Endpoint, ExchangeFailure
 from swarm.record import Status
-
-log = logging.getLogger(__name__)
 
 _perf_ns = time.perf_counter_ns
 
 _SENT_STAMP = re.compile(rb'"swarm_sent_ns":(\d+)')
 
-#: A pooled connection can be found dead on use this many times in a row before a send gives up.
-DEAD_POOLED_RETRIES = 3
 #: Bytes of an error response's body kept for its text.
 ERROR_BODY_BYTES = 65536
-
-
-class ExchangeFailure(Exception):
-    """Ends a request early with a status and an error text."""
-
-    def __init__(self, status: Status, error: str, http_status: int | None = None) -> None:
-        super().__init__(error)
-        self.status = status
-        self.error = error
-        self.http_status = http_status
 
 
 class Deadlines(Protocol):
@@ -278,107 +262,23 @@ def whole_answer(
         chunk_ns.append(now)
 
 
-def _no_response(exc: BaseException) -> ExchangeFailure:
-    return ExchangeFailure(
-        Status.CONNECT_ERROR,
-        f"connection closed by the server before a response: {type(exc).__name__}: {exc}",
-    )
-
-
-# -- aiohttp ---------------------------------------------------------------------------------
-
-
-class PoolAttempt:
-    """aiohttp trace context: whether the request got a pooled (reused) connection."""
-
-    __slots__ = ("reused",)
-
-    def __init__(self) -> None:
-        self.reused = False
-
-
-async def via_aiohttp(
-    session: aiohttp.ClientSession,
-    url: str,
-    headers: Mapping[str, str],
-    body: list[bytes],
-    stream: bool,
-    reading: StreamReading,
-    target: str,
+async def run_exchange(
+    endpoint: Endpoint, body: list[bytes], request_id: str | None, stream: bool, reading: StreamReading
 ) -> None:
+    """Post ``body`` (taken out of its list) to ``endpoint`` and read the answer into
+    ``reading``. Raises ``ExchangeFailure`` for every failed request."""
     call = reading.call
-    payload = body.pop()
-    for retry in range(DEAD_POOLED_RETRIES + 1):
-        attempt = PoolAttempt()
-        try:
-            resp = await session.post(url, data=payload, headers=headers, trace_request_ctx=attempt)
-            break
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-            if isinstance(exc, aiohttp.ClientConnectorError):
-                raise
-            if not attempt.reused or retry == DEAD_POOLED_RETRIES:
-                raise _no_response(exc) from exc
-            log.debug("request to %s: pooled connection was closed (%s); sending again", target, exc)
-            call.restart()
-    del payload  # sent: not kept while the answer streams
-    async with resp:
-        call.http_status = resp.status
-        if resp.status >= 400:
-            raw = await resp.content.read(ERROR_BODY_BYTES)
-            lower = {k.lower(): v for k, v in resp.headers.items()}
-            raise http_error(resp.status, raw, lower, call)
-        if stream:
-            async for data in resp.content.iter_any():
-                reading.on_read(data, _perf_ns())
-            reading.finish()
-        else:
-            whole_answer(await resp.read(), reading.decoder, reading.chunk_ns, call, reading.watchdog)
-
-
-# -- h1 --------------------------------------------------------------------------------------
-
-
-async def via_h1(
-    pool: H1Pool,
-    host: str,
-    port: int,
-    head: bytes,
-    body: list[bytes],
-    stream: bool,
-    reading: StreamReading,
-    target: str,
-) -> None:
-    """``head`` is the request up to its ``Content-Length`` value (the length and the blank
-    line are added here). ``body`` holds the request body, which is taken out of it: the
-    request's bytes are let go once the response has begun (thousands of streams in flight
-    would otherwise each keep their prompt twice, for as long as they stream)."""
-    call = reading.call
-    payload = body.pop()
-    request = head + b"%d\r\n\r\n" % len(payload) + payload
-    del payload
-    exchange: H1Exchange | None = None
+    response = await endpoint.post(body, request_id, call.restart)
     try:
-        for retry in range(DEAD_POOLED_RETRIES + 1):
-            exchange = await pool.exchange(host, port, request, fresh=retry > 0)
-            try:
-                status, headers = await exchange.headers()
-                break
-            except H1NoResponse as exc:
-                pool.release(exchange)
-                if not exchange.reused or retry == DEAD_POOLED_RETRIES:
-                    raise _no_response(exc) from exc
-                log.debug("request to %s: pooled connection was closed (%s); sending again", target, exc)
-                call.restart()
-        assert exchange is not None
-        del request  # sent, and answered: no resend can need it now
-        call.http_status = status
+        status = call.http_status = response.status
         if status >= 400:
-            raise http_error(status, await exchange.read(ERROR_BODY_BYTES), headers, call)
+            raise http_error(status, await response.read(ERROR_BODY_BYTES), response.headers, call)
         if stream:
-            await exchange.stream(reading.on_read)
+            await response.stream(reading.on_read)
             reading.finish()
         else:
-            whole_answer(await exchange.read(), reading.decoder, reading.chunk_ns, call, reading.watchdog)
+            whole_answer(await response.read(None), reading.decoder, reading.chunk_ns, call, reading.watchdog)
+    except (ChunkError, SSEError) as exc:
+        raise ExchangeFailure(Status.STREAM_ERROR, str(exc), call.http_status) from exc
     finally:
-        if exchange is not None:
-            pool.release(exchange)
+        await response.close()

@@ -16,16 +16,28 @@ Scope, on purpose: one request at a time per connection (no pipelining), keep-al
 an ``H1Exchange`` whose connection says whether it was reused, which the EngineClient needs:
 a request that dies on a reused connection before any response byte was never seen by the
 server and may be sent again.
+
+``H1Pool`` is a ``Transport`` (``engines.transport``): ``H1Pool.endpoint`` gives an
+``H1Endpoint`` whose ``post`` sends (and sends again, once, on a fresh connection when a
+reused one was found closed) and returns an ``H1Response``. Those two map this module's
+exceptions to ``ExchangeFailure`` in ``h1_failure``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import cast
+from urllib.parse import urlsplit
+
+from swarm.engines.transport import DEAD_POOLED_RETRIES, ExchangeFailure, ReadCallback, no_response
+from swarm.record import Status
+
+log = logging.getLogger(__name__)
 
 #: Longest status line plus headers accepted.
 MAX_HEAD_BYTES = 64 * 1024
@@ -481,6 +493,10 @@ class H1Pool:
             conn.abort()
             self._all.discard(conn)
 
+    def endpoint(self, url: str, headers: Mapping[str, str], *, base_url: str, target: str) -> H1Endpoint:
+        """The ``Transport`` face: posts to ``url`` (plain http only)."""
+        return H1Endpoint(self, url, headers, target)
+
     @property
     def idle_connections(self) -> int:
         return sum(len(d) for d in self._idle.values())
@@ -491,3 +507,100 @@ class H1Pool:
         self._all.clear()
         self._idle.clear()
         await asyncio.sleep(0)  # let the transports' connection_lost run
+
+
+# -- the Transport seam ----------------------------------------------------------------------
+
+#: Bytes of a body read whole (``H1Response.read(None)``).
+READ_LIMIT_BYTES = 1 << 20
+
+
+def h1_failure(exc: OSError | H1ProtocolError) -> ExchangeFailure:
+    """The exchange's failure for an exception of this module's (or the socket's beneath it)."""
+    if isinstance(exc, H1ConnectError):
+        return ExchangeFailure(Status.CONNECT_ERROR, str(exc))
+    if isinstance(exc, H1Broken):
+        return ExchangeFailure(Status.STREAM_ERROR, f"connection broken: {exc}")
+    if isinstance(exc, H1ProtocolError):
+        return ExchangeFailure(Status.STREAM_ERROR, f"invalid HTTP response: {exc}")
+    return ExchangeFailure(Status.CONNECT_ERROR, f"{type(exc).__name__}: {exc}")
+
+
+class H1Response:
+    """An exchange whose status and headers have arrived, behind the ``Response`` protocol."""
+
+    __slots__ = ("_exchange", "_pool", "headers", "status")
+
+    def __init__(self, pool: H1Pool, exchange: H1Exchange) -> None:
+        self._pool = pool
+        self._exchange = exchange
+        self.status = exchange.status
+        self.headers = exchange.headers_map
+
+    async def stream(self, on_read: ReadCallback) -> None:
+        try:
+            await self._exchange.stream(on_read)
+        except (OSError, H1ProtocolError) as exc:
+            raise h1_failure(exc) from exc
+
+    async def read(self, limit: int | None) -> bytes:
+        try:
+            return await self._exchange.read(READ_LIMIT_BYTES if limit is None else limit)
+        except (OSError, H1ProtocolError) as exc:
+            raise h1_failure(exc) from exc
+
+    async def close(self) -> None:
+        self._pool.release(self._exchange)
+
+
+class H1Endpoint:
+    """Posts to one plain-http URL; the request head up to its per-request headers is built once."""
+
+    __slots__ = ("_head", "_host", "_pool", "_port", "_target")
+
+    def __init__(self, pool: H1Pool, url: str, headers: Mapping[str, str], target: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme != "http":
+            raise ValueError("swarm's HTTP/1.1 client speaks plain http only")
+        self._pool = pool
+        self._target = target
+        self._host = parts.hostname or ""
+        self._port = parts.port or 80
+        netloc = f"{self._host}:{self._port}" if parts.port else self._host
+        lines = [f"POST {parts.path or '/'} HTTP/1.1", f"Host: {netloc}", "User-Agent: swarm-loadgen"]
+        lines += [f"{k}: {v}" for k, v in headers.items()]
+        self._head = ("\r\n".join(lines) + "\r\n").encode("latin-1")
+
+    async def post(
+        self, body: list[bytes], request_id: str | None, on_resend: Callable[[], None]
+    ) -> H1Response:
+        """The request's bytes are let go once the response has begun (thousands of streams in
+        flight would otherwise each keep their prompt twice, for as long as they stream)."""
+        head = self._head
+        if request_id is not None:
+            head += b"X-Request-Id: " + request_id.encode("ascii") + b"\r\n"
+        payload = body.pop()
+        request = head + b"Content-Length: %d\r\n\r\n" % len(payload) + payload
+        del payload
+        pool = self._pool
+        try:
+            for retry in range(DEAD_POOLED_RETRIES + 1):
+                exchange = await pool.exchange(self._host, self._port, request, fresh=retry > 0)
+                try:
+                    await exchange.headers()
+                except H1NoResponse as exc:
+                    pool.release(exchange)
+                    if not exchange.reused or retry == DEAD_POOLED_RETRIES:
+                        raise no_response(exc) from exc
+                    log.debug(
+                        "request to %s: pooled connection was closed (%s); sending again", self._target, exc
+                    )
+                    on_resend()
+                    continue
+                except BaseException:
+                    pool.release(exchange)
+                    raise
+                return H1Response(pool, exchange)
+        except (OSError, H1ProtocolError) as exc:
+            raise h1_failure(exc) from exc
+        raise AssertionError("unreachable: the last try returns or raises")

@@ -18,18 +18,13 @@ from typing import Any
 
 import aiohttp
 
-from swarm.engines.client import (
-    EngineRequest,
-    HttpEngineClient,
-    normalise_base_url,
-    open_http_session,
-    read_api_key,
-    redact_url,
-)
-from swarm.engines.dialects import ChatMessage, loads
+from swarm.engines.aiohttp_transport import open_http_session
+from swarm.engines.client import HttpEngineClient, normalise_base_url, read_api_key, redact_url
+from swarm.engines.dialects import loads
 from swarm.engines.profiles import PROFILES, EngineProfile, get_profile
 from swarm.errors import InputError
 from swarm.record import RequestRecord
+from swarm.request import ChatMessage, EngineRequest
 
 log = logging.getLogger(__name__)
 

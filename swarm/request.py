@@ -1,0 +1,56 @@
+"""The value types shared by request sources and clients: what one LLM call is, and its limits.
+
+Place in the map (docs/architecture.md, engines): below the EngineClient and beside
+``swarm.record``. Agents, the replay and the cluster build ``EngineRequest``s of
+``ChatMessage``s and hand ``Timeouts`` to a client; ``swarm.engines`` reads them. This module
+imports only the standard library and ``swarm.record``, so a request source can build requests
+without importing the client package (aiohttp, the HTTP/1.1 client, the dialects).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from swarm.record import RequestIdentity
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    """One message of a prompt: its role (``system``, ``user``, ``assistant``) and its text."""
+
+    role: str
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRequest:
+    """One LLM call, engine-neutral. Dialects render it (chat messages or one prompt string)."""
+
+    messages: tuple[ChatMessage, ...]
+    max_tokens: int | None
+    identity: RequestIdentity = field(default_factory=RequestIdentity)
+    scheduled_ns: int | None = None
+    stream: bool = True
+    temperature: float = 0.0
+    ignore_eos: bool = True
+    prompt_tokens_est: int | None = None
+    #: time this request waited for a free slot under the in-flight cap, before ``send``
+    slot_wait_ns: int = 0
+    ideal_cached_tokens_est: int | None = None
+    block_hashes: tuple[int, ...] = ()
+    extra_body: Mapping[str, Any] | None = None
+    #: Keep the prompt parts and the output text in the record (``--record-text``, or an agent
+    #: that feeds real outputs to its children).
+    keep_text: bool = False
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Limits in seconds; ``None`` disables one. ``idle_s``: longest silence mid-stream."""
+
+    connect_s: float | None = 10.0
+    first_token_s: float | None = 120.0
+    total_s: float | None = 600.0
+    idle_s: float | None = 60.0
