@@ -5,9 +5,10 @@ many prompt tokens are cached and when each token comes out. The HTTP server tur
 stream into each engine's wire format.
 
 Cache. ``sglang`` uses a token-level radix cache (``RadixCache``), ``trtllm`` reuses full
-32-token blocks only (``BlockCache``). A request's cached tokens are the cache match of its
-prompt, capped at ``prompt_tokens - 1`` (an engine always computes at least the last prompt
-token; for blocks, the cap is rounded down to whole blocks). The prompt enters the cache
+32-token blocks only (``BlockCache``); the engine's ``behaviour`` object picks the cache and
+rounds. A request's cached tokens are the cache match of its prompt, capped at
+``prompt_tokens - 1`` (an engine always computes at least the last prompt token; for blocks,
+the cap is rounded down to whole blocks). The prompt enters the cache
 when the request is admitted, and prompt + generated tokens when it finishes, so a child
 whose prompt repeats its parent's output hits those tokens too. (A real engine inserts the
 prompt after its prefill step; the difference only shows for identical prefixes that arrive
@@ -42,6 +43,7 @@ import time
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 
+from swarm.emulator.behaviour import EngineBehaviour, engine_behaviour
 from swarm.emulator.block_cache import BlockCache
 from swarm.emulator.config import EmulatorConfig
 from swarm.emulator.radix_cache import RadixCache
@@ -192,11 +194,10 @@ class EngineModel:
 
     def __init__(self, config: EmulatorConfig) -> None:
         self.config = config
-        self.cache: RadixCache | BlockCache
-        if config.engine == "sglang":
-            self.cache = RadixCache(config.cache_capacity_tokens)
-        else:
-            self.cache = BlockCache(config.cache_capacity_tokens, config.block_tokens)
+        #: what differs between the emulated engines (cache kind, rounding of cached tokens)
+        self.behaviour: EngineBehaviour = engine_behaviour(config)
+        self.cache: RadixCache | BlockCache = self.behaviour.make_cache(config)
+        self._page_tokens = self.behaviour.page_tokens(config)
         self.stats = EngineStats()
         self.waiting: collections.deque[Generation] = collections.deque()
         self.running: list[Generation] = []
@@ -222,12 +223,7 @@ class EngineModel:
     # -- cache accounting ----------------------------------------------------------------------
 
     def _cached_for(self, prompt: Sequence[str]) -> int:
-        matched = self.cache.match(prompt)
-        cap = max(len(prompt) - 1, 0)
-        block = getattr(self.cache, "block_tokens", 1)
-        if block > 1:
-            cap = cap // block * block
-        return min(matched, cap)
+        return self.behaviour.cached_tokens(self.cache.match(prompt), len(prompt), self._page_tokens)
 
     def flush_cache(self) -> bool:
         """Drop the prefix cache; refused (False) while requests are in flight, as SGLang does."""

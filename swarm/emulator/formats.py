@@ -1,69 +1,19 @@
-"""Wire formats of the emulated engines: response bodies, stream chunks, usage, metrics text.
+"""Wire formats of the emulated engines: error bodies, usage, SGLang's native meta, metrics text.
 
 Place in the map (docs/architecture.md, "The emulator"): used by the emulator's HTTP server only. It may
 share constants with ``swarm.engines`` but none of the client's logic, so a bug in one cannot
-hide in the other. Where the engines differ, this module follows each engine:
-
-- usage: SGLang reports ``prompt_tokens_details.cached_tokens`` only when it is non-zero (and
-  only with cache reporting on); TensorRT-LLM always reports it.
-- request fields: TensorRT-LLM refuses unknown fields (HTTP 400); SGLang ignores them.
-- metrics: SGLang serves Prometheus text at ``/metrics`` (``sglang:`` names); TensorRT-LLM
-  serves JSON iteration stats at ``/metrics`` and Prometheus text (``trtllm_`` names) at
-  ``/prometheus/metrics``.
+hide in the other. Where the engines differ (which usage fields, which metric names), the
+engine's ``behaviour`` object decides and this module writes what it says; the OpenAI answers
+and their streamed events are built in ``responses``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from swarm.emulator.behaviour import HistogramSource, MetricSource, engine_behaviour
 from swarm.emulator.config import EmulatorConfig
 from swarm.emulator.engine_model import LATENCY_BUCKETS_S, EngineModel, EngineStats, Generation, Histogram
-
-#: Fields trtllm-serve's OpenAI request models accept; anything else is refused.
-TRTLLM_COMMON_FIELDS = frozenset(
-    {
-        "model",
-        "stream",
-        "stream_options",
-        "max_tokens",
-        "max_completion_tokens",
-        "temperature",
-        "top_p",
-        "top_k",
-        "n",
-        "stop",
-        "seed",
-        "frequency_penalty",
-        "presence_penalty",
-        "logprobs",
-        "top_logprobs",
-        "user",
-        "ignore_eos",
-        "min_tokens",
-        "stop_token_ids",
-        "best_of",
-        "use_beam_search",
-        "length_penalty",
-        "repetition_penalty",
-        "min_p",
-        "response_format",
-        "logit_bias",
-        "disaggregated_params",
-        "lora_request",
-    }
-)
-TRTLLM_CHAT_FIELDS = TRTLLM_COMMON_FIELDS | {
-    "messages",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "chat_template",
-    "chat_template_kwargs",
-    "add_generation_prompt",
-    "documents",
-    "reasoning_effort",
-}
-TRTLLM_COMPLETION_FIELDS = TRTLLM_COMMON_FIELDS | {"prompt", "echo", "suffix"}
 
 
 def error_body(message: str, code: int = 400, kind: str = "BadRequestError") -> dict[str, Any]:
@@ -76,7 +26,7 @@ def usage(config: EmulatorConfig, gen: Generation) -> dict[str, Any]:
         "completion_tokens": len(gen.output),
         "total_tokens": gen.prompt_tokens + len(gen.output),
     }
-    if config.engine == "trtllm" or (config.cache_report and gen.cached_tokens > 0):
+    if engine_behaviour(config).reports_cached_tokens(config, gen.cached_tokens):
         u["prompt_tokens_details"] = {"cached_tokens": gen.cached_tokens}
     return u
 
@@ -90,10 +40,6 @@ def generate_meta(gen: Generation, rid: str, finished: bool, e2e_s: float) -> di
         "cached_tokens": gen.cached_tokens,
         "e2e_latency": e2e_s,
     }
-
-
-def owned_by(config: EmulatorConfig) -> str:
-    return "sglang" if config.engine == "sglang" else "tensorrt_llm"
 
 
 def _hist_lines(name: str, labels: str, h: Histogram) -> list[str]:
@@ -121,62 +67,27 @@ def prometheus_text(config: EmulatorConfig, model: EngineModel) -> str:
         lines.append(f"# TYPE {name} {kind}")
         lines.append(f"{name}{{{labels}}} {value}")
 
-    if config.engine == "sglang":
-        metric(
-            "sglang:prompt_tokens_total",
-            "counter",
-            st.prompt_tokens_total,
-            "Number of prefill tokens processed.",
-        )
-        metric(
-            "sglang:generation_tokens_total",
-            "counter",
-            st.generation_tokens_total,
-            "Number of generation tokens processed.",
-        )
-        metric(
-            "sglang:cached_tokens_total", "counter", st.cached_tokens_total, "Number of cached prompt tokens."
-        )
-        metric("sglang:num_requests_total", "counter", st.requests_finished, "Number of requests processed.")
-        metric("sglang:num_running_reqs", "gauge", len(model.running), "The number of running requests.")
-        metric(
-            "sglang:num_queue_reqs",
-            "gauge",
-            len(model.waiting),
-            "The number of requests in the waiting queue.",
-        )
-        metric("sglang:token_usage", "gauge", kv_usage, "The token usage.")
-        metric("sglang:cache_hit_rate", "gauge", hit_rate, "The prefix cache hit rate.")
-        lines += _hist_lines("sglang:time_to_first_token_seconds", labels, st.ttft)
-        lines += _hist_lines("sglang:e2e_request_latency_seconds", labels, st.e2e)
-        lines += _hist_lines("sglang:inter_token_latency_seconds", labels, st.tpot)
-    else:
-        metric(
-            "trtllm_request_success_total",
-            "counter",
-            st.requests_finished,
-            "Count of successfully processed requests.",
-        )
-        metric(
-            "trtllm_prompt_tokens_total",
-            "counter",
-            st.prompt_tokens_total,
-            "Number of prompt tokens processed.",
-        )
-        metric(
-            "trtllm_generation_tokens_total",
-            "counter",
-            st.generation_tokens_total,
-            "Number of generation tokens processed.",
-        )
-        metric("trtllm_kv_cache_hit_rate", "gauge", hit_rate, "KV cache block reuse rate (tokens).")
-        metric("trtllm_kv_cache_utilization", "gauge", kv_usage, "KV cache utilization.")
-        metric("trtllm_num_requests_running", "gauge", len(model.running), "Requests being processed.")
-        metric("trtllm_num_requests_waiting", "gauge", len(model.waiting), "Requests waiting.")
-        lines += _hist_lines("trtllm_time_to_first_token_seconds", labels, st.ttft)
-        lines += _hist_lines("trtllm_e2e_request_latency_seconds", labels, st.e2e)
-        lines += _hist_lines("trtllm_time_per_output_token_seconds", labels, st.tpot)
-        lines += _hist_lines("trtllm_request_queue_time_seconds", labels, st.queue)
+    values: dict[MetricSource, float] = {
+        "prompt_tokens": st.prompt_tokens_total,
+        "generation_tokens": st.generation_tokens_total,
+        "cached_tokens": st.cached_tokens_total,
+        "requests_finished": st.requests_finished,
+        "running": len(model.running),
+        "waiting": len(model.waiting),
+        "kv_usage": kv_usage,
+        "cache_hit_rate": hit_rate,
+    }
+    histograms: dict[HistogramSource, Histogram] = {
+        "ttft": st.ttft,
+        "e2e": st.e2e,
+        "tpot": st.tpot,
+        "queue": st.queue,
+    }
+    behaviour = model.behaviour
+    for m in behaviour.metrics:
+        metric(m.name, m.kind, values[m.source], m.help_text)
+    for name, source in behaviour.histograms:
+        lines += _hist_lines(name, labels, histograms[source])
     # the emulator's own, in both profiles: whether it kept its step-time model
     for name, value, help_text in emulator_step_metrics(st):
         metric(name, "counter", value, help_text)

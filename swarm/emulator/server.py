@@ -7,6 +7,11 @@ serves chat and completions (both profiles), SGLang's native ``/generate`` (sgla
 ``Server: swarm-emulator`` header and the info endpoints say ``"emulator": true``, so
 figures from it are never mistaken for an engine's.
 
+Which endpoints, and every other difference between the profiles, come from the engine's
+``behaviour`` object. A generating handler parses the request, draws its fault (``injection``)
+and submits it to the engine model; ``responses`` builds the answer in its format, and the
+drawn ``RequestFault`` acts at the points where it strikes.
+
 ``start_emulator`` runs it inside the current event loop; ``EmulatorThread`` runs it on a
 background thread with its own loop (for synchronous callers such as ``swarm run``).
 """
@@ -19,34 +24,29 @@ import logging
 import secrets
 import threading
 import time
-from contextlib import aclosing
 from typing import Any
 
 from aiohttp import web
 
 from swarm import __version__
+from swarm.emulator.behaviour import COMMON_ROUTES, EngineBehaviour, engine_behaviour
 from swarm.emulator.config import EmulatorConfig
 from swarm.emulator.engine_model import EngineModel, Generation, PromptTooLong
 from swarm.emulator.faults import FaultInjector
-from swarm.emulator.formats import (
-    TRTLLM_CHAT_FIELDS,
-    TRTLLM_COMPLETION_FIELDS,
-    error_body,
-    generate_meta,
-    owned_by,
-    prometheus_text,
-    trtllm_iteration_stats,
-    usage,
-)
-from swarm.emulator.injection import (
-    NATIVE_FAULTS,
-    FaultySite,
-    abort_connection,
-    fault_for,
-    mid_stream_fault,
+from swarm.emulator.formats import error_body, prometheus_text, trtllm_iteration_stats
+from swarm.emulator.injection import NATIVE_FAULTS, FaultySite, RequestFault, fault_for
+from swarm.emulator.responses import (
+    CHAT,
+    COMPLETION,
+    OpenAIFormat,
+    generate_answer,
+    generate_stream,
+    json_response,
+    stream_answer,
+    whole_answer,
 )
 from swarm.emulator.tokens import tokenize, tokenize_parts
-from swarm.engines.dialects import dumps, loads
+from swarm.engines.dialects import loads
 from swarm.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -55,20 +55,11 @@ _MODEL_KEY = web.AppKey("engine_model", EngineModel)
 _CONFIG_KEY = web.AppKey("emulator_config", EmulatorConfig)
 _HANDLERS_KEY = web.AppKey("handlers", object)
 _FAULTS_KEY = web.AppKey("faults", object)
-_DONE = b"data: [DONE]\n\n"
-
-
-def _json(obj: Any, status: int = 200) -> web.Response:
-    return web.Response(body=dumps(obj), status=status, content_type="application/json")
 
 
 def _bad(message: str, status: int = 400) -> web.Response:
     kind = "BadRequestError" if status == 400 else "NotFoundError"
-    return _json(error_body(message, status, kind), status)
-
-
-def _sse(obj: Any) -> bytes:
-    return b"data: " + dumps(obj) + b"\n\n"
+    return json_response(error_body(message, status, kind), status)
 
 
 def _message_text(content: Any) -> str:
@@ -80,9 +71,14 @@ def _message_text(content: Any) -> str:
 
 
 class _Handlers:
+    """The endpoints. A generating handler parses and checks the request, draws its fault and
+    submits it; ``responses`` writes the answer (formats and templates), and the drawn
+    ``RequestFault`` acts where it strikes."""
+
     def __init__(self, config: EmulatorConfig, model: EngineModel, faults: FaultInjector | None) -> None:
         self.config = config
         self.model = model
+        self.behaviour: EngineBehaviour = model.behaviour
         self.faults = faults
 
     # -- helpers -------------------------------------------------------------------------------
@@ -96,8 +92,10 @@ class _Handlers:
             return _bad("request body must be a JSON object")
         return body
 
-    def _check_fields(self, body: dict[str, Any], allowed: frozenset[str]) -> web.Response | None:
-        if self.config.engine != "trtllm":
+    @staticmethod
+    def _check_fields(body: dict[str, Any], allowed: frozenset[str] | None) -> web.Response | None:
+        """A 400 naming the fields outside ``allowed`` (None: every field is accepted)."""
+        if allowed is None:
             return None
         unknown = sorted(set(body) - allowed)
         if unknown:
@@ -118,7 +116,7 @@ class _Handlers:
         body = await self._body(request)
         if isinstance(body, web.Response):
             return body
-        refused = self._check_fields(body, TRTLLM_CHAT_FIELDS)
+        refused = self._check_fields(body, self.behaviour.chat_fields)
         if refused:
             return refused
         fault, replaced = await fault_for(self.faults, request, body)
@@ -132,13 +130,13 @@ class _Handlers:
         gen = self._submit(tokenize_parts(parts), max_tokens)
         if isinstance(gen, web.Response):
             return gen
-        return await self._openai(request, body, gen, chat=True, fault=fault)
+        return await self._openai(request, body, gen, CHAT, fault)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         body = await self._body(request)
         if isinstance(body, web.Response):
             return body
-        refused = self._check_fields(body, TRTLLM_COMPLETION_FIELDS)
+        refused = self._check_fields(body, self.behaviour.completion_fields)
         if refused:
             return refused
         fault, replaced = await fault_for(self.faults, request, body)
@@ -150,113 +148,25 @@ class _Handlers:
         gen = self._submit(tokenize(prompt), body.get("max_tokens"))
         if isinstance(gen, web.Response):
             return gen
-        return await self._openai(request, body, gen, chat=False, fault=fault)
+        return await self._openai(request, body, gen, COMPLETION, fault)
 
     async def _openai(
         self,
         request: web.Request,
         body: dict[str, Any],
         gen: Generation,
-        *,
-        chat: bool,
-        fault: str | None = None,
+        fmt: OpenAIFormat,
+        fault: RequestFault | None,
     ) -> web.StreamResponse:
-        cfg = self.config
-        spec = self.faults.spec if self.faults is not None else None
-        rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
-        created = int(time.time())
-        obj = "chat.completion" if chat else "text_completion"
+        rid = fmt.id_prefix + secrets.token_hex(12)
+        created_s = int(time.time())
         if not body.get("stream"):
-            async with aclosing(gen.tokens()) as stream:
-                async for _ in stream:
-                    pass
-            if spec is not None and fault == "stall_first":
-                await asyncio.sleep(spec.stall_s)
-            if fault == "cut":
-                abort_connection(request)
-                raise asyncio.CancelledError  # nothing more to send on a dead connection
-            text = " ".join(gen.output)
-            choice: dict[str, Any] = {"index": 0, "finish_reason": "length", "logprobs": None}
-            if chat:
-                choice["message"] = {"role": "assistant", "content": text}
-            else:
-                choice["text"] = text
-            return _json(
-                {
-                    "id": rid,
-                    "object": obj,
-                    "created": created,
-                    "model": cfg.model,
-                    "choices": [choice],
-                    "usage": usage(cfg, gen),
-                }
-            )
+            return await whole_answer(self.config, gen, fmt, rid, created_s, fault)
         options = body.get("stream_options") or {}
         include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await resp.prepare(request)
-        chunk_obj = obj + ".chunk" if chat else obj
-        head = {"id": rid, "object": chunk_obj, "created": created, "model": cfg.model}
-        if chat:
-            await resp.write(
-                _sse(
-                    {
-                        **head,
-                        "choices": [
-                            {
-                                "index": 0,
-                                "delta": {"role": "assistant", "content": ""},
-                                "logprobs": None,
-                                "finish_reason": None,
-                            }
-                        ],
-                    }
-                )
-            )
-        # one event per token, built from byte templates; tokens that came out together
-        # (a lagging reader) are sent in one write
-        prefix = b"data: " + dumps(head)[:-1] + b',"choices":[{"index":0,'
-        prefix += b'"delta":{"content":' if chat else b'"text":'
-        suffix = (b"}," if chat else b",") + b'"logprobs":null,"finish_reason":null}]}\n\n'
-        stamp = cfg.stamp_chunks
-        first = True
-        sent = 0
-        half = max(1, gen.max_new // 2)
-        if spec is not None and fault == "stall_first":
-            await asyncio.sleep(spec.stall_s)
-        async with aclosing(gen.tokens()) as stream:
-            async for words in stream:
-                if stamp:  # the send time of this write, on every event of it
-                    suffix = (b"}," if chat else b",") + (
-                        b'"logprobs":null,"finish_reason":null}],"swarm_sent_ns":%d}\n\n'
-                        % time.perf_counter_ns()
-                    )
-                events = []
-                for word in words:
-                    events.append(prefix + dumps(word if first else " " + word) + suffix)
-                    first = False
-                before, sent = sent, sent + len(words)
-                if spec is not None and fault is not None and before < half <= sent:
-                    # the fault comes after exactly half the tokens, however they were batched
-                    await resp.write(b"".join(events[: half - before]))
-                    await mid_stream_fault(request, resp, fault, spec, prefix)
-                    events = events[half - before :]
-                if events:
-                    await resp.write(b"".join(events))
-        if fault == "no_done":
-            await resp.write_eof()
-            return resp
-        final: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": "length"}
-        if chat:
-            final["delta"] = {}
-        else:
-            final["text"] = ""
-        await resp.write(_sse({**head, "choices": [final]}))
-        if include_usage:
-            await resp.write(_sse({**head, "choices": [], "usage": usage(cfg, gen)}))
-        await resp.write(_DONE)
-        await resp.write_eof()
-        return resp
+        return await stream_answer(
+            request, self.config, gen, fmt, rid, created_s, include_usage=include_usage, fault=fault
+        )
 
     # -- SGLang native -------------------------------------------------------------------------
 
@@ -279,41 +189,18 @@ class _Handlers:
         if isinstance(gen, web.Response):
             return gen
         rid = secrets.token_hex(16)
-        start = time.monotonic()
+        start_s = time.monotonic()
         if not body.get("stream"):
-            async with aclosing(gen.tokens()) as stream:
-                async for _ in stream:
-                    pass
-            return _json(
-                {
-                    "text": " ".join(gen.output),
-                    "meta_info": generate_meta(gen, rid, True, time.monotonic() - start),
-                }
-            )
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await resp.prepare(request)
-        async with aclosing(gen.tokens()) as stream:
-            async for _ in stream:
-                done = gen.finished
-                await resp.write(
-                    _sse(
-                        {
-                            "text": " ".join(gen.output),
-                            "meta_info": generate_meta(gen, rid, done, time.monotonic() - start),
-                        }
-                    )
-                )
-        await resp.write(_DONE)
-        await resp.write_eof()
-        return resp
+            return await generate_answer(gen, rid, start_s)
+        return await generate_stream(request, gen, rid, start_s)
 
     # -- management ----------------------------------------------------------------------------
 
     async def health(self, request: web.Request) -> web.Response:
-        return web.Response(text="OK" if self.config.engine == "sglang" else "")
+        return web.Response(text=self.behaviour.health_text)
 
     async def models(self, request: web.Request) -> web.Response:
-        return _json(
+        return json_response(
             {
                 "object": "list",
                 "data": [
@@ -321,7 +208,7 @@ class _Handlers:
                         "id": self.config.model,
                         "object": "model",
                         "created": 0,
-                        "owned_by": owned_by(self.config),
+                        "owned_by": self.behaviour.owned_by,
                         "root": self.config.model,
                         "max_model_len": self.config.max_prompt_tokens,
                     }
@@ -337,8 +224,8 @@ class _Handlers:
             "engine_profile": cfg.engine,
             "model_path": cfg.model,
             "served_model_name": cfg.model,
-            "enable_cache_report": cfg.cache_report if cfg.engine == "sglang" else True,
-            "page_size": 1 if cfg.engine == "sglang" else cfg.block_tokens,
+            "enable_cache_report": self.behaviour.cache_report(cfg),
+            "page_size": self.behaviour.page_tokens(cfg),
             "max_total_num_tokens": cfg.kv_capacity_tokens,
             "cache_capacity_tokens": cfg.cache_capacity_tokens,
             "timing": cfg.timing,
@@ -350,13 +237,13 @@ class _Handlers:
         }
 
     async def server_info(self, request: web.Request) -> web.Response:
-        return _json(self._info())
+        return json_response(self._info())
 
     async def model_info(self, request: web.Request) -> web.Response:
-        return _json({"model_path": self.config.model, "is_generation": True, "emulator": True})
+        return json_response({"model_path": self.config.model, "is_generation": True, "emulator": True})
 
     async def version(self, request: web.Request) -> web.Response:
-        return _json(
+        return json_response(
             {
                 "version": f"swarm-emulator {__version__}",
                 "emulator": True,
@@ -368,8 +255,8 @@ class _Handlers:
         """``GET /swarm/faults``: requests seen and faults injected so far, by kind (and, with
         ``?by_request=1``, by request id)."""
         if self.faults is None:
-            return _json({"requests": None, "connections": None, "injected": {}, "spec": None})
-        return _json(self.faults.snapshot(by_request=request.query.get("by_request") == "1"))
+            return json_response({"requests": None, "connections": None, "injected": {}, "spec": None})
+        return json_response(self.faults.snapshot(by_request=request.query.get("by_request") == "1"))
 
     async def flush_cache(self, request: web.Request) -> web.Response:
         if self.model.flush_cache():
@@ -378,14 +265,13 @@ class _Handlers:
             )
         return web.Response(status=400, text="Cache not flushed: requests are in flight.\n")
 
-    async def metrics(self, request: web.Request) -> web.Response:
-        if self.config.engine == "trtllm":
-            return _json(trtllm_iteration_stats(self.config, self.model))
-        return web.Response(
-            text=prometheus_text(self.config, self.model), content_type="text/plain", charset="utf-8"
-        )
+    async def iteration_stats(self, request: web.Request) -> web.Response:
+        """TensorRT-LLM's JSON ``/metrics``."""
+        return json_response(trtllm_iteration_stats(self.config, self.model))
 
     async def prometheus(self, request: web.Request) -> web.Response:
+        """Prometheus text with the engine's metric names (SGLang's ``/metrics``, TensorRT-LLM's
+        ``/prometheus/metrics``)."""
         return web.Response(
             text=prometheus_text(self.config, self.model), content_type="text/plain", charset="utf-8"
         )
@@ -436,24 +322,11 @@ def build_app(config: EmulatorConfig, faults: FaultInjector | None = None) -> we
 
         return call
 
-    r = app.router
-    r.add_post("/v1/chat/completions", route("chat"))
-    r.add_post("/v1/completions", route("completions"))
-    r.add_get("/v1/models", route("models"))
-    r.add_get("/health", route("health"))
-    r.add_get("/swarm/faults", route("fault_counts"))
-    if config.engine == "sglang":
-        r.add_post("/generate", route("generate"))
-        r.add_get("/health_generate", route("health"))
-        r.add_route("*", "/flush_cache", route("flush_cache"))
-        r.add_get("/get_server_info", route("server_info"))
-        r.add_get("/server_info", route("server_info"))
-        r.add_get("/get_model_info", route("model_info"))
-        r.add_get("/metrics", route("metrics"))
-    else:
-        r.add_get("/version", route("version"))
-        r.add_get("/metrics", route("metrics"))
-        r.add_get("/prometheus/metrics", route("prometheus"))
+    for r in (*COMMON_ROUTES, *engine_behaviour(config).routes):
+        if r.method == "GET":
+            app.router.add_get(r.path, route(r.handler))
+        else:
+            app.router.add_route(r.method, r.path, route(r.handler))
     return app
 
 
