@@ -11,6 +11,8 @@ Cases (default: all but ray-scale, about 8-9 minutes on a 2-core machine):
 - ``replay-timing``: timed replay's gap error and lateness (Poisson and Mooncake traces)
 - ``ray-scale``: 500 / 2,000 / 10,000 agents over 1 and 2 Ray workers (long; not in the default)
 - ``default-run``: the README's ``swarm run``: wall time, late sends, emulated ITL vs the model
+- ``h1-parse``: CPU per streamed response, swarm's hand-written HTTP/1.1 parser vs httptools
+  (llhttp); skipped when httptools is not installed
 """
 
 from __future__ import annotations
@@ -20,7 +22,17 @@ import os
 
 from bench.common import Row, print_rows
 
-CASES = ("path", "client-delay", "scale", "ingest", "arrival", "replay-timing", "default-run", "ray-scale")
+CASES = (
+    "path",
+    "client-delay",
+    "scale",
+    "ingest",
+    "arrival",
+    "replay-timing",
+    "default-run",
+    "h1-parse",
+    "ray-scale",
+)
 DEFAULT = CASES[:-1]
 
 
@@ -74,6 +86,10 @@ def main() -> None:
             from bench import default_run
 
             rows += default_run.run()
+        elif case == "h1-parse":
+            from bench import h1_parse
+
+            rows += h1_parse.run()
         elif case == "ray-scale":
             from bench import ray_scale
 
