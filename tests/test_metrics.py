@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from swarm.analysis import metrics as m
+from swarm.analysis.figures import breakdown, target_figures
 from swarm.record import TRACE_SCHEMA
 
 MS = 1_000_000
@@ -175,6 +176,10 @@ def test_first_and_branch_calls_and_breakdown_by_depth() -> None:
     assert [r["depth"] for r in rows] == [0, 1]
     assert rows[1]["requests"] == 2 and rows[1]["ttft_ms"]["p50"] == pytest.approx(60)
     assert rows[1]["cache"]["hit_ratio"] == pytest.approx(170 / 200)
-    fig = m.summary_figures(table, m.SLO(ttft_ms=100))
+    figures = target_figures(table, m.SLO(ttft_ms=100))
+    assert figures.goodput is not None and figures.goodput.good == 2
+    assert figures.branch_call_ttft_ms is not None and figures.branch_call_ttft_ms.count == 2
+    fig = figures.as_dict()  # the JSON shape of swarm report
     assert fig["goodput"]["good"] == 2
     assert fig["branch_call_ttft_ms"]["count"] == 2
+    assert [r.as_dict("depth") for r in breakdown(table, "depth")] == rows

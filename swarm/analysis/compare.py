@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from swarm.analysis import metrics as m
-from swarm.analysis.report import LoadedRun, build_report, workload_differences, workload_identity
+from swarm.analysis.figures import Distribution, TargetFigures
+from swarm.analysis.report import LoadedRun, build_run_report, workload_differences, workload_identity
 from swarm.errors import InputError
 
 #: A lead smaller than this share (2 %) is a tie: the noise between two runs of one workload.
@@ -31,47 +32,50 @@ class WorkloadMismatch(InputError):
 
 @dataclass(frozen=True)
 class Dimension:
+    """One row of the matrix: its name, unit, which way is better ("lower", "higher", or ""
+    for a figure shown with no leader) and how to get it from a target's figures."""
+
     name: str
     unit: str
-    better: str  # "lower", "higher" or "" (shown, no leader)
-    get: Callable[[dict[str, Any]], float | None]
+    better: str
+    get: Callable[[TargetFigures], float | int | None]
 
 
-def _d(*path: str) -> Callable[[dict[str, Any]], float | None]:
-    def get(figures: dict[str, Any]) -> float | None:
-        value: Any = figures
-        for key in path:
-            if not isinstance(value, dict) or key not in value:
-                return None
-            value = value[key]
-        return None if value is None else float(value)
+def _first(fig: TargetFigures) -> Distribution:
+    return fig.first_call_ttft_ms or Distribution()
 
-    return get
+
+def _branch(fig: TargetFigures) -> Distribution:
+    return fig.branch_call_ttft_ms or Distribution()
+
+
+def _completion(fig: TargetFigures) -> Distribution:
+    return fig.sessions.completion_ms if fig.sessions is not None else Distribution()
 
 
 DIMENSIONS: tuple[Dimension, ...] = (
-    Dimension("requests", "", "", _d("requests")),
-    Dimension("peak output tokens/s", "tok/s", "higher", _d("throughput", "peak_output_tokens_per_s")),
-    Dimension("output tokens/s", "tok/s", "higher", _d("throughput", "output_tokens_per_s")),
-    Dimension("TTFT p50, first calls", "ms", "lower", _d("first_call_ttft_ms", "p50")),
-    Dimension("TTFT p95, first calls", "ms", "lower", _d("first_call_ttft_ms", "p95")),
-    Dimension("TTFT p99, first calls", "ms", "lower", _d("first_call_ttft_ms", "p99")),
-    Dimension("TTFT p50, branch calls", "ms", "lower", _d("branch_call_ttft_ms", "p50")),
-    Dimension("TTFT p95, branch calls", "ms", "lower", _d("branch_call_ttft_ms", "p95")),
-    Dimension("TTFT p99, branch calls", "ms", "lower", _d("branch_call_ttft_ms", "p99")),
-    Dimension("TTFT p50, all calls", "ms", "lower", _d("ttft_ms", "p50")),
-    Dimension("ITL p50", "ms", "lower", _d("itl_ms", "p50")),
-    Dimension("ITL p99", "ms", "lower", _d("itl_ms", "p99")),
-    Dimension("E2E p50", "ms", "lower", _d("e2e_ms", "p50")),
-    Dimension("agent task completion p50", "ms", "lower", _d("sessions", "completion_ms", "p50")),
-    Dimension("agent task completion p95", "ms", "lower", _d("sessions", "completion_ms", "p95")),
-    Dimension("cache hit ratio", "", "higher", _d("cache", "hit_ratio")),
-    Dimension("ideal hit ratio", "", "", _d("cache", "ideal_hit_ratio")),
-    Dimension("prefill tokens saved", "tok", "higher", _d("cache", "prefill_tokens_saved")),
-    Dimension("goodput", "req/s", "higher", _d("goodput", "request_goodput_per_s")),
-    Dimension("goodput share", "", "higher", _d("goodput", "good_fraction")),
-    Dimension("error rate", "", "lower", _d("errors", "error_rate")),
-    Dimension("dispatch lag p99", "ms", "lower", _d("lag_ms", "p99")),
+    Dimension("requests", "", "", lambda f: f.requests),
+    Dimension("peak output tokens/s", "tok/s", "higher", lambda f: f.throughput.peak_output_tokens_per_s),
+    Dimension("output tokens/s", "tok/s", "higher", lambda f: f.throughput.output_tokens_per_s),
+    Dimension("TTFT p50, first calls", "ms", "lower", lambda f: _first(f).p50),
+    Dimension("TTFT p95, first calls", "ms", "lower", lambda f: _first(f).p95),
+    Dimension("TTFT p99, first calls", "ms", "lower", lambda f: _first(f).p99),
+    Dimension("TTFT p50, branch calls", "ms", "lower", lambda f: _branch(f).p50),
+    Dimension("TTFT p95, branch calls", "ms", "lower", lambda f: _branch(f).p95),
+    Dimension("TTFT p99, branch calls", "ms", "lower", lambda f: _branch(f).p99),
+    Dimension("TTFT p50, all calls", "ms", "lower", lambda f: f.ttft_ms.p50),
+    Dimension("ITL p50", "ms", "lower", lambda f: f.itl_ms.p50),
+    Dimension("ITL p99", "ms", "lower", lambda f: f.itl_ms.p99),
+    Dimension("E2E p50", "ms", "lower", lambda f: f.e2e_ms.p50),
+    Dimension("agent task completion p50", "ms", "lower", lambda f: _completion(f).p50),
+    Dimension("agent task completion p95", "ms", "lower", lambda f: _completion(f).p95),
+    Dimension("cache hit ratio", "", "higher", lambda f: f.cache.hit_ratio),
+    Dimension("ideal hit ratio", "", "", lambda f: f.cache.ideal_hit_ratio),
+    Dimension("prefill tokens saved", "tok", "higher", lambda f: f.cache.prefill_tokens_saved),
+    Dimension("goodput", "req/s", "higher", lambda f: f.goodput.request_goodput_per_s if f.goodput else None),
+    Dimension("goodput share", "", "higher", lambda f: f.goodput.good_fraction if f.goodput else None),
+    Dimension("error rate", "", "lower", lambda f: f.errors.error_rate),
+    Dimension("dispatch lag p99", "ms", "lower", lambda f: f.lag_ms.p99),
 )
 
 
@@ -126,10 +130,10 @@ def compare(
         if not force:
             raise WorkloadMismatch(f"{message}; compare them anyway with --force")
         warnings.append(f"{message}: differences may come from the traffic, not the engines")
-    reports = [build_report(run, slo) for run in runs]
+    reports = [build_run_report(run, slo) for run in runs]
     for run, report in zip(runs, reports, strict=True):
         prefix = f"{run.manifest.run_id}: " if len(runs) > 1 else ""
-        warnings += [prefix + w for w in report["warnings"]]
+        warnings += [prefix + w for w in report.warnings]
     columns: list[tuple[str, LoadedRun, str]] = []
     all_targets = [t for r in runs for t in r.targets()]
     figures = []
@@ -137,7 +141,7 @@ def compare(
         for target in run.targets():
             label = target if all_targets.count(target) == 1 else f"{run.manifest.run_id}:{target}"
             columns.append((label, run, target))
-            figures.append(report["targets"][target]["figures"])
+            figures.append(report.targets[target].figures)
     if len(columns) < 2:
         raise InputError("compare needs at least two targets (one run with several, or several runs)")
     emulated = {
@@ -148,7 +152,7 @@ def compare(
     for dim in DIMENSIONS:
         if dim.name.startswith("goodput") and slo is None:
             continue
-        values = [dim.get(f) for f in figures]
+        values = [None if (v := dim.get(f)) is None else float(v) for f in figures]
         if all(v is None for v in values):
             continue
         leader, ratio = lead(values, dim.better, tie_within)

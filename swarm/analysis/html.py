@@ -1,7 +1,7 @@
 """``swarm report --html``: the report as one self-contained page that opens offline.
 
 Place in the map (docs/architecture.md, "Analysis"): the same figures as the terminal view and
-``--json`` (``report.build_report``), plus plots drawn as inline SVG (``svgplot``): TTFT and
+``--json`` (``report.build_run_report``), in the same rows (``rows.REPORT_ROWS``), plus plots drawn as inline SVG (``svgplot``): TTFT and
 E2E CDFs per target, TTFT by tree depth, cache hit ratio realised vs ideal by depth, output
 throughput and requests in flight over time, agent task completion CDF, and the engine's own
 cache hit ratio and queue length where they were scraped. A plot with nothing to show is left
@@ -14,7 +14,9 @@ import html
 from typing import Any
 
 from swarm.analysis import metrics as m
+from swarm.analysis.figures import RunReport, breakdown
 from swarm.analysis.report import LoadedRun
+from swarm.analysis.rows import fmt, report_rows
 from swarm.analysis.svgplot import Series, cdf, line_chart
 
 _CSS = """
@@ -34,65 +36,28 @@ figcaption { font-weight: 600; margin-bottom: 4px; }
 
 
 def _f(value: Any, spec: str = ".1f") -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return format(value, spec)
-    return html.escape(str(value))
+    return html.escape(fmt(value, spec))
 
 
-def _summary_table(report: dict[str, Any]) -> str:
-    targets = report["targets"]
+def _summary_table(report: RunReport) -> str:
+    """The report's table: ``rows.REPORT_ROWS``, one column per target."""
+    targets = report.targets
     names = list(targets)
-    rows: list[tuple[str, list[str]]] = []
-
-    def add(label: str, getter: Any, spec: str = ".1f") -> None:
-        rows.append((label, [_f(getter(targets[n]), spec) for n in names]))
-
-    add("engine", lambda t: t["engine"] + (" (emulated)" if t["emulated"] else ""))
-    add("requests", lambda t: t["figures"]["requests"])
-    add("ok", lambda t: t["figures"]["ok"])
-    add("error rate", lambda t: t["figures"]["errors"]["error_rate"], ".2%")
-    for q in ("p50", "p90", "p99", "p99.9", "max"):
-        add(f"TTFT {q} (ms)", lambda t, q=q: t["figures"]["ttft_ms"][q])
-    for q in ("p50", "p99"):
-        add(f"ITL {q} (ms)", lambda t, q=q: t["figures"]["itl_ms"][q])
-        add(f"TPOT {q} (ms)", lambda t, q=q: t["figures"]["tpot_ms"][q])
-        add(f"E2E {q} (ms)", lambda t, q=q: t["figures"]["e2e_ms"][q])
-    add("dispatch lag p99 (ms)", lambda t: t["figures"]["lag_ms"]["p99"], ".2f")
-    add("slot wait p99 (ms)", lambda t: t["figures"]["slot_wait_ms"]["p99"], ".2f")
-    add("output tokens/s", lambda t: t["figures"]["throughput"]["output_tokens_per_s"])
-    add("peak output tokens/s (1 s)", lambda t: t["figures"]["throughput"]["peak_output_tokens_per_s"])
-    add("total tokens/s", lambda t: t["figures"]["throughput"]["total_tokens_per_s"])
-    add("cache hit ratio (client)", lambda t: t["figures"]["cache"]["hit_ratio"], ".1%")
-    add("ideal hit ratio", lambda t: t["figures"]["cache"]["ideal_hit_ratio"], ".1%")
-    add("prefill tokens saved", lambda t: t["figures"]["cache"]["prefill_tokens_saved"])
-    add("cache hit ratio (server)", lambda t: (t["server"] or {}).get("cache_hit_ratio"), ".1%")
-    add("server queue mean", lambda t: ((t["server"] or {}).get("queue") or {}).get("mean"), ".2f")
-    add("server queue max", lambda t: ((t["server"] or {}).get("queue") or {}).get("max"), ".0f")
-    add("agent sessions", lambda t: t["figures"].get("sessions", {}).get("count"))
-    add(
-        "task completion p50 (ms)",
-        lambda t: t["figures"].get("sessions", {}).get("completion_ms", {}).get("p50"),
+    head = "".join(
+        f"<th>{html.escape(n + (' (emulated)' if targets[n].emulated else ''))}</th>" for n in names
     )
-    add(
-        "task completion p95 (ms)",
-        lambda t: t["figures"].get("sessions", {}).get("completion_ms", {}).get("p95"),
-    )
-    add("calls per session (mean)", lambda t: t["figures"].get("sessions", {}).get("calls", {}).get("mean"))
-    if report.get("slo"):
-        add("goodput (req/s)", lambda t: t["figures"]["goodput"]["request_goodput_per_s"], ".2f")
-        add("goodput share", lambda t: t["figures"]["goodput"]["good_fraction"], ".1%")
-    head = "".join(f"<th>{html.escape(n)}</th>" for n in names)
     body = "".join(
-        f"<tr><td>{label}</td>{''.join(f'<td>{v}</td>' for v in vals)}</tr>" for label, vals in rows
+        f"<tr><td>{html.escape(row.title())}</td>"
+        + "".join(f"<td>{html.escape(row.cell(targets[n]))}</td>" for n in names)
+        + "</tr>"
+        for row in report_rows(report.slo is not None)
     )
     return f"<table><tr><th>figure</th>{head}</tr>{body}</table>"
 
 
-def render_html(run: LoadedRun, report: dict[str, Any]) -> str:
-    """The whole page for ``report`` (built from ``run`` by ``build_report``)."""
-    names = list(report["targets"])
+def render_html(run: LoadedRun, report: RunReport) -> str:
+    """The whole page for ``report`` (built from ``run`` by ``build_run_report``)."""
+    names = list(report.targets)
     plots: list[str] = []
     missing: list[str] = []
 
@@ -116,14 +81,14 @@ def render_html(run: LoadedRun, report: dict[str, Any]) -> str:
     depth_series: list[Series] = []
     cache_series: list[Series] = []
     for k, n in enumerate(names):
-        rows = m.breakdown(tables[n], "depth")
-        with_ttft = [r for r in rows if r["ttft_ms"]["p50"] is not None]
+        rows = breakdown(tables[n], "depth")
+        with_ttft = [r for r in rows if r.ttft_ms.p50 is not None]
         if len(rows) > 1:
             depth_series.append(
                 Series(
                     f"{n} p50",
-                    [r["depth"] for r in with_ttft],
-                    [r["ttft_ms"]["p50"] for r in with_ttft],
+                    [r.value for r in with_ttft],
+                    [r.ttft_ms.p50 or 0.0 for r in with_ttft],
                     markers=True,
                     color=k,
                 )
@@ -131,29 +96,29 @@ def render_html(run: LoadedRun, report: dict[str, Any]) -> str:
             depth_series.append(
                 Series(
                     f"{n} p90",
-                    [r["depth"] for r in with_ttft],
-                    [r["ttft_ms"]["p90"] for r in with_ttft],
+                    [r.value for r in with_ttft],
+                    [r.ttft_ms.p90 or 0.0 for r in with_ttft],
                     dashed=True,
                     color=k,
                 )
             )
-        with_cache = [r for r in rows if r["cache"]["hit_ratio"] is not None]
+        with_cache = [r for r in rows if r.cache.hit_ratio is not None]
         if len(rows) > 1 and with_cache:
             cache_series.append(
                 Series(
                     f"{n} realised",
-                    [r["depth"] for r in with_cache],
-                    [r["cache"]["hit_ratio"] for r in with_cache],
+                    [r.value for r in with_cache],
+                    [r.cache.hit_ratio or 0.0 for r in with_cache],
                     markers=True,
                     color=k,
                 )
             )
-            ideal = [r for r in with_cache if r["cache"]["ideal_hit_ratio"] is not None]
+            ideal = [r for r in with_cache if r.cache.ideal_hit_ratio is not None]
             cache_series.append(
                 Series(
                     f"{n} ideal",
-                    [r["depth"] for r in ideal],
-                    [r["cache"]["ideal_hit_ratio"] for r in ideal],
+                    [r.value for r in ideal],
+                    [r.cache.ideal_hit_ratio or 0.0 for r in ideal],
                     dashed=True,
                     color=k,
                 )
@@ -184,7 +149,7 @@ def render_html(run: LoadedRun, report: dict[str, Any]) -> str:
         "no agent sessions (an imported trace has none)", x_label="task completion (s)",
         y_label="fraction of agent sessions", y_min=0, y_max=1,
     )  # fmt: skip
-    server = {n: report["targets"][n]["server"] for n in names if report["targets"][n]["server"]}
+    server = {n: s for n in names if (s := report.targets[n].server)}
     if server:
         add_plot(
             "server-cache-time", "Engine-reported cache hit ratio over time",
@@ -201,28 +166,28 @@ def render_html(run: LoadedRun, report: dict[str, Any]) -> str:
     else:
         missing.append("engine-side metrics: none were scraped for this run")
 
-    info = report["run"]
-    emulated = [n for n in names if report["targets"][n]["emulated"]]
+    info = report.run
+    emulated = [n for n in names if report.targets[n].emulated]
     notes = []
     if emulated:
         notes.append(
             f"Targets {', '.join(emulated)} are swarm's built-in emulator, not a real engine: its figures "
             "describe a model of an engine on this machine."
         )
-    notes += [w[:1].upper() + w[1:] + "." for w in report.get("warnings", [])]
+    notes += [w[:1].upper() + w[1:] + "." for w in report.warnings]
     breakdown_html = []
     for n in names:
-        for key, rows in report["targets"][n]["breakdowns"].items():
+        for key, brows in report.targets[n].breakdowns.items():
             head = (
                 "<tr><th>"
                 + html.escape(key)
                 + "</th><th>requests</th><th>TTFT p50</th><th>TTFT p99</th><th>E2E p50</th><th>cache hit</th><th>ideal</th></tr>"
             )
             body = "".join(
-                f"<tr><td>{_f(r[key])}</td><td>{r['requests']}</td><td>{_f(r['ttft_ms']['p50'])}</td>"
-                f"<td>{_f(r['ttft_ms']['p99'])}</td><td>{_f(r['e2e_ms']['p50'])}</td>"
-                f"<td>{_f(r['cache']['hit_ratio'], '.1%')}</td><td>{_f(r['cache']['ideal_hit_ratio'], '.1%')}</td></tr>"
-                for r in rows
+                f"<tr><td>{_f(r.value)}</td><td>{r.requests}</td><td>{_f(r.ttft_ms.p50)}</td>"
+                f"<td>{_f(r.ttft_ms.p99)}</td><td>{_f(r.e2e_ms.p50)}</td>"
+                f"<td>{_f(r.cache.hit_ratio, '.1%')}</td><td>{_f(r.cache.ideal_hit_ratio, '.1%')}</td></tr>"
+                for r in brows
             )
             breakdown_html.append(
                 f"<h3>{html.escape(n)} by {html.escape(key)} (ms)</h3><table>{head}{body}</table>"
@@ -235,7 +200,7 @@ def render_html(run: LoadedRun, report: dict[str, Any]) -> str:
 <h1>swarm report: {html.escape(info["run_id"])}</h1>
 <p>{html.escape(info["kind"])} · status {html.escape(str(info["status"]))} · created {html.escape(str(info["created_at"]))}
 · workload {html.escape(", ".join(f"{k}={v}" for k, v in info["workload"].items()))}
-{("· SLO " + html.escape(report["slo"])) if report.get("slo") else ""}</p>
+{("· SLO " + html.escape(report.slo)) if report.slo else ""}</p>
 {"".join(f'<p class="warn">{html.escape(t)}</p>' for t in notes)}
 <h2>Summary (from the trace; latencies in ms)</h2>
 {_summary_table(report)}

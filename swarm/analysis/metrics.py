@@ -374,6 +374,12 @@ def sessions(table: pa.Table) -> dict[str, np.ndarray]:
     return {"completion_ms": (last - first) / 1e6, "calls": calls}
 
 
+def session_ids(table: pa.Table) -> int:
+    """Distinct ``session_id`` values over every row, an empty id included (the closing
+    summary's "agents"; an imported trace without sessions counts 1)."""
+    return int(pc.count_distinct(table["session_id"]).as_py()) if table.num_rows else 0
+
+
 def group_values(table: pa.Table, key: str) -> list[Any]:
     """Distinct values of column ``key``, sorted."""
     return sorted(v for v in pc.unique(table[key]).to_pylist() if v is not None)
@@ -408,36 +414,3 @@ def first_and_branch_calls(table: pa.Table) -> dict[str, pa.Table]:
     n_parents = pc.fill_null(pc.list_value_length(table["parent_nodes"]), 0)
     has_parent = pc.greater(n_parents, 0)
     return {"first": table.filter(pc.invert(has_parent)), "branch": table.filter(has_parent)}
-
-
-def summary_figures(table: pa.Table, slo: SLO | None = None) -> dict[str, Any]:
-    """Every headline figure of one table (one target), as plain JSON-ready values."""
-    calls = first_and_branch_calls(table) if "parent_nodes" in table.column_names else None
-    s = sessions(table) if "session_id" in table.column_names else None
-    out: dict[str, Any] = {
-        "requests": table.num_rows,
-        "ok": ok_rows(table).num_rows,
-        "span_s": span_s(table),
-        "ttft_ms": distribution(ttft_ms(table)),
-        "itl_ms": distribution(itl_ms(table)),
-        "tpot_ms": distribution(tpot_ms(table)),
-        "e2e_ms": distribution(e2e_ms(table)),
-        "queue_ms": distribution(queue_ms(table)),
-        "lag_ms": distribution(lag_ms(table)),
-        "slot_wait_ms": distribution(slot_wait_ms(table)),
-        "throughput": throughput(table),
-        "errors": errors(table),
-        "cache": cache(table),
-    }
-    if calls is not None:
-        out["first_call_ttft_ms"] = distribution(ttft_ms(calls["first"]))
-        out["branch_call_ttft_ms"] = distribution(ttft_ms(calls["branch"]))
-    if s is not None:
-        out["sessions"] = {
-            "count": int(s["calls"].size),
-            "completion_ms": distribution(s["completion_ms"]),
-            "calls": distribution(s["calls"]),
-        }
-    if slo is not None:
-        out["goodput"] = goodput(table, slo)
-    return out

@@ -1,8 +1,9 @@
-"""``swarm report``: every figure of a run, per target, as one JSON-ready dict.
+"""``swarm report``: every figure of a run, per target, as one typed ``figures.RunReport``.
 
 Place in the map (docs/architecture.md, "Analysis"): reads a run folder (manifest, request rows, server
-metrics) and computes with ``metrics`` and ``server``; the terminal view (``cli_report``), the
-HTML page (``html``) and ``--json`` all show this same dict, so they never disagree.
+metrics) and computes with ``figures`` (formulas in ``metrics``) and ``server``; the terminal view
+(``cli_report``), the HTML page (``html``, both through ``rows.REPORT_ROWS``) and ``--json``
+(``RunReport.as_dict``) all show this same report, so they never disagree.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from swarm.analysis import figures as f
 from swarm.analysis import metrics as m
+from swarm.analysis.figures import RunReport, TargetReport, first_engine
 from swarm.analysis.server import read_server_metrics, target_figures
 from swarm.live_stats import LATE_NS
 from swarm.trace.manifest import RunManifest, changed_contents
@@ -96,7 +99,7 @@ GENERATOR_BEHIND = "the generator fell behind its schedule"
 EMULATOR_OVERRUN_LIMIT = 1.2
 
 
-def run_warnings(run: LoadedRun, report: dict[str, Any]) -> list[str]:
+def run_warnings(run: LoadedRun, targets: dict[str, TargetReport]) -> list[str]:
     """What a reader of the figures must know first: a run that did not finish, rows lost,
     requests that failed, a generator that fell behind its schedule."""
     mf = run.manifest
@@ -135,18 +138,16 @@ def run_warnings(run: LoadedRun, report: dict[str, Any]) -> list[str]:
     if mf.records_lost:
         out.append(f"{mf.records_lost} requests were made but could not be written to the trace")
     out += [f"{info.name}: {why}" for info in mf.targets if (why := info.shortfall()) is not None]
-    for name, entry in report["targets"].items():
-        fig = entry["figures"]
-        by_status = fig["errors"]["by_status"]
-        failed = fig["requests"] - fig["ok"] - by_status.get("cancelled", 0)
-        if failed:
-            kinds = ", ".join(f"{k} {v}" for k, v in by_status.items() if k not in ("ok", "cancelled"))
-            out.append(f"{name}: {failed} of {fig['requests']} requests failed ({kinds})")
-        if by_status.get("cancelled"):
-            out.append(
-                f"{name}: {by_status['cancelled']} requests in flight were cancelled when the run stopped"
+    for name, entry in targets.items():
+        fig = entry.figures
+        if fig.failed:
+            kinds = ", ".join(
+                f"{k} {v}" for k, v in fig.errors.by_status.items() if k not in ("ok", "cancelled")
             )
-        emu = (entry.get("server") or {}).get("emulator")
+            out.append(f"{name}: {fig.failed} of {fig.requests} requests failed ({kinds})")
+        if fig.cancelled:
+            out.append(f"{name}: {fig.cancelled} requests in flight were cancelled when the run stopped")
+        emu = (entry.server or {}).get("emulator")
         if emu is not None and emu["step_overrun"] > EMULATOR_OVERRUN_LIMIT:
             out.append(
                 f"{name}: the emulator could not keep its own model: its steps took "
@@ -154,11 +155,11 @@ def run_warnings(run: LoadedRun, report: dict[str, Any]) -> list[str]:
                 "latencies describe this machine, not the modelled engine; lower the load or give "
                 "the emulator a core of its own"
             )
-        lag99 = fig["lag_ms"]["p99"]
+        lag99 = fig.lag_ms.p99
         if lag99 is not None and lag99 > LATE_LAG_P99_MS:
             out.append(
                 f"{name}: {GENERATOR_BEHIND}: sends were late by {lag99:.1f} ms at p99 (max "
-                f"{fig['lag_ms']['max']:.1f} ms); the load offered was lower than asked (dispatch lag: "
+                f"{fig.lag_ms.max or 0.0:.1f} ms); the load offered was lower than asked (dispatch lag: "
                 "queue_ns - slot_wait_ns)"
             )
     return out
@@ -227,13 +228,32 @@ def workload_differences(runs: list[tuple[str, RunManifest]]) -> list[str]:
     return out
 
 
-def build_report(run: LoadedRun, slo: m.SLO | None = None) -> dict[str, Any]:
-    """Figures per target (see ``metrics.summary_figures``), breakdowns by ``BREAKDOWN_KEYS``
+def build_run_report(run: LoadedRun, slo: m.SLO | None = None) -> RunReport:
+    """Figures per target (``figures.target_figures``), breakdowns by ``BREAKDOWN_KEYS``
     (only keys with more than one value), the engine-side figures where scraped."""
     mf = run.manifest
     engines = {t.name: t for t in mf.targets}
-    report: dict[str, Any] = {
-        "run": {
+    targets: dict[str, TargetReport] = {}
+    for name in run.targets():
+        rows = run.rows_of(name)
+        info = engines.get(name)
+        server = None
+        if run.server is not None:
+            samples = run.server.filter(pc.equal(run.server["target"], name))
+            if samples.num_rows:
+                start = int(pc.min(rows["sent_ns"]).as_py()) if rows.num_rows else None
+                server = target_figures(samples, start)
+        targets[name] = TargetReport(
+            engine=info.engine if info else first_engine(rows),
+            emulated=bool(info.emulated) if info else False,
+            figures=f.target_figures(rows, slo),
+            breakdowns={
+                key: f.breakdown(rows, key) for key in BREAKDOWN_KEYS if len(m.group_values(rows, key)) > 1
+            },
+            server=server,
+        )
+    return RunReport(
+        run={
             "run_id": mf.run_id,
             "location": run.location,
             "kind": mf.kind,
@@ -243,30 +263,15 @@ def build_report(run: LoadedRun, slo: m.SLO | None = None) -> dict[str, Any]:
             "workload": workload_identity(mf),
             "unfinished_parts": run.unfinished_parts,
         },
-        "slo": slo.describe() if slo is not None else None,
-        "targets": {},
-    }
-    for name in run.targets():
-        rows = run.rows_of(name)
-        info = engines.get(name)
-        entry: dict[str, Any] = {
-            "engine": info.engine if info else (rows["engine"][0].as_py() if rows.num_rows else ""),
-            "emulated": bool(info.emulated) if info else False,
-            "figures": m.summary_figures(rows, slo),
-            "breakdowns": {},
-            "server": None,
-        }
-        for key in BREAKDOWN_KEYS:
-            if len(m.group_values(rows, key)) > 1:
-                entry["breakdowns"][key] = m.breakdown(rows, key)
-        if run.server is not None:
-            samples = run.server.filter(pc.equal(run.server["target"], name))
-            if samples.num_rows:
-                start = int(pc.min(rows["sent_ns"]).as_py()) if rows.num_rows else None
-                entry["server"] = target_figures(samples, start)
-        report["targets"][name] = entry
-    report["warnings"] = run_warnings(run, report)
-    return report
+        slo=slo.describe() if slo is not None else None,
+        targets=targets,
+        warnings=run_warnings(run, targets),
+    )
+
+
+def build_report(run: LoadedRun, slo: m.SLO | None = None) -> dict[str, Any]:
+    """``build_run_report`` in its JSON shape (what ``swarm report --json`` prints)."""
+    return build_run_report(run, slo).as_dict()
 
 
 def without_timelines(report: dict[str, Any]) -> dict[str, Any]:
