@@ -9,10 +9,9 @@ the highest sustained rate.
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
-from bench.common import Row
+from bench.common import Row, send_in_process
 
 RATES = (250, 500, 1000, 2000)
 SECONDS = 6.0
@@ -25,7 +24,8 @@ def at_rate(url: str, rate: float) -> tuple[float, float, float]:
     from swarm.arrival import ArrivalSpec
     from swarm.catalog import Catalog
     from swarm.record import RequestRecord
-    from swarm.runner import ResolvedTarget, run_agents
+    from swarm.runtime.agent_source import AgentSource
+    from swarm.runtime.context import ResolvedTarget
     from swarm.workload import MixEntry, Workload, WorkloadSpec
 
     catalog = Catalog(agent_dirs=[Path(__file__).parent / "profiles"])
@@ -40,14 +40,11 @@ def at_rate(url: str, rate: float) -> tuple[float, float, float]:
         arrival=ArrivalSpec(process="poisson", rate=rate),
     )
     records: list[RequestRecord] = []
-    asyncio.run(
-        run_agents(
-            Workload(spec, catalog),
-            range(agents),
-            ResolvedTarget("t", url, "sglang", "openai-chat", "m"),
-            records.append,
-            record_text=False,  # as `swarm run` without --record-text
-        )
+    send_in_process(
+        AgentSource(Workload(spec, catalog)),
+        ResolvedTarget("t", url, "sglang", "openai-chat", "m"),
+        records.append,
+        keep_text=False,  # as `swarm run` without --record-text
     )
     sent = np.array([r.sent_ns for r in records], dtype=np.int64)
     scheduled = np.array([r.scheduled_ns for r in records], dtype=np.int64)

@@ -26,7 +26,7 @@ import sys
 from array import array
 from pathlib import Path
 
-from bench.common import Row, invalid_because, labelled
+from bench.common import Row, invalid_because, labelled, send_in_process
 
 SIZES = (500, 2000, 10000)
 #: profile -> one agent's lifetime in s (4 calls; starts are spread over it)
@@ -35,7 +35,6 @@ TARGETS_MS = {500: 2.0, 2000: 10.0}
 
 
 def one(agents: int, url: str, profile: str) -> dict[str, float]:
-    import asyncio
 
     import numpy as np
 
@@ -43,7 +42,8 @@ def one(agents: int, url: str, profile: str) -> dict[str, float]:
     from swarm.catalog import Catalog
     from swarm.engines.client import Timeouts
     from swarm.record import RequestRecord
-    from swarm.runner import ResolvedTarget, run_agents
+    from swarm.runtime.agent_source import AgentSource
+    from swarm.runtime.context import ResolvedTarget
     from swarm.workload import MixEntry, Workload, WorkloadSpec
 
     catalog = Catalog(agent_dirs=[Path(__file__).parent / "profiles"])
@@ -72,16 +72,13 @@ def one(agents: int, url: str, profile: str) -> dict[str, float]:
 
     target = ResolvedTarget("t", url, "sglang", "openai-chat", "m")
     workload = Workload(spec, catalog)
-    asyncio.run(
-        run_agents(
-            workload,
-            range(agents),
-            target,
-            keep,
-            timeouts=Timeouts(first_token_s=300, total_s=600),
-            measure_send_stamps=True,
-            record_text=False,  # as `swarm run` without --record-text
-        )
+    send_in_process(
+        AgentSource(workload),
+        target,
+        keep,
+        timeouts=Timeouts(first_token_s=300, total_s=600),
+        measure_send_stamps=True,
+        keep_text=False,  # as `swarm run` without --record-text
     )
     ttft = np.frombuffer(ttft_ns, dtype=np.int64).astype(float) / 1e6
     itl = np.frombuffer(itl_ns, dtype=np.int64).astype(float) / 1e6

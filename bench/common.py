@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 
 @dataclass
@@ -82,3 +84,34 @@ def print_rows(rows: list[Row], as_json: bool) -> None:
         if j == 0:
             print("  ".join("-" * w for w in widths))
     sys.stdout.flush()
+
+
+class CallbackSink:
+    """A TraceSink that hands each record to a function (what a bench keeps of it)."""
+
+    def __init__(self, keep: Callable[[Any], None]) -> None:
+        self.keep = keep
+        self.rows_lost = 0
+        self.failure: str | None = None
+
+    def write(self, record: Any) -> None:
+        self.keep(record)
+
+    def write_batch(self, batch: Any) -> None:
+        raise TypeError("CallbackSink takes records")
+
+    def maybe_rotate(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def send_in_process(source: Any, target: Any, keep: Callable[[Any], None], **run: Any) -> Any:
+    """Run ``source`` against ``target`` in this process; every record goes to ``keep``."""
+    import asyncio
+
+    from swarm.runtime.context import TargetRun
+    from swarm.runtime.loop import drive
+
+    return asyncio.run(drive(TargetRun(source, target, CallbackSink(keep), **run)))

@@ -42,7 +42,8 @@ def one(agents: int, workers: int, url: str) -> dict[str, Any]:
     from swarm.cluster.worker import peak_rss_bytes
     from swarm.engines.client import Timeouts
     from swarm.live_stats import RunStats
-    from swarm.runner import ResolvedTarget
+    from swarm.runtime.agent_source import AgentSource
+    from swarm.runtime.context import ResolvedTarget, TargetRun
     from swarm.trace.reader import read_requests
     from swarm.trace.sink import ParquetTraceSink
     from swarm.trace.storage import RunStorage
@@ -60,8 +61,10 @@ def one(agents: int, workers: int, url: str) -> dict[str, Any]:
         sink = ParquetTraceSink(storage, writer="bench")
         try:
             outcome = executor.run_target(
-                workload, ResolvedTarget("t", url, "sglang", "openai-chat", "m"), sink, RunStats(), "bench",
-                Timeouts(first_token_s=300, total_s=600), storage, False,
+                TargetRun(
+                    AgentSource(workload), ResolvedTarget("t", url, "sglang", "openai-chat", "m"), sink,
+                    RunStats(), run_id="bench", timeouts=Timeouts(first_token_s=300, total_s=600), storage=storage,
+                )
             )  # fmt: skip
         finally:
             sink.close()

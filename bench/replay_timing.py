@@ -19,13 +19,12 @@ The traces:
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
 import numpy as np
 
-from bench.common import Row, invalid_because, labelled
+from bench.common import Row, invalid_because, labelled, send_in_process
 
 #: the first 300 requests of the Mooncake conversation trace, in the project's test data
 MOONCAKE = Path(__file__).resolve().parents[1] / "tests" / "data" / "mooncake_conversation_first300.jsonl"
@@ -36,13 +35,13 @@ def _replay_ms(plan: object, speed: float) -> tuple[np.ndarray, np.ndarray, str 
     cannot be met (requests missing or failed), or None."""
     from swarm.emulator.process import EmulatorProcess
     from swarm.record import RequestRecord
-    from swarm.replay.runner import replay
-    from swarm.runner import ResolvedTarget
+    from swarm.runtime.context import ResolvedTarget
+    from swarm.runtime.replay_source import ReplaySource
 
     records: list[RequestRecord] = []
     with EmulatorProcess(["--engine", "sglang", "--timing", "zero", "--cache-tokens", "0"]) as emu:
         target = ResolvedTarget("t", emu.url, "sglang", "openai-chat", "m")
-        asyncio.run(replay(plan, target, records.append, mode="timed", speed=speed))  # type: ignore[arg-type]
+        send_in_process(ReplaySource(plan, mode="timed", speed=speed), target, records.append)  # type: ignore[arg-type]
     records.sort(key=lambda r: (r.scheduled_ns, r.sent_ns))
     scheduled = np.array([r.scheduled_ns for r in records], dtype=float) / 1e6
     sent = scheduled + np.array([r.queue_ns for r in records], dtype=float) / 1e6

@@ -23,16 +23,16 @@ tool result (user); then the node's own instruction (user).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from swarm.engines.client import EngineClient, EngineRequest
+from swarm.engines.client import EngineRequest
 from swarm.engines.dialects import ChatMessage
-from swarm.prefix import PrefixIndex, block_hashes
-from swarm.record import RequestIdentity, RequestRecord, Status
-from swarm.retry import is_retryable, retry_delay_s, retry_request_id
+from swarm.prefix import block_hashes
+from swarm.record import RequestIdentity, Status
+from swarm.retry import retry_request_id
+from swarm.runtime.dispatcher import Dispatcher, Outgoing
 from swarm.tokenizer import Tokenizer
 from swarm.workload import AgentPlan, NodePlan
 
@@ -67,87 +67,17 @@ def synthetic_turn(plan: AgentPlan, node: str) -> list[str]:
     return turn
 
 
-async def wait_for_slot(sem: asyncio.Semaphore) -> int:
-    """Take a slot of ``sem``; the ns spent waiting for it, 0 when one was free at once (a free
-    slot is taken without suspending, so no wait is recorded for it)."""
-    if not sem.locked():
-        await sem.acquire()
-        return 0
-    started = time.perf_counter_ns()
-    await sem.acquire()
-    return time.perf_counter_ns() - started
-
-
-class RequestGate:
-    """Global limits on sending: an in-flight cap, a request count, a deadline, a stop switch."""
-
-    def __init__(
-        self,
-        max_in_flight: int = 0,
-        max_requests: int | None = None,
-        deadline_s: float | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._sem = asyncio.Semaphore(max_in_flight) if max_in_flight > 0 else None
-        self.max_requests = max_requests
-        self.deadline_s = deadline_s
-        self._clock = clock
-        self.issued = 0
-        self.stopped = False
-        self.stop_reason: str | None = None
-
-    def stop(self, reason: str) -> None:
-        if not self.stopped:
-            self.stopped, self.stop_reason = True, reason
-
-    def _check(self) -> bool:
-        if self.stopped:
-            return False
-        if self.deadline_s is not None and self._clock() >= self.deadline_s:
-            self.stop("duration reached")
-            return False
-        if self.max_requests is not None and self.issued >= self.max_requests:
-            self.stop("request limit reached")
-            return False
-        return True
-
-    async def acquire(self) -> int | None:
-        """Wait for a slot: the ns waited for it (0 when one was free, or there is no cap), or
-        None when the run no longer sends."""
-        if not self._check():
-            return None
-        waited = 0
-        if self._sem is not None:
-            waited = await wait_for_slot(self._sem)
-            if not self._check():
-                self._sem.release()
-                return None
-        self.issued += 1
-        return waited
-
-    def release(self) -> None:
-        if self._sem is not None:
-            self._sem.release()
-
-
 @dataclass
 class AgentEnv:
     """What all agents of one target share."""
 
-    client: EngineClient
+    #: sends every request (in-flight cap, stop conditions, records) and keeps the clocks
+    dispatcher: Dispatcher
     tokenizer: Tokenizer
-    index: PrefixIndex
-    gate: RequestGate
-    on_record: Callable[[RequestRecord], None]
     context: str = "synthetic"
     stream: bool = True
     run_id: str = ""
     worker: int = 0
-    #: wall-clock ns of a perf_counter_ns reading, for scheduled_ns (driver-aligned on a cluster)
-    wall_at: Callable[[int], int] = field(
-        default=lambda perf_ns: time.time_ns() - time.perf_counter_ns() + perf_ns
-    )
-    in_flight: list[int] = field(default_factory=lambda: [0])
     #: the trace stores prompt parts and outputs (``--record-text``); with ``context: live``
     #: outputs are kept anyway (children read them). Otherwise a streamed answer is only
     #: counted, which is the client's fast path.
@@ -224,7 +154,7 @@ class AgentRun:
         if parents and all(self.state.get(p) != ALIVE for p in parents):
             self._resolve(node, "pruned")
             return
-        if self.cancelled or self.env.gate.stopped:
+        if self.cancelled or self.env.dispatcher.stop.stopped:
             self._resolve(node, "skipped")
             return
         self.state[node] = "running"
@@ -241,7 +171,7 @@ class AgentRun:
 
     def _resolve(self, node: str, state: str) -> None:
         self.state[node] = state
-        now = time.perf_counter_ns()
+        now = self.env.dispatcher.clock_ns()
         g = self.template.graph
         for child in g.successors(node):
             self._dep_done(child, now)
@@ -306,41 +236,26 @@ class AgentRun:
 
     async def _run_node(self, node: str, ready_perf_ns: int) -> None:
         env, plan = self.env, self.plan
+        d = env.dispatcher
         np_ = plan.node(node)
         due_perf_ns = ready_perf_ns + int(np_.think_s * 1e9)
-        delay = (due_perf_ns - time.perf_counter_ns()) / 1e9
-        if delay > 0:
-            await asyncio.sleep(delay)
-        spec_retries, backoff_s = env.retries, env.retry_backoff_s
+        await d.sleep_until(due_perf_ns)
         first_id = f"{plan.session_id}:{node}"
-        attempt = 0
-        while True:
-            slot_wait_ns = await env.gate.acquire()
-            if slot_wait_ns is None:
-                if attempt == 0:
-                    self._resolve(node, "skipped")
-                else:  # the run stopped before the retry: the node failed
-                    self._resolve(node, "failed")
-                return
-            env.in_flight[0] += 1
-            try:
-                record = await self._send(node, np_, due_perf_ns, attempt, first_id, slot_wait_ns)
-            finally:
-                env.in_flight[0] -= 1
-                env.gate.release()
-            env.on_record(record)
-            self.records += 1
-            if record.status is Status.CANCELLED:
-                self.cancelled = True
-                self._resolve(node, "failed")
-                return
-            if record.ok or attempt >= spec_retries or not is_retryable(record):
-                break
-            attempt += 1
-            wait_s = retry_delay_s(record, attempt, backoff_s)
-            if wait_s > 0:
-                await asyncio.sleep(wait_s)
-            due_perf_ns = time.perf_counter_ns()
+        record, attempts = await d.send_retrying(
+            functools.partial(self._build, node, np_, first_id),
+            due_perf_ns,
+            retries=env.retries,
+            backoff_s=env.retry_backoff_s,
+        )
+        self.records += attempts
+        if record is None:  # the run no longer sends
+            # before the first attempt the node was skipped; before a retry it failed
+            self._resolve(node, "skipped" if attempts == 0 else "failed")
+            return
+        if record.status is Status.CANCELLED:
+            self.cancelled = True
+            self._resolve(node, "failed")
+            return
         if not record.ok and env.on_failure != "standin":
             self._resolve(node, "failed")
             return
@@ -348,18 +263,20 @@ class AgentRun:
         if env.context == "live" and record.ok:
             turn[1] = record.output_text or ""
         if np_.tool_result is not None:
-            await asyncio.sleep(np_.tool_s)
+            await d.sleep_until(d.clock_ns() + int(np_.tool_s * 1e9))
         self.turns[node] = turn
         self._resolve(node, "cut" if np_.early_stop else ALIVE)
 
-    async def _send(
-        self, node: str, np_: NodePlan, due_perf_ns: int, attempt: int, first_id: str, slot_wait_ns: int = 0
-    ) -> RequestRecord:
-        """One attempt at a node's call (the caller holds a gate slot)."""
+    def _build(
+        self, node: str, np_: NodePlan, first_id: str, attempt: int, due_perf_ns: int, slot_wait_ns: int
+    ) -> Outgoing:
+        """One attempt at a node's call, built once a slot is free (its ideal reuse is taken
+        now, in send order)."""
         env, plan = self.env, self.plan
+        d = env.dispatcher
         messages = self.messages(node)
         tokens = self._prompt_tokens(messages)
-        ideal = env.index.observe(tokens)
+        ideal = d.index.observe(tokens)
         hashes = block_hashes(tokens)  # type: ignore[arg-type]
         prompt_tokens_est = len(tokens)
         del tokens  # not held while the request is in flight (thousands of agents)
@@ -384,7 +301,7 @@ class AgentRun:
                 attempt=attempt,
                 retry_of=first_id if attempt else None,
             ),
-            scheduled_ns=env.wall_at(due_perf_ns),
+            scheduled_ns=d.wall_at(due_perf_ns),
             stream=env.stream,
             prompt_tokens_est=prompt_tokens_est,
             slot_wait_ns=slot_wait_ns,
@@ -392,4 +309,4 @@ class AgentRun:
             block_hashes=hashes,
             keep_text=env.record_text or env.context == "live",
         )
-        return await env.client.send(request)
+        return Outgoing(request)

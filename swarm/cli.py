@@ -505,6 +505,54 @@ def replay(
     ] = None,
     error_window: Annotated[int, typer.Option(help="requests the circuit breaker looks back over")] = 100,
     max_in_flight: Annotated[int, typer.Option(help="cap on requests in flight (0 = none)")] = 0,
+    sessions: Annotated[
+        int,
+        typer.Option(
+            help="play every recorded session N times over (copies get their own user content, "
+            "share the system prompts)"
+        ),
+    ] = 1,
+    max_sessions: Annotated[
+        int,
+        typer.Option(
+            help="keep at most N sessions in progress; the next starts when one ends (0 = all at their offsets)"
+        ),
+    ] = 0,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(help="local HF tokenizer.json for token estimates (default: whitespace words)"),
+    ] = None,
+    retries: Annotated[
+        int, typer.Option(help="retries of a failed call (default 0: failures are measured, not hidden)")
+    ] = 0,
+    retry_backoff: Annotated[float, typer.Option(help="seconds before the first retry, doubling")] = 0.5,
+    executor: Annotated[
+        str,
+        typer.Option(
+            help="inprocess (default: one process) or ray (Ray actors, a local Ray unless --address)"
+        ),
+    ] = "inprocess",
+    workers: Annotated[
+        int | None, typer.Option(help="Ray worker actors (default: the CPUs Ray reports, less one)")
+    ] = None,
+    address: Annotated[
+        str | None,
+        typer.Option(
+            help="Ray cluster to join: auto or ray://HOST:PORT (default: RAY_ADDRESS, else a local Ray)"
+        ),
+    ] = None,
+    ray_timeout: Annotated[
+        float, typer.Option(help="seconds to start a local Ray or join --address before giving up")
+    ] = 60.0,
+    worker_writes: Annotated[
+        bool,
+        typer.Option("--worker-writes", help="Ray workers write Parquet parts to --output themselves"),
+    ] = False,
+    first_token_timeout: Annotated[
+        float, typer.Option(help="seconds to the first token before a timeout")
+    ] = 120.0,
+    idle_timeout: Annotated[float, typer.Option(help="longest silence mid-stream, seconds")] = 60.0,
+    request_timeout: Annotated[float, typer.Option(help="a whole request, seconds")] = 600.0,
     output: Annotated[str, typer.Option(help="folder (or URI) for run folders")] = "runs",
     record_text: Annotated[
         bool, typer.Option("--record-text", help="store prompts and outputs in the trace")
@@ -522,7 +570,14 @@ def replay(
         source=source, fmt=format, mode=mode, speed=speed, limit=limit, window=window, sample=sample, seed=seed,
         skip_bad_lines=skip_bad_lines, source_target=source_target, targets=target or [], engines=engine or [],
         dialect=dialect, model=model, api_key_env=api_key_env, api_key_file=api_key_file,
-        max_error_rate=max_error_rate, error_window=error_window, max_in_flight=max_in_flight, output=output,
+        max_error_rate=max_error_rate, error_window=error_window, max_in_flight=max_in_flight, sessions=sessions,
+        max_sessions=max_sessions, tokenizer=tokenizer, retries=retries, retry_backoff_s=retry_backoff,
+        settings={
+            "executor": executor, "workers": workers, "address": address, "ray_timeout_s": ray_timeout,
+            "worker_writes": worker_writes,
+            "timeouts": {"first_token_s": first_token_timeout, "idle_s": idle_timeout, "total_s": request_timeout},
+        },
+        output=output,
         record_text=record_text, emulator_args=emulator_arg or [], show_progress=progress and not json_out,
         json_out=json_out,
     )  # fmt: skip

@@ -1,7 +1,8 @@
 """``swarm run`` and ``swarm topologies``: flags to a RunSpec, a live view, a final summary.
 
 Place in the map (docs/architecture.md): part of the CLI (the only place that knows rich's live display).
-The command builds a ``RunSpec`` from ``--spec`` and flags and calls ``swarm.run.execute_run``.
+The command builds a ``RunSpec`` from ``--spec`` and flags and calls ``runtime.launch.execute_run``;
+``swarm replay`` builds a ReplayPlan and calls ``runtime.launch.execute_replay``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from swarm.cli_report import summary_table
 from swarm.errors import InputError
 from swarm.live_stats import RunStats, behind_schedule
 
@@ -124,45 +126,6 @@ class LiveDisplay:
             self._live.stop()
 
 
-def summary_table(summary: dict[str, dict[str, Any]], emulated: set[str]) -> Table:
-    table = Table(title="summary (from the trace)")
-    cols = (
-        "target",
-        "engine",
-        "requests",
-        "errors",
-        "cancelled",
-        "agents",
-        "TTFT p50",
-        "TTFT p99",
-        "ITL p50",
-        "out tok/s",
-        "cache hit",
-        "ideal hit",
-        "lag p99",
-    )
-    for col in cols:
-        table.add_column(col, justify="left" if col in ("target", "engine") else "right")
-    for name, s in summary.items():
-        engine = s["engine"] + (" (emulator)" if name in emulated else "")
-        table.add_row(
-            name,
-            engine,
-            str(s["requests"]),
-            str(s["errors"]),
-            str(s["cancelled"]),
-            str(s["agents"]),
-            _fmt(s["ttft_p50_ms"], ".1f", " ms"),
-            _fmt(s["ttft_p99_ms"], ".1f", " ms"),
-            _fmt(s["itl_p50_ms"], ".1f", " ms"),
-            _fmt(s["output_tokens_per_s"], ",.0f"),
-            _fmt(None if s["cache_hit_ratio"] is None else 100 * s["cache_hit_ratio"], ".1f", "%"),
-            _fmt(None if s["ideal_hit_ratio"] is None else 100 * s["ideal_hit_ratio"], ".1f", "%"),
-            _fmt(s["lag_p99_ms"], ".1f", " ms"),
-        )
-    return table
-
-
 def parse_targets(
     targets: list[str],
     engines: list[str],
@@ -219,8 +182,9 @@ def run_command(
     """Build the RunSpec, run it with a live view, print the summary; returns the exit code."""
     import json
 
-    from swarm.run import RunSpec, execute_run, summary_rows
-    from swarm.runner import ResolvedTarget
+    from swarm.runtime.context import ResolvedTarget
+    from swarm.runtime.launch import execute_run, summary_rows
+    from swarm.runtime.specs import RunSpec
     from swarm.specfiles import validate
 
     spec = validate(RunSpec, spec_data, source)
@@ -310,16 +274,21 @@ def replay_command(
     sample: float | None, seed: int, skip_bad_lines: bool, source_target: str | None, targets: list[str],
     engines: list[str], dialect: str | None, model: str | None, api_key_env: str | None,
     api_key_file: str | None = None, max_error_rate: float | None = None, error_window: int = 100,
-    max_in_flight: int,
+    max_in_flight: int, sessions: int = 1, max_sessions: int = 0, tokenizer: str | None = None,
+    retries: int = 0, retry_backoff_s: float = 0.5, settings: dict[str, Any] | None = None,
     output: str, record_text: bool, emulator_args: list[str], show_progress: bool, json_out: bool,
 ) -> int:  # fmt: skip
+    """``settings``: the RunSpec fields a replay shares with runs (executor, workers, address,
+    ray_timeout_s, worker_writes, timeouts, metrics and flush intervals)."""
     import json
 
-    from swarm.replay.execute import execute_replay
     from swarm.replay.importers import Filters, import_trace, parse_window
-    from swarm.replay.runner import MODES
-    from swarm.run import TargetSpec, summary_rows
-    from swarm.runner import ResolvedTarget
+    from swarm.runtime.context import ResolvedTarget
+    from swarm.runtime.launch import execute_replay, make_executor, summary_rows
+    from swarm.runtime.replay_source import MODES
+    from swarm.runtime.specs import RunSpec, TargetSpec
+    from swarm.specfiles import validate
+    from swarm.tokenizer import get_tokenizer
 
     if mode is not None and mode not in MODES:
         raise InputError(f"--mode {mode!r}: expected timed or dependent")
@@ -333,6 +302,14 @@ def replay_command(
         raise InputError("--max-error-rate must be a share in (0, 1]")
     if error_window < 1:
         raise InputError("--error-window must be at least 1")
+    if sessions < 1:
+        raise InputError("--sessions must be at least 1")
+    if max_sessions < 0:
+        raise InputError("--max-sessions must be 0 (no limit) or more")
+    if retries < 0 or retry_backoff_s < 0:
+        raise InputError("--retries and --retry-backoff must not be negative")
+    spec = validate(RunSpec, {**(settings or {}), "output_dir": output}, "replay flags")
+    chosen_tokenizer = get_tokenizer(tokenizer)
     fmt = fmt or detect_format(source)
     filters: dict[str, Any] = {"limit": limit, "window": window, "sample": sample, "seed": seed}
     if fmt == "swarm":
@@ -352,16 +329,22 @@ def replay_command(
     console = Console(stderr=json_out, width=None if sys.stdout.isatty() else 160)
     for note in plan.notes:
         console.print(f"[yellow]{note}[/yellow]")
-    display = LiveDisplay(LiveView(len(plan.items)), console, show_progress)
+    display = LiveDisplay(LiveView(len(plan.items) * sessions), console, show_progress)
 
     def on_target_start(target: ResolvedTarget, stats: RunStats) -> None:
         display.start_target(target.name, stats)
 
     try:
         result = execute_replay(
-            plan, target_specs, mode=mode, speed=speed, max_in_flight=max_in_flight, output_dir=output,
+            plan, target_specs, mode=mode, speed=speed, copies=sessions, max_sessions=max_sessions,
+            max_in_flight=max_in_flight, tokenizer=chosen_tokenizer, retries=retries,
+            retry_backoff_s=retry_backoff_s, output_dir=output,
             record_text=record_text, emulator_args=emulator_args, filters=filters, on_target_start=on_target_start,
-            max_error_rate=max_error_rate, error_window=error_window,
+            max_error_rate=max_error_rate, error_window=error_window, spec=spec,
+            executor=make_executor(
+                spec.executor, workers=spec.workers, address=spec.address, worker_writes=spec.worker_writes,
+                ray_timeout_s=spec.ray_timeout_s, flush_interval_s=spec.flush_interval_s,
+            ),
         )  # fmt: skip
     finally:
         display.stop()

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import collections
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from sending import send_agents
 
 from swarm.arrival import ArrivalSpec
 from swarm.catalog import Catalog
 from swarm.emulator import EmulatorThread
 from swarm.record import RequestRecord, Status
-from swarm.runner import ResolvedTarget, run_agents
+from swarm.runtime.context import ResolvedTarget
 from swarm.workload import MixEntry, Workload, WorkloadSpec, partition
 
 TINY = """
@@ -59,11 +59,8 @@ def spec(topology: str = "tree_of_thought", agents: int = 12, **kw: object) -> W
 def run(
     workload: Workload, url: str, engine: str = "sglang", agent_ids: list[int] | None = None
 ) -> list[RequestRecord]:
-    records: list[RequestRecord] = []
     target = ResolvedTarget("t", url, engine, "openai-chat", "m")
-    ids = list(range(workload.n_agents)) if agent_ids is None else agent_ids
-    asyncio.run(run_agents(workload, ids, target, records.append))
-    return records
+    return send_agents(workload, target, agent_ids)
 
 
 def test_same_spec_and_seed_give_identical_plans(catalog: Catalog) -> None:

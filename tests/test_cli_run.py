@@ -206,7 +206,7 @@ def test_an_in_process_part_puts_back_the_handler_it_found() -> None:
     """After an in-process target (or a replay) the CLI's SIGTERM handler is in place again:
     asyncio's own removal would leave the default action, and a SIGTERM between targets would
     kill the run without writing its manifest."""
-    from swarm.run import run_async_with_signals
+    from swarm.runtime.executor import run_with_signals
 
     def handler(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
@@ -214,10 +214,10 @@ def test_an_in_process_part_puts_back_the_handler_it_found() -> None:
     previous = signal.signal(signal.SIGTERM, handler)
     try:
 
-        async def part(stop: object) -> int:
+        async def part() -> int:
             return 7
 
-        assert run_async_with_signals(part) == 7
+        assert run_with_signals(part, lambda: None) == 7
         assert signal.getsignal(signal.SIGTERM) is handler
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from sending import send_agents
 
 from swarm.arrival import ArrivalSpec
 from swarm.catalog import Catalog
@@ -19,8 +20,10 @@ from swarm.emulator import EmulatorThread
 from swarm.engines.client import Timeouts
 from swarm.live_stats import RunStats
 from swarm.record import RequestRecord
-from swarm.run import RunSpec, TargetSpec, execute_run
-from swarm.runner import ResolvedTarget, TargetOutcome, run_agents
+from swarm.runtime.agent_source import AgentSource
+from swarm.runtime.context import ResolvedTarget, TargetOutcome, TargetRun
+from swarm.runtime.launch import execute_run
+from swarm.runtime.specs import RunSpec, TargetSpec
 from swarm.trace.manifest import RunManifest
 from swarm.trace.reader import read_requests
 from swarm.trace.sink import ParquetTraceSink
@@ -70,7 +73,9 @@ def run_on_ray(
     if watcher:
         watcher.start()
     try:
-        outcome = executor.run_target(workload, target, sink, stats, "r", Timeouts(), storage, False)
+        outcome = executor.run_target(
+            TargetRun(AgentSource(workload), target, sink, stats, run_id="r", timeouts=Timeouts(), storage=storage)
+        )
     finally:
         sink.close()
     if watcher:
@@ -89,9 +94,8 @@ def test_ray_sends_the_same_traffic_as_one_process(
     )
     records: list[RequestRecord] = []
     target = ResolvedTarget("t", emu.url, "sglang", "openai-chat", "m")
-    import asyncio
 
-    asyncio.run(run_agents(Workload(spec, catalog), range(500), target, records.append))
+    records = send_agents(Workload(spec, catalog), target)
     local = sorted(
         (r.identity.session_id, r.identity.node, r.identity.parent_nodes, r.block_hashes, r.prompt_tokens_est)
         for r in records

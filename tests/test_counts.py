@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from sending import send_agents
 
 from swarm.analysis.compare import WorkloadMismatch, compare, lead
 from swarm.analysis.report import build_report, load_run
@@ -23,10 +24,10 @@ from swarm.cli_run import LiveView
 from swarm.emulator import EmulatorThread
 from swarm.live_stats import LATE_NS, RunStats
 from swarm.record import RequestIdentity, RequestRecord, Status
-from swarm.replay.execute import execute_replay
 from swarm.replay.from_run import plan_from_run
-from swarm.run import RunSpec, TargetSpec, execute_run
-from swarm.runner import ResolvedTarget, run_agents
+from swarm.runtime.context import ResolvedTarget
+from swarm.runtime.launch import execute_replay, execute_run
+from swarm.runtime.specs import RunSpec, TargetSpec
 from swarm.trace.manifest import RunManifest, RunStatus
 from swarm.trace.sink import ParquetTraceSink
 from swarm.trace.synthetic import synthetic_record
@@ -101,7 +102,7 @@ def test_the_agent_records_its_wait_for_a_slot(
     workload = Workload(spec, Catalog(agent_dirs=[tmp_path]))
     records: list[RequestRecord] = []
     target = ResolvedTarget("t", emu.url, "sglang", "openai-chat", "m")
-    asyncio.run(run_agents(workload, range(3), target, records.append))
+    records = send_agents(workload, target)
     firsts = sorted((r for r in records if r.identity.node.endswith("0")), key=lambda r: r.slot_wait_ns)
     waits = [r.slot_wait_ns for r in firsts]
     assert len(waits) == 3 and waits[0] == 0, waits  # a free slot is no wait at all
@@ -110,7 +111,7 @@ def test_the_agent_records_its_wait_for_a_slot(
     # without a cap nothing waits for a slot
     uncapped: list[RequestRecord] = []
     free = Workload(spec.model_copy(update={"max_in_flight": 0}), Catalog(agent_dirs=[tmp_path]))
-    asyncio.run(run_agents(free, range(3), target, uncapped.append))
+    uncapped = send_agents(free, target)
     assert {r.slot_wait_ns for r in uncapped} == {0}
 
 

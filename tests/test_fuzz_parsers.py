@@ -25,7 +25,7 @@ from swarm.engines.profiles import get_profile
 from swarm.engines.sse import SSEError, SSEParser
 from swarm.errors import InputError
 from swarm.replay.importers import import_trace, parse_window
-from swarm.run import RunSpec
+from swarm.runtime.specs import RunSpec
 from swarm.specfiles import load_yaml, validate
 from swarm.topology import load_topology
 from swarm.workload import WorkloadSpec

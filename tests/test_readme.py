@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from swarm.run import RunSpec
+from swarm.runtime.specs import RunSpec
 from swarm.workload import Workload
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,7 +18,8 @@ from swarm.emulator.faults import FaultSpec
 from swarm.live_stats import RunStats
 from swarm.record import RequestIdentity, RequestRecord, Status
 from swarm.retry import is_retryable, retry_delay_s
-from swarm.run import RunSpec, TargetSpec, TimeoutSpec, execute_run
+from swarm.runtime.launch import execute_run
+from swarm.runtime.specs import RunSpec, TargetSpec, TimeoutSpec
 from swarm.trace.manifest import RunManifest, RunStatus
 from swarm.trace.reader import list_parts, read_requests
 from swarm.trace.sink import ParquetTraceSink
@@ -306,8 +307,8 @@ def test_circuit_breaker_on_ray_judges_all_workers_at_the_driver(
 
 
 def test_replay_stops_on_the_circuit_breaker(emulator: object, tmp_path: Path) -> None:
-    from swarm.replay.execute import execute_replay
     from swarm.replay.importers import import_trace
+    from swarm.runtime.launch import execute_replay
 
     trace = tmp_path / "trace.jsonl"
     trace.write_text(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import io
 import json
@@ -12,19 +11,20 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from sending import send_replay
 
 from swarm.arrival import ArrivalSpec
 from swarm.emulator import EmulatorThread
 from swarm.errors import InputError
 from swarm.prefix import block_hashes
 from swarm.record import RequestRecord
-from swarm.replay.execute import execute_replay
 from swarm.replay.export import export_mooncake, mooncake_lines
 from swarm.replay.from_run import plan_from_run
 from swarm.replay.importers import Filters, import_trace, parse_window
-from swarm.replay.runner import item_messages, replay
-from swarm.run import RunSpec, TargetSpec, execute_run
-from swarm.runner import ResolvedTarget
+from swarm.runtime.context import ResolvedTarget
+from swarm.runtime.launch import execute_replay, execute_run
+from swarm.runtime.replay_source import item_messages
+from swarm.runtime.specs import RunSpec, TargetSpec
 from swarm.trace.manifest import RunManifest
 from swarm.trace.reader import read_requests
 from swarm.workload import MixEntry, WorkloadSpec
@@ -97,7 +97,7 @@ def test_replay_without_rebuildable_prompts_keeps_lengths_and_sharing(
     emu = emulator(engine="sglang", timing="zero", cache_capacity_tokens=None)
     records: list[RequestRecord] = []
     target = ResolvedTarget("t", emu.url, "sglang", "openai-chat", "m")
-    asyncio.run(replay(plan, target, records.append, mode="dependent", speed=10))
+    records, _ = send_replay(plan, target, mode="dependent", speed=10)
     original = {r["request_id"]: r for r in read_requests(run_dir).to_pylist()}
     assert sorted(r.identity.request_id for r in records) == sorted(original)
     # the prefix each prompt shares with those sent before it (in the replay's own order, which
@@ -161,7 +161,7 @@ def test_mooncake_first_300_cached_tokens_equal_the_trace_ideal(
     records: list[RequestRecord] = []
     target = ResolvedTarget("t", emu.url, engine, "openai-chat", "m")
     # in order, one at a time, so the server admits them in the order the ideal assumes
-    asyncio.run(replay(plan, target, records.append, mode="timed", speed=1e6, max_in_flight=1))
+    records, _ = send_replay(plan, target, mode="timed", speed=1e6, max_in_flight=1)
     assert len(records) == 300 and all(r.ok for r in records)
     records.sort(key=lambda r: int(r.identity.request_id.rsplit(":", 1)[1]))
     for r, row, want in zip(records, rows, ideal, strict=True):
@@ -314,8 +314,8 @@ def test_timed_replay_keeps_recorded_offsets_and_never_sends_early(
     offsets = [0.0, 0.0, 0.0, 0.04, 0.04, 0.1, 0.3, 2.4]  # bursts, and one past the preparation lead
     records: list[RequestRecord] = []
     target = ResolvedTarget("t", emu.url, "sglang", "openai-chat", "m")
-    sent = asyncio.run(replay(_timed_plan(offsets), target, records.append, mode="timed", speed=2.0))
-    assert sent == len(offsets) == len(records)
+    records, outcome = send_replay(_timed_plan(offsets), target, mode="timed", speed=2.0)
+    assert outcome.requests == len(offsets) == len(records)
     assert all(r.status == "ok" for r in records)
     by_index = sorted(records, key=lambda r: r.scheduled_ns)
     first = by_index[0].scheduled_ns
@@ -331,10 +331,6 @@ def test_stopping_a_replay_returns_what_was_sent(emulator: Callable[..., Emulato
     records: list[RequestRecord] = []
     target = ResolvedTarget("t", emu.url, "sglang", "openai-chat", "m")
 
-    async def main() -> int:
-        stop = asyncio.Event()
-        asyncio.get_running_loop().call_later(0.3, stop.set)
-        return await replay(_timed_plan([0.0, 0.05, 60.0, 120.0]), target, records.append, stop=stop)
-
-    assert asyncio.run(main()) == 2
+    records, outcome = send_replay(_timed_plan([0.0, 0.05, 60.0, 120.0]), target, stop_after_s=0.3)
+    assert outcome.requests == 2 and outcome.interrupted
     assert len(records) == 2

@@ -14,10 +14,11 @@ from browser import chromium_path, visit
 from swarm.analysis.compare import WorkloadMismatch, compare
 from swarm.analysis.html import render_html
 from swarm.analysis.metrics import SLO
-from swarm.analysis.report import build_report, load_run
+from swarm.analysis.report import build_report, build_run_report, load_run
 from swarm.arrival import ArrivalSpec
 from swarm.emulator import EmulatorThread
-from swarm.run import RunSpec, TargetSpec, execute_run
+from swarm.runtime.launch import execute_run
+from swarm.runtime.specs import RunSpec, TargetSpec
 from swarm.workload import MixEntry, WorkloadSpec
 
 
@@ -121,7 +122,7 @@ def test_html_report_in_headless_chromium(two_runs: tuple[str, str, str], tmp_pa
         pytest.skip("chromium is not installed (apt-get install chromium)")
     run = load_run(two_runs[0])
     page = tmp_path / "report.html"
-    page.write_text(render_html(run, build_report(run)), encoding="utf-8")
+    page.write_text(render_html(run, build_run_report(run)), encoding="utf-8")
     assert "<script" not in page.read_text() and "http://" not in page.read_text().replace(
         'xmlns="http://www.w3.org/2000/svg"', ""
     )  # self-contained: nothing to fetch

@@ -28,7 +28,8 @@ import pytest
 from swarm.arrival import ArrivalSpec
 from swarm.emulator.process import EmulatorProcess
 from swarm.record import RequestRecord
-from swarm.run import RunSpec, TargetSpec, TimeoutSpec, execute_run
+from swarm.runtime.launch import execute_run
+from swarm.runtime.specs import RunSpec, TargetSpec, TimeoutSpec
 from swarm.trace.manifest import RunStatus
 from swarm.trace.reader import read_requests, unfinished_parts
 from swarm.workload import MixEntry, WorkloadSpec

@@ -1,11 +1,13 @@
-"""RayExecutor: a run's agents spread over async Ray actors; the driver writes the trace.
+"""RayExecutor: a run's sessions spread over async Ray actors; the driver writes the trace.
 
-Place in the map (docs/architecture.md, "Ray"): implements the Executor protocol of ``swarm.run``.
+Place in the map (docs/architecture.md, "Ray"): implements the Executor protocol of ``runtime.executor``
+for every request source (agents, replays).
 
 1. Workers: ``--workers N`` actors (default: the CPUs Ray reports, less one for the driver),
    each with ``num_cpus`` set explicitly and the SPREAD strategy, so they land on different
-   nodes. Agents are split by session id, round-robin (``workload.partition``): a tree stays
-   on one worker and the traffic is the same for any N.
+   nodes. The source deals its sessions over them (``RequestSource.split``: agents round-robin
+   by id, replayed sessions round-robin in start order): a session stays on one worker, and an
+   agent swarm's traffic is the same for any N.
 2. Clocks: each worker's wall-clock offset to the driver is measured with five round-trip
    pings (the one with the smallest round trip wins: offset = worker time - midpoint). The
    driver picks a start instant 2 s ahead; each worker converts it to its own clock, and
@@ -30,16 +32,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from swarm.breaker import CircuitBreaker
 from swarm.cluster.connection import DEFAULT_TIMEOUT_S, RayConnection
 from swarm.cluster.worker import SwarmWorker, WorkerPayload
-from swarm.engines.client import Timeouts, read_api_key
+from swarm.engines.client import read_api_key
 from swarm.errors import InputError
 from swarm.live_stats import RunStats
-from swarm.runner import ResolvedTarget, TargetOutcome
-from swarm.trace.sink import TraceSink, TraceWriteError
-from swarm.trace.storage import RunStorage
-from swarm.workload import Workload, partition
+from swarm.runtime.context import Placement, TargetOutcome, TargetRun
+from swarm.runtime.loop import stop_conditions_for
+from swarm.trace.sink import TraceWriteError
 
 log = logging.getLogger(__name__)
 
@@ -121,66 +121,58 @@ class RayExecutor:
         cpus = int(ray.cluster_resources().get("CPU", 1))
         return max(1, cpus - 1)
 
-    def run_target(
-        self,
-        workload: Workload,
-        target: ResolvedTarget,
-        sink: TraceSink,
-        stats: RunStats,
-        run_id: str,
-        timeouts: Timeouts,
-        storage: RunStorage,
-        keep_text: bool,
-        breaker: CircuitBreaker | None = None,
-    ) -> TargetOutcome:
+    def run_target(self, run: TargetRun) -> TargetOutcome:
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError
 
         self._connect()
-        n = min(self.workers or self.default_workers(), workload.n_agents)
+        target, sink, stats = run.target, run.sink, run.stats
+        n = max(1, min(self.workers or self.default_workers(), run.source.session_count()))
         total_cpus = float(ray.cluster_resources().get("CPU", 1.0))
         cpus_each = min(1.0, total_cpus / n)
-        profiles, topologies = workload.catalog.loaded()
-        payload = WorkerPayload(
-            workload=workload.spec,
-            profiles=profiles,
-            topologies=topologies,
-            target=target,
-            run_id=run_id,
-            timeouts=timeouts,
-            keep_text=keep_text,
-            direct_output=storage.display if self.worker_writes else None,
-            seed_shared_prefixes=n > 1,
-            flush_interval_s=self.flush_interval_s,
-        )
+        parts = run.source.split(n)
+        if self.worker_writes and run.storage is None:
+            raise InputError("--worker-writes needs a run folder")
+        payloads = [
+            WorkerPayload(
+                source=part,
+                target=target,
+                run_id=run.run_id,
+                timeouts=run.timeouts,
+                keep_text=run.keep_text,
+                direct_output=run.storage.display if self.worker_writes and run.storage is not None else None,
+                seed_shared_prefixes=n > 1,
+                flush_interval_s=self.flush_interval_s,
+            )
+            for part in parts
+        ]
+        # the driver judges the target over all workers: the circuit breaker lives here
+        conditions = stop_conditions_for(run, Placement())
         remote_cls: Any = ray.remote(SwarmWorker)
         actor_cls: Any = remote_cls.options(
             num_cpus=cpus_each, scheduling_strategy="SPREAD", max_concurrency=64
         )
-        actors: list[Any] = [actor_cls.remote(i, payload) for i in range(n)]
+        actors: list[Any] = [actor_cls.remote(i, payloads[i]) for i in range(n)]
         self.actors = actors
         key = read_api_key(target.api_key_env, target.api_key_file)
         ray.get([a.set_api_key.remote(key) for a in actors])
         infos: list[dict[str, Any]] = ray.get([a.describe.remote() for a in actors])
         offsets = [measure_offset(a) for a in actors]
-        groups = partition(workload.n_agents, n)
+        sessions = [part.session_count() for part in parts]
         for i, info in enumerate(infos):
             info.update(
                 target=target.name, worker=i, clock_offset_ns=offsets[i][0], alive=True,
-                sessions=len(groups[i]), sessions_cut=0, requests=0,
+                sessions=sessions[i], sessions_cut=0, requests=0,
             )  # fmt: skip
         start_wall = time.time_ns() + int(START_LEAD_S * 1e9)
-        runs = {actors[i].run.remote(groups[i], start_wall, offsets[i][0]): i for i in range(n)}
+        runs = {actors[i].run.remote(start_wall, offsets[i][0]): i for i in range(n)}
         alive = set(range(n))
         latest: dict[int, RunStats] = {}
         outcomes: dict[int, dict[str, Any]] = {}
-        stop_requested = False
         stop_sent = False
-        halt_reason: str | None = None
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
-            nonlocal stop_requested
-            stop_requested = True
+            conditions.interrupt()
 
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
 
@@ -189,11 +181,10 @@ class RayExecutor:
                 alive.discard(i)
                 last = latest.get(i)
                 done = last.agents_done if last is not None else 0
-                infos[i].update(alive=False, error=why[:300], sessions_cut=len(groups[i]) - done)
+                infos[i].update(alive=False, error=why[:300], sessions_cut=sessions[i] - done)
                 log.warning("worker %d died: %s", i, why)
 
         def drain_all() -> None:
-            nonlocal halt_reason
             refs = {actors[i].drain.remote(): i for i in sorted(alive)}
             for ref, i in refs.items():
                 try:
@@ -208,10 +199,10 @@ class RayExecutor:
                     try:
                         sink.write_batch(batch)
                     except TraceWriteError as exc:
-                        halt_reason = halt_reason or str(exc)
+                        conditions.halt(str(exc))
                     infos[i]["requests"] += batch.num_rows
-                    if breaker is not None and halt_reason is None:
-                        halt_reason = breaker.observe_many(batch.column("status").to_pylist())
+                    if not conditions.cancelling:
+                        conditions.observe_many(batch.column("status").to_pylist())
                 latest[i] = wstats
             merged = RunStats()
             for s in latest.values():
@@ -221,10 +212,8 @@ class RayExecutor:
         try:
             pending = dict(runs)
             while pending:
-                if (stop_requested or halt_reason is not None) and not stop_sent:
+                if conditions.cancelling and not stop_sent:
                     stop_sent = True
-                    if halt_reason is not None:
-                        log.error("stopping the run: %s", halt_reason)
                     for i in alive:
                         actors[i].stop.remote()
                 ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=self.poll_s)
@@ -252,8 +241,11 @@ class RayExecutor:
             done = latest[i].agents_done if i in latest else 0
             info["sessions_cut"] = max(int(info["sessions"]) - done, 0)
         stats.finished = True
+        stop_requested = conditions.interrupted
         for o in outcomes.values():  # a worker that wrote its own parts and could not
-            halt_reason = halt_reason or o.get("halt_reason")
+            if o.get("halt_reason") and conditions.halt_reason is None:
+                conditions.halt(o["halt_reason"])
+        halt_reason = conditions.halt_reason
         interrupted = stop_requested or (
             halt_reason is None and any(o.get("interrupted") for o in outcomes.values())
         )

@@ -42,7 +42,12 @@ class TraceWriteError(OSError):
 
 
 class TraceSink(Protocol):
-    """Where finished RequestRecords go."""
+    """Where finished RequestRecords go. ``write`` and ``write_batch`` raise TraceWriteError
+    when the trace cannot be written; ``failure`` then says why and ``rows_lost`` counts the
+    rows handed over that never reached storage."""
+
+    rows_lost: int
+    failure: str | None
 
     def write(self, record: RequestRecord) -> None: ...
 
@@ -51,6 +56,33 @@ class TraceSink(Protocol):
     def maybe_rotate(self) -> None: ...
 
     def close(self) -> None: ...
+
+
+class RecordBuffer:
+    """A TraceSink that keeps records in memory: tests and library callers read ``records``;
+    a cluster worker hands them to the driver with ``take`` (the driver writes them)."""
+
+    def __init__(self) -> None:
+        self.records: list[RequestRecord] = []
+        self.rows_lost = 0
+        self.failure: str | None = None
+
+    def write(self, record: RequestRecord) -> None:
+        self.records.append(record)
+
+    def write_batch(self, batch: pa.RecordBatch) -> None:
+        raise TypeError("a RecordBuffer holds records, not Arrow batches")
+
+    def maybe_rotate(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+    def take(self) -> list[RequestRecord]:
+        """The records written since the last ``take``."""
+        taken, self.records = self.records, []
+        return taken
 
 
 def records_to_batch(records: list[RequestRecord], *, keep_text: bool = False) -> pa.RecordBatch:

@@ -1,11 +1,11 @@
-"""A run: one workload against one or more targets, one after the other, into one run folder.
+"""The frame of every run: targets resolved, the run folder and manifest, one TargetRun per target.
 
-Place in the map (docs/architecture.md): what ``swarm run`` calls. It resolves the targets (probing a
-URL for its engine and model when not given; starting the emulator in both profiles on
-loopback when no target is given), writes ``runs/<run_id>/manifest.json``, runs the identical
-workload against each target through an Executor, streams records into the TraceSink, and
-finishes the manifest with status and counts. Executors are a small protocol; the in-process
-one lives here, the Ray one in the cluster layer.
+Place in the map (docs/architecture.md, "Runtime"): what ``swarm run`` and ``swarm replay`` share
+(``launch``). It resolves the targets (probing a URL for its engine and model when not given;
+starting the emulator in both profiles on loopback when no target is given), writes
+``runs/<run_id>/manifest.json``, hands each target's TargetRun (the same source, a fresh sink)
+to the Executor, scrapes the target's metrics meanwhile, and finishes the manifest with status,
+counts, parts and workers, whatever happens.
 """
 
 from __future__ import annotations
@@ -15,169 +15,28 @@ import contextlib
 import datetime as dt
 import logging
 import re
-import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
 
 from swarm import __version__
-from swarm.breaker import CircuitBreaker
-from swarm.catalog import Catalog
 from swarm.engines.client import Timeouts, normalise_base_url, read_api_key, redact_url
 from swarm.engines.profiles import get_profile
 from swarm.errors import InputError
 from swarm.live_stats import LATE_NS, RunStats, behind_schedule
-from swarm.record import RequestRecord
-from swarm.runner import Halt, ResolvedTarget, TargetOutcome, run_agents
+from swarm.runtime.context import ResolvedTarget, TargetOutcome, TargetRun
+from swarm.runtime.executor import Executor
+from swarm.runtime.sources import RequestSource
+from swarm.runtime.specs import TargetSpec
 from swarm.server_metrics import ServerMetricsScraper, write_server_metrics
 from swarm.trace.manifest import RunManifest, RunStatus, TargetInfo, WorkerInfo, new_run_id, versions
-from swarm.trace.sink import ParquetTraceSink, TraceSink, TraceWriteError
+from swarm.trace.sink import ParquetTraceSink, TraceWriteError
 from swarm.trace.storage import RunStorage
-from swarm.workload import Workload, WorkloadSpec, check_mix
 
 log = logging.getLogger(__name__)
-
-
-class TargetSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field(description="label in the trace's `target` column")
-    url: str = Field(description="base URL of the server")
-    engine: str | None = Field(default=None, description="engine profile; detected when absent")
-    dialect: str | None = Field(default=None, description="API dialect; the engine's default when absent")
-    model: str | None = Field(default=None, description="model name; the server's first when absent")
-    api_key_env: str | None = Field(default=None, description="environment variable holding the API key")
-    api_key_file: str | None = Field(default=None, description="file holding the API key (its first line)")
-
-
-class TimeoutSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    connect_s: float | None = Field(default=10.0, gt=0, description="connecting, seconds")
-    first_token_s: float | None = Field(default=120.0, gt=0, description="from sending to the first token")
-    total_s: float | None = Field(default=600.0, gt=0, description="a whole request")
-    idle_s: float | None = Field(default=60.0, gt=0, description="longest silence mid-stream")
-
-
-class RunSpec(BaseModel):
-    """Everything ``swarm run`` needs: a workload, targets, and where to write."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
-    targets: list[TargetSpec] = Field(default_factory=list, description="none: the emulator in both profiles")
-    output_dir: str = Field(default="runs", description="run folders are created here")
-    record_text: bool = Field(default=False, description="store prompt parts and outputs in the trace")
-    executor: Literal["ray", "inprocess"] = Field(
-        default="ray",
-        description="ray: async Ray actors (a local Ray when no address); inprocess: one process",
-    )
-    workers: int | None = Field(default=None, ge=1, description="Ray workers (default: CPUs less one)")
-    address: str | None = Field(
-        default=None, description="Ray cluster: auto, ray://host:port (default: RAY_ADDRESS or local)"
-    )
-    worker_writes: bool = Field(
-        default=False,
-        description="Ray workers write their Parquet parts to output_dir themselves (shared storage)",
-    )
-    ray_timeout_s: float = Field(
-        default=60.0,
-        gt=0,
-        description="starting a local Ray or joining a cluster may take this long, seconds",
-    )
-    timeouts: TimeoutSpec = Field(default_factory=TimeoutSpec)
-    max_error_rate: float | None = Field(
-        default=None,
-        gt=0,
-        le=1,
-        description="circuit breaker: stop sending to a target when this share of the last "
-        "error_window requests failed (the reason goes to the manifest); off when absent",
-    )
-    error_window: int = Field(default=100, ge=1, description="requests the circuit breaker looks back over")
-    metrics_interval_s: float = Field(
-        default=1.0, ge=0, description="scrape the targets' Prometheus metrics this often, seconds; 0: never"
-    )
-    flush_interval_s: float = Field(
-        default=10.0, gt=0, description="trace parts are closed at least this often: what a kill -9 can lose"
-    )
-    emulator_args: list[str] = Field(
-        default_factory=list, description="extra `swarm emulate` flags for the embedded emulators"
-    )
-
-
-class Executor(Protocol):
-    """Runs a workload's agents against one target; every record ends up in ``sink``
-    (or, for executors whose workers write themselves, under ``storage``)."""
-
-    def run_target(
-        self,
-        workload: Workload,
-        target: ResolvedTarget,
-        sink: TraceSink,
-        stats: RunStats,
-        run_id: str,
-        timeouts: Timeouts,
-        storage: RunStorage,
-        keep_text: bool,
-        breaker: CircuitBreaker | None = None,
-    ) -> TargetOutcome: ...
-
-    def __enter__(self) -> Any: ...
-
-    def __exit__(self, *exc: object) -> None: ...
-
-
-class InProcessExecutor:
-    """All agents in this process's one event loop. SIGINT/SIGTERM stop the run gracefully."""
-
-    def __enter__(self) -> InProcessExecutor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def run_target(
-        self,
-        workload: Workload,
-        target: ResolvedTarget,
-        sink: TraceSink,
-        stats: RunStats,
-        run_id: str,
-        timeouts: Timeouts,
-        storage: RunStorage,
-        keep_text: bool,
-        breaker: CircuitBreaker | None = None,
-    ) -> TargetOutcome:
-        halt = Halt()
-
-        def on_record(record: RequestRecord) -> None:
-            try:
-                sink.write(record)
-                sink.maybe_rotate()
-            except TraceWriteError as exc:
-                halt.trip(str(exc))
-
-        async def main(stop: asyncio.Event) -> TargetOutcome:
-            return await run_agents(
-                workload,
-                range(workload.n_agents),
-                target,
-                on_record,
-                stats=stats,
-                run_id=run_id,
-                timeouts=timeouts,
-                stop=stop,
-                record_text=keep_text,
-                halt=halt,
-                breaker=breaker,
-            )
-
-        outcome: TargetOutcome = run_async_with_signals(main)
-        return outcome
 
 
 @dataclass
@@ -254,20 +113,6 @@ def embedded_targets(extra_args: list[str]) -> Iterator[list[TargetSpec]]:
             p.stop()
 
 
-def make_executor(spec: RunSpec) -> Executor:
-    if spec.executor == "inprocess":
-        return InProcessExecutor()
-    from swarm.cluster.executor import RayExecutor
-
-    return RayExecutor(
-        workers=spec.workers, address=spec.address, worker_writes=spec.worker_writes,
-        connect_timeout_s=spec.ray_timeout_s, flush_interval_s=spec.flush_interval_s,
-    )  # fmt: skip
-
-
-SendToTarget = Callable[[ResolvedTarget, TraceSink, RunStats, str, RunStorage], TargetOutcome]
-
-
 def _scraper_for(target: ResolvedTarget, interval_s: float) -> ServerMetricsScraper | None:
     """A scraper of the target's Prometheus endpoint (the profile's path), if it has one."""
     path = get_profile(target.engine).metrics_path
@@ -283,21 +128,24 @@ def _scraper_for(target: ResolvedTarget, interval_s: float) -> ServerMetricsScra
 
 def run_on_targets(
     target_specs: list[TargetSpec],
+    source: RequestSource,
+    executor: Executor,
     *,
     output_dir: str,
     record_text: bool,
     emulator_args: list[str],
     manifest_fields: dict[str, Any],
-    send: SendToTarget,
-    context: contextlib.AbstractContextManager[Any] | None = None,
+    timeouts: Timeouts | None = None,
+    max_error_rate: float | None = None,
+    error_window: int = 100,
     on_target_start: Callable[[ResolvedTarget, RunStats], None] | None = None,
     metrics_interval_s: float = 1.0,
     flush_interval_s: float = 10.0,
-    sessions_planned: int = 0,
 ) -> RunResult:
-    """The frame of every run: resolve targets (or start the emulators), create the run folder
-    and manifest, call ``send`` once per target with a fresh sink, and finish the manifest with
-    status, counts, parts and workers, whatever happens."""
+    """Resolve targets (or start the emulators), create the run folder and manifest, run
+    ``source`` against each target with ``executor`` (a fresh sink each), and finish the
+    manifest with status, counts, parts and workers, whatever happens."""
+    sessions_planned = source.session_count()
     run_id = new_run_id()
     location = f"{output_dir.rstrip('/')}/{run_id}"
     storage = RunStorage.at(location)
@@ -307,8 +155,7 @@ def run_on_targets(
         if len(set(names)) != len(names):
             raise InputError(f"target names must differ: {names}")
         targets = [resolve_target(t) for t in specs]
-        if context is not None:
-            stack.enter_context(context)
+        stack.enter_context(executor)
         if storage.exists(""):
             raise InputError(f"{location} already exists")
         storage.makedirs()
@@ -356,7 +203,20 @@ def run_on_targets(
                     scrapers.append(scraper.start())
                 started = time.monotonic()
                 try:
-                    outcome = send(target, sink, stats, run_id, storage)
+                    outcome = executor.run_target(
+                        TargetRun(
+                            source,
+                            target,
+                            sink,
+                            stats,
+                            run_id=run_id,
+                            timeouts=timeouts or Timeouts(),
+                            storage=storage,
+                            keep_text=record_text,
+                            max_error_rate=max_error_rate,
+                            error_window=error_window,
+                        )
+                    )
                 finally:
                     if scraper is not None:
                         scraper.stop()
@@ -369,7 +229,7 @@ def run_on_targets(
                     info.sessions_started = stats.agents_started
                     info.sessions_finished = stats.agents_done
                     info.sessions_cut = stats.agents_cut
-                    lost = sink.rows_lost if isinstance(sink, ParquetTraceSink) else 0
+                    lost = sink.rows_lost
                     manifest.records_lost += lost
                     manifest.write(storage)
                 if behind_schedule(stats):
@@ -395,7 +255,7 @@ def run_on_targets(
                     )
                 lost += outcome.records_lost  # rows workers could not write themselves
                 manifest.records_lost += outcome.records_lost
-                failure = sink.failure if isinstance(sink, ParquetTraceSink) else None
+                failure = sink.failure
                 info.outcome = RunStatus.COMPLETE.value
                 if lost or failure:
                     status = RunStatus.FAILED
@@ -438,78 +298,3 @@ def run_on_targets(
             manifest.finished_at = dt.datetime.now(dt.timezone.utc).isoformat()
             manifest.write(storage)
     return result
-
-
-def execute_run(
-    spec: RunSpec,
-    *,
-    catalog: Catalog | None = None,
-    executor: Executor | None = None,
-    on_target_start: Callable[[ResolvedTarget, RunStats], None] | None = None,
-    source: str = "run spec",
-) -> RunResult:
-    """Run ``spec``; returns the run folder and its final manifest. Profiles and topologies
-    are resolved first (errors name ``source`` and the field), then targets are probed."""
-    check_mix(spec.workload, catalog, source)
-    workload = Workload(spec.workload, catalog)
-    chosen = executor or make_executor(spec)
-    t = spec.timeouts
-    timeouts = Timeouts(t.connect_s, t.first_token_s, t.total_s, t.idle_s)
-
-    def send(
-        target: ResolvedTarget, sink: TraceSink, stats: RunStats, run_id: str, storage: RunStorage
-    ) -> TargetOutcome:
-        breaker = CircuitBreaker(spec.max_error_rate, spec.error_window) if spec.max_error_rate else None
-        return chosen.run_target(
-            workload, target, sink, stats, run_id, timeouts, storage, spec.record_text, breaker
-        )
-
-    return run_on_targets(
-        spec.targets,
-        output_dir=spec.output_dir,
-        record_text=spec.record_text,
-        emulator_args=spec.emulator_args,
-        manifest_fields={
-            "seed": spec.workload.seed,
-            "spec": spec.model_dump(mode="json", exclude={"targets"}),
-            "spec_hash": workload.traffic_hash(),
-            "workload_digests": workload.content_digests(),
-        },
-        send=send,
-        context=chosen,
-        on_target_start=on_target_start,
-        flush_interval_s=spec.flush_interval_s,
-        metrics_interval_s=spec.metrics_interval_s,
-        sessions_planned=workload.n_agents,
-    )
-
-
-def run_async_with_signals(main: Callable[[asyncio.Event], Any]) -> Any:
-    """``asyncio.run`` of ``main(stop)`` where SIGINT/SIGTERM set ``stop`` (a graceful stop)."""
-
-    async def runner() -> Any:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        installed: dict[int, Any] = {}
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                previous = signal.getsignal(sig)
-                loop.add_signal_handler(sig, stop.set)
-                installed[sig] = previous
-        try:
-            return await main(stop)
-        finally:
-            # asyncio's removal leaves the default action: put back what was there (the CLI's
-            # SIGTERM-as-Ctrl-C), so a signal after this part still ends the run cleanly
-            for signum, previous in installed.items():
-                loop.remove_signal_handler(signum)
-                if previous is not None:
-                    signal.signal(signum, previous)
-
-    return asyncio.run(runner())
-
-
-def summary_rows(run_dir: str | RunStorage) -> dict[str, dict[str, Any]]:
-    from swarm.analysis.summary import summarize_run
-
-    return summarize_run(run_dir)

@@ -1,0 +1,98 @@
+"""AgentSource: a workload's agents, their topologies walked live, as a request source.
+
+Place in the map (docs/architecture.md, "Runtime"): the swarm's RequestSource. Agent *i* starts at
+its arrival offset (the Workload's ArrivalProcess); the Dispatcher releases the starts, and
+each agent (``agent.AgentRun``) then sends its nodes through ``Dispatcher.send`` as their
+dependencies resolve. Sessions are agents: ``split`` deals them round-robin by agent id
+(``workload.partition``), so a tree stays on one worker and the traffic is the same for any
+number of workers. Pickled, a source is its spec, the profiles and topologies it uses and its
+agent ids: a Ray worker rebuilds the identical Workload from them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from swarm.agent import AgentEnv, AgentRun
+from swarm.agent_profile import AgentProfile
+from swarm.catalog import Catalog
+from swarm.runtime.context import Placement, SendLimits, TargetRun
+from swarm.runtime.dispatcher import Dispatcher, Outgoing, Scheduled
+from swarm.topology import TopologyTemplate
+from swarm.workload import Workload, WorkloadSpec, partition
+
+
+def _rebuild(
+    spec: WorkloadSpec,
+    profiles: dict[str, AgentProfile],
+    topologies: dict[str, TopologyTemplate],
+    agent_ids: list[int],
+) -> AgentSource:
+    return AgentSource(Workload(spec, Catalog.preloaded(profiles, topologies)), agent_ids)
+
+
+class AgentSource:
+    kind = "agents"
+
+    def __init__(self, workload: Workload, agent_ids: Sequence[int] | None = None) -> None:
+        self.workload = workload
+        self.agent_ids = list(range(workload.n_agents)) if agent_ids is None else list(agent_ids)
+        spec = workload.spec
+        self.limits = SendLimits(spec.max_in_flight, spec.max_requests, spec.duration_s)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        profiles, topologies = self.workload.catalog.loaded()
+        return (_rebuild, (self.workload.spec, profiles, topologies, self.agent_ids))
+
+    def session_count(self) -> int:
+        return len(self.agent_ids)
+
+    def split(self, parts: int) -> list[AgentSource]:
+        chosen = set(self.agent_ids)
+        return [
+            AgentSource(self.workload, [i for i in group if i in chosen])
+            for group in partition(self.workload.n_agents, parts)
+        ]
+
+    def shared_prefixes(self) -> list[list[object]]:
+        return self.workload.shared_prefixes()
+
+    def start(self, d: Dispatcher, run: TargetRun, placement: Placement) -> _AgentsRun:
+        return _AgentsRun(self, d, run, placement)
+
+
+class _AgentsRun:
+    def __init__(self, source: AgentSource, d: Dispatcher, run: TargetRun, placement: Placement) -> None:
+        spec = source.workload.spec
+        self.workload = source.workload
+        self.d = d
+        self.env = AgentEnv(
+            dispatcher=d,
+            tokenizer=source.workload.tokenizer,
+            context=spec.context,
+            stream=spec.stream,
+            run_id=run.run_id,
+            worker=placement.worker,
+            record_text=run.keep_text,
+            retries=spec.retries,
+            retry_backoff_s=spec.retry_backoff_s,
+            on_failure=spec.on_failure,
+        )
+        offsets = source.workload.start_offsets_s
+        order = sorted(source.agent_ids, key=lambda i: (offsets[i], i))
+        self.schedule = [Scheduled(int(offsets[i] * 1e9), self._starter(i)) for i in order]
+
+    def _starter(self, agent_id: int) -> Any:
+        async def start(_out: Outgoing | None, due_perf_ns: int) -> None:
+            self.d.session_started()
+            agent = AgentRun(self.workload.agent(agent_id), self.env)
+            try:
+                await agent.run(due_perf_ns)
+            finally:
+                self.d.session_ended(cut=agent.cut_short)
+
+        return start
+
+    def finish(self) -> None:
+        return None

@@ -1,0 +1,113 @@
+"""The context of one target's run: what every executor and every worker is handed.
+
+Place in the map (docs/architecture.md, "Runtime"): built once per target by the run frame
+(``runtime.frame``) and passed whole to an Executor (in-process or Ray); a Ray worker gets
+the picklable part of it (``TargetRun.for_worker``) plus its Placement. One object instead
+of a long parameter list written out in every executor.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from swarm.engines.client import Timeouts
+from swarm.live_stats import RunStats
+
+if TYPE_CHECKING:
+    from swarm.runtime.sources import RequestSource
+    from swarm.trace.sink import TraceSink
+    from swarm.trace.storage import RunStorage
+
+
+@dataclass(frozen=True)
+class ResolvedTarget:
+    """A target with everything needed to send to it."""
+
+    name: str
+    url: str
+    engine: str
+    dialect: str
+    model: str
+    api_key_env: str | None = None
+    api_key_file: str | None = None
+    emulated: bool = False
+    server_info: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class SendLimits:
+    """Limits on one target's sending that a source carries with it (a workload's spec, or
+    the replay's flags)."""
+
+    #: requests in flight at once; 0: no cap
+    max_in_flight: int = 0
+    #: requests sent at most (over all workers: each worker gets its share)
+    max_requests: int | None = None
+    #: no request is sent later than this after the start, seconds
+    duration_s: float | None = None
+
+
+@dataclass
+class TargetOutcome:
+    requests: int
+    #: sessions (agents, replayed sessions) started, and those that ran to their end
+    agents_started: int
+    agents_finished: int
+    stop_reason: str | None
+    interrupted: bool
+    #: per-worker facts for the manifest (cluster executors)
+    workers: list[dict[str, Any]] = field(default_factory=list)
+    #: why the run stopped early on its own (circuit breaker, trace not writable); None if not
+    halt_reason: str | None = None
+    #: records made but not written (the trace could not be written)
+    records_lost: int = 0
+
+
+@dataclass
+class TargetRun:
+    """One source against one target: where records go, how requests are sent and stopped."""
+
+    source: RequestSource
+    target: ResolvedTarget
+    sink: TraceSink
+    stats: RunStats = field(default_factory=RunStats)
+    run_id: str = ""
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    #: the run folder (executors whose workers write their own parts write under it)
+    storage: RunStorage | None = None
+    #: prompts and outputs go to the trace (``--record-text``)
+    keep_text: bool = False
+    #: circuit breaker: stop when this share of the last ``error_window`` requests failed
+    max_error_rate: float | None = None
+    error_window: int = 100
+    #: stamp when each request's bytes were handed to the socket (bench: the client's delay)
+    measure_send_stamps: bool = False
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a target run's loop runs: the process's clock against the driver's, which
+    worker it is, and when the agreed start is."""
+
+    worker: int = 0
+    #: the agreed start, ``perf_counter_ns`` of this process; None: now
+    start_perf_ns: int | None = None
+    #: this process's wall clock minus the driver's (records carry the driver's clock)
+    clock_offset_ns: int = 0
+    #: this worker runs only some sessions: count the prefixes they all share as sent
+    seed_shared_prefixes: bool = False
+
+    @staticmethod
+    def at_driver_wall(
+        start_wall_ns: int, clock_offset_ns: int, worker: int, seed_shared_prefixes: bool
+    ) -> Placement:
+        """The placement of a worker told to start at the driver's wall time ``start_wall_ns``."""
+        wall_now, perf_now = time.time_ns(), time.perf_counter_ns()
+        start_perf = perf_now + (start_wall_ns + clock_offset_ns - wall_now)
+        return Placement(worker, start_perf, clock_offset_ns, seed_shared_prefixes)
+
+    def wall_clock(self) -> int:
+        """The driver's wall clock now."""
+        return time.time_ns() - self.clock_offset_ns

@@ -1,0 +1,407 @@
+"""Dispatcher: the one loop that sends a target run's requests, whatever their source.
+
+Place in the map (docs/architecture.md, "Runtime"): one Dispatcher per target run per process (the
+in-process executor, or each Ray worker). A RequestSource hands it a schedule (what is due when,
+and how to build it ahead of time) and, from the tasks it starts, calls ``send``; the
+Dispatcher owns the rest:
+
+- **Timing.** Scheduled entries are released by one loop at their due times, all that are due
+  at once (a timer per entry would not do: asyncio polls in whole milliseconds, so each of
+  several timers microseconds apart costs a 1 ms wait). It wakes ``DISPATCH_SPIN_NS`` early and
+  yields until the instant. Entries with a ``prepare`` step (a replayed prompt of tens of
+  thousands of tokens takes milliseconds to build) are prepared in due order,
+  ``PREPARE_LEAD_NS`` ahead, never just before a send is due, and those due in the first
+  ``PREPARE_LEAD_NS`` before the clock starts.
+- **The in-flight cap** (a semaphore; the wait for a slot is recorded as ``slot_wait_ns``), and
+  **retries** of a retryable failure when the source asks for them (``send_retrying``).
+- **The client** and the **ideal-reuse index** (``ideal_cached_tokens_est``: the longest prefix
+  shared with any prompt sent before it in this run).
+- **Records**: every record goes to the live stats, the TraceSink and the stop conditions (the
+  circuit breaker); a sink that cannot write halts the run.
+- **Stopping** (``StopConditions``): a soft stop ends releases and sends; a hard stop also
+  cancels every task in flight (the client records its request as ``cancelled``).
+- **Garbage collection**: young passes only in quiet stretches while timed releases are
+  pending (``QuietCollector``), what was alive at the start frozen, and a full pass once a
+  minute (``AgentRunCollector``), also in a quiet stretch when releases are pending.
+
+Clocks are injectable (``clock_ns``, ``sleep``) so the release logic runs on a virtual clock
+in tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from swarm.engines.client import EngineRequest, HttpEngineClient
+from swarm.live_stats import RunStats
+from swarm.prefix import PrefixIndex
+from swarm.quiet_gc import AgentRunCollector, QuietCollector
+from swarm.record import RequestRecord, Status
+from swarm.retry import is_retryable, retry_delay_s
+from swarm.runtime.stop import StopConditions
+from swarm.trace.sink import TraceSink, TraceWriteError
+
+log = logging.getLogger(__name__)
+
+#: Prompts with a ``prepare`` step are built this long before their send time.
+PREPARE_LEAD_NS = 1_000_000_000
+#: The release loop wakes this long before an entry is due and yields until it is.
+DISPATCH_SPIN_NS = 1_500_000
+#: The release loop sleeps at most this long at a time (to run due garbage collections).
+DISPATCH_SLICE_NS = 50_000_000
+#: A garbage collection runs only if the next release is at least this far away.
+GC_QUIET_NS = 30_000_000
+#: A preparation starts only if it would end this long before the next release is due.
+PREPARE_MARGIN_NS = 2_000_000
+#: How often the live stats' in-flight count is sampled, seconds.
+SAMPLE_EVERY_S = 0.2
+
+
+@dataclass(slots=True)
+class Outgoing:
+    """A request ready to send: the request, its tokens when its ideal reuse is still to be
+    taken (at send time, in send order), and its encoded body when built ahead."""
+
+    request: EngineRequest
+    tokens: Sequence[object] | None = None
+    payload: bytes | None = None
+
+
+@dataclass(slots=True)
+class Scheduled:
+    """An entry of a source's schedule: ``run(prepared, due_perf_ns)`` is started at
+    ``due_ns`` after the start; ``prepare(due_perf_ns)`` builds its request ahead of time."""
+
+    due_ns: int
+    run: Callable[[Outgoing | None, int], Coroutine[Any, Any, None]]
+    prepare: Callable[[int], Outgoing] | None = None
+    #: the size of the preparation (prompt tokens), for the preparer's cost estimate
+    prepare_tokens: int = 0
+
+
+class _PrepareCost:
+    """How long preparing a prompt takes, per token: the slowest rate seen recently (a guess
+    that errs long keeps preparations away from send times)."""
+
+    def __init__(self) -> None:
+        self.ns_per_token = 1_000.0
+
+    def learn(self, tokens: int, elapsed_ns: int) -> None:
+        rate = elapsed_ns / max(tokens, 1)
+        if tokens >= 256:  # short prompts are dominated by fixed costs
+            self.ns_per_token = max(rate, 0.9 * self.ns_per_token + 0.1 * rate)
+
+    def estimate_ns(self, tokens: int) -> float:
+        return self.ns_per_token * tokens + 200_000
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        client: HttpEngineClient,
+        sink: TraceSink,
+        stop: StopConditions,
+        *,
+        stats: RunStats | None = None,
+        max_in_flight: int = 0,
+        index: PrefixIndex | None = None,
+        clock_offset_ns: int = 0,
+        clock_ns: Callable[[], int] = time.perf_counter_ns,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.client = client
+        self.sink = sink
+        self.stop = stop
+        self.stats = stats if stats is not None else RunStats()
+        self.index = index if index is not None else PrefixIndex()
+        self.clock_ns = clock_ns
+        self._sleep = sleep
+        self._sem = asyncio.Semaphore(max_in_flight) if max_in_flight > 0 else None
+        # the driver's wall clock = this process's perf counter + this
+        self._wall0 = time.time_ns() - clock_offset_ns - time.perf_counter_ns()
+        self.start_perf_ns = clock_ns()
+        self.in_flight = 0
+        self.sent = 0
+        self.prepared_late = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._releasing = False
+        self._idle: asyncio.Event | None = None
+        self._full_pass_due = False
+        self._collector = AgentRunCollector()
+
+    # -- for sources ---------------------------------------------------------------------------
+
+    def wall_at(self, perf_ns: int) -> int:
+        """The driver's wall clock at this process's ``perf_counter_ns`` reading."""
+        return self._wall0 + perf_ns
+
+    async def sleep_until(self, perf_ns: int) -> None:
+        delay = (perf_ns - self.clock_ns()) / 1e9
+        if delay > 0:
+            await self._sleep(delay)
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Start a task the run waits for (and cancels on a hard stop)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def session_started(self) -> None:
+        self.stats.agents_started += 1
+
+    def session_ended(self, cut: bool) -> None:
+        """A session (an agent, a replayed session) ended: ran to its end, or cut by a stop."""
+        if cut:
+            self.stats.agents_cut += 1
+        else:
+            self.stats.agents_done += 1
+
+    async def send(self, build: Outgoing | Callable[[int], Outgoing]) -> RequestRecord | None:
+        """Send one request once a slot under the in-flight cap is free; None when the run no
+        longer sends. ``build`` is called with the ns waited for the slot (0 if none)."""
+        stop = self.stop
+        if not stop.may_send():
+            return None
+        sem = self._sem
+        slot_wait_ns = 0
+        if sem is not None:
+            if sem.locked():
+                started = self.clock_ns()
+                await sem.acquire()
+                slot_wait_ns = self.clock_ns() - started
+            else:
+                await sem.acquire()
+        try:
+            if not stop.admit():
+                return None
+            self.in_flight += 1
+            try:
+                out = build(slot_wait_ns) if callable(build) else build
+                request = out.request
+                if out.tokens is not None or (slot_wait_ns and request.slot_wait_ns != slot_wait_ns):
+                    changes: dict[str, Any] = {"slot_wait_ns": slot_wait_ns}
+                    if out.tokens is not None:
+                        changes["ideal_cached_tokens_est"] = self.index.observe(out.tokens)
+                    request = dataclasses.replace(request, **changes)
+                record = await self.client.send(request, out.payload)
+                self.sent += 1
+            finally:
+                self.in_flight -= 1
+        finally:
+            if sem is not None:
+                sem.release()
+        self.accept(record)
+        return record
+
+    async def send_retrying(
+        self,
+        build: Callable[[int, int, int], Outgoing],
+        due_perf_ns: int,
+        *,
+        retries: int = 0,
+        backoff_s: float = 0.5,
+        first: Outgoing | None = None,
+    ) -> tuple[RequestRecord | None, int]:
+        """``send``, and send a retryable failure again up to ``retries`` times, after the
+        server's Retry-After or a doubling backoff (``retry``). ``build(attempt, due_perf_ns,
+        slot_wait_ns)`` makes each attempt (``first``, when given, is attempt 0 built ahead).
+        Returns the last record (None: the run stopped before an attempt) and how many
+        attempts were sent."""
+        attempt = 0
+        while True:
+            if attempt == 0 and first is not None:
+                record = await self.send(first)
+            else:
+                record = await self.send(functools.partial(build, attempt, due_perf_ns))
+            if record is None:
+                return None, attempt
+            if (
+                record.ok
+                or record.status is Status.CANCELLED
+                or attempt >= retries
+                or not is_retryable(record)
+            ):
+                return record, attempt + 1
+            attempt += 1
+            wait_s = retry_delay_s(record, attempt, backoff_s)
+            if wait_s > 0:
+                await self.sleep_until(self.clock_ns() + int(wait_s * 1e9))
+            due_perf_ns = self.clock_ns()
+
+    def accept(self, record: RequestRecord) -> None:
+        """A finished record: live stats, the trace, the stop conditions (circuit breaker)."""
+        self.stats.add(record)
+        try:
+            self.sink.write(record)
+            self.sink.maybe_rotate()
+        except TraceWriteError as exc:
+            self.stop.halt(str(exc))
+        self.stop.observe(record.status.value)
+
+    # -- running -------------------------------------------------------------------------------
+
+    async def run(self, schedule: Sequence[Scheduled], start_perf_ns: int | None = None) -> None:
+        """Release ``schedule`` (sorted by ``due_ns``) from the start and wait for every task the
+        run started; a hard stop cancels them. ``start_perf_ns`` None: the clock starts once the
+        first second's entries are prepared."""
+        loop = asyncio.get_running_loop()
+        self._idle = asyncio.Event()
+        self._collector.start()
+        prepared: dict[int, Outgoing] = {}
+        ready: dict[int, asyncio.Event] = {}
+        released: dict[int, asyncio.Event] = {}
+        cost = _PrepareCost()
+        next_release = [0]
+        start = start_perf_ns if start_perf_ns is not None else self.clock_ns()
+        self.start_perf_ns = start
+
+        def prepare_ahead(j: int) -> None:
+            entry = schedule[j]
+            assert entry.prepare is not None
+            t0 = self.clock_ns()
+            out = entry.prepare(self.start_perf_ns + entry.due_ns)
+            if out.tokens is not None:
+                # released in this same order, so the ideal can be taken now, off the send path
+                out.request = dataclasses.replace(
+                    out.request, ideal_cached_tokens_est=self.index.observe(out.tokens)
+                )
+                out.tokens = None
+            prepared[j] = out
+            if (event := ready.pop(j, None)) is not None:
+                event.set()
+            cost.learn(entry.prepare_tokens, self.clock_ns() - t0)
+
+        head = 0
+        while head < len(schedule) and schedule[head].due_ns < PREPARE_LEAD_NS:
+            if schedule[head].prepare is not None:
+                prepare_ahead(head)
+            head += 1
+        if start_perf_ns is None:  # the clock starts now; the early entries get their true times
+            shift = self.clock_ns() - start
+            self.start_perf_ns = start + shift
+            for out in prepared.values():
+                scheduled = out.request.scheduled_ns
+                if scheduled is not None:
+                    out.request = dataclasses.replace(out.request, scheduled_ns=scheduled + shift)
+
+        async def preparer() -> None:
+            for j in range(head, len(schedule)):
+                entry = schedule[j]
+                if entry.prepare is None:
+                    continue
+                await self.sleep_until(self.start_perf_ns + entry.due_ns - PREPARE_LEAD_NS)
+                # keep clear of the next release: if it is due before this preparation would
+                # end, let it (and its burst) go first
+                while next_release[0] < j:
+                    until = self.start_perf_ns + schedule[next_release[0]].due_ns - self.clock_ns()
+                    if until > cost.estimate_ns(entry.prepare_tokens) + PREPARE_MARGIN_NS:
+                        break
+                    await released.setdefault(next_release[0], asyncio.Event()).wait()
+                    await self._sleep(PREPARE_MARGIN_NS / 1e9)  # the released sends write first
+                prepare_ahead(j)
+                await self._sleep(0)
+
+        async def start_entry(j: int, due: int) -> None:
+            entry = schedule[j]
+            out: Outgoing | None = None
+            if entry.prepare is not None:
+                if j not in prepared:  # preparation fell behind (a huge burst)
+                    self.prepared_late += 1
+                    await ready.setdefault(j, asyncio.Event()).wait()
+                out = prepared.pop(j)
+            await entry.run(out, due)
+
+        async def releaser() -> None:
+            with QuietCollector() as collector:
+                while next_release[0] < len(schedule):
+                    due = self.start_perf_ns + schedule[next_release[0]].due_ns
+                    while (wake := due - DISPATCH_SPIN_NS - self.clock_ns()) > 0:
+                        # garbage is collected in quiet stretches, never just before a release
+                        if wake > GC_QUIET_NS and self._full_pass_due:
+                            self._full_collection()
+                        collector.collect_if_due(quiet=wake > GC_QUIET_NS)
+                        await self._sleep(min(wake, DISPATCH_SLICE_NS) / 1e9)
+                    collector.collect_if_due(quiet=False)
+                    while self.clock_ns() < due:  # the last stretch: the loop keeps turning
+                        await self._sleep(0)
+                    if self.stop.expired():
+                        break
+                    now = self.clock_ns()
+                    while next_release[0] < len(schedule):
+                        j = next_release[0]
+                        entry_due = self.start_perf_ns + schedule[j].due_ns
+                        if entry_due > now:
+                            break
+                        self.spawn(start_entry(j, entry_due))
+                        if (event := released.pop(j, None)) is not None:
+                            event.set()
+                        next_release[0] += 1
+                    await self._sleep(0)  # let the released tasks go before anything else
+
+        async def sampler() -> None:
+            last_full = time.monotonic()
+            while True:
+                self.stats.in_flight = self.in_flight
+                await asyncio.sleep(SAMPLE_EVERY_S)
+                if time.monotonic() - last_full >= self._collector.full_every_s:
+                    last_full = time.monotonic()
+                    if self._releasing:
+                        self._full_pass_due = True  # the releaser runs it in a quiet stretch
+                    else:
+                        self._full_collection()
+
+        helpers = [loop.create_task(preparer()), loop.create_task(sampler())]
+        release = loop.create_task(releaser())
+        self._releasing = True
+        release.add_done_callback(self._release_done)
+        hard = loop.create_task(self.stop.wait_hard())
+        idle = loop.create_task(self._idle.wait())
+        try:
+            await asyncio.wait({hard, idle}, return_when=asyncio.FIRST_COMPLETED)
+            if not idle.done():  # a hard stop: cancel everything in flight, and wait for it
+                release.cancel()
+                while self._tasks:
+                    tasks = list(self._tasks)
+                    for task in tasks:
+                        task.cancel()
+                    await asyncio.gather(*tasks, return_exceptions=True)
+                await asyncio.gather(release, return_exceptions=True)
+        finally:
+            for t in (*helpers, hard, idle, release):
+                t.cancel()
+            self._collector.stop()
+            self.stats.in_flight = 0
+            self.stats.finished = True
+        if self.prepared_late:
+            log.warning(
+                "%d requests were not prepared by their send time and went late; the schedule "
+                "is too dense for one process (try a lower --speed, or more workers)",
+                self.prepared_late,
+            )
+        if release.done() and not release.cancelled() and release.exception() is not None:
+            raise release.exception()  # type: ignore[misc]
+
+    def _full_collection(self) -> None:
+        self._full_pass_due = False
+        self._collector.full_collection()
+
+    def _release_done(self, task: asyncio.Task[None]) -> None:
+        self._releasing = False
+        self._check_idle()
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("a session's task failed: %s", exc, exc_info=exc)
+        self._check_idle()
+
+    def _check_idle(self) -> None:
+        if not self._releasing and not self._tasks and self._idle is not None:
+            self._idle.set()

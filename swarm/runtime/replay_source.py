@@ -1,0 +1,421 @@
+"""ReplaySource: a ReplayPlan as a request source, timed or dependent, once or many times over.
+
+Place in the map (docs/architecture.md, "Runtime"): the replay's RequestSource; the Dispatcher
+sends what it schedules. ``timed``: item *i* is due at ``offset_i / speed`` after the start,
+whatever happens to the others. ``dependent``: an item with parents is sent when all its
+parents' replayed requests have finished, plus its recorded gap divided by ``speed``, so a
+slower engine never receives a child before its parent; items without parents keep their
+timed offsets. Every request gets the same accounting as a swarm run: prompt token estimate
+(with the run's tokenizer), 64-token block hashes and the ideal cached tokens.
+
+Sessions. Items are grouped into sessions: the items of one recorded session id, joined with
+everything they depend on. A session stays on one worker when the replay is split over Ray
+workers (``split``), so a child always sees its parent's end. ``copies`` (``--sessions N``)
+plays every session N times: copy *k* > 0 has its own user content (the first non-system
+message is marked with the copy; block ids that only this session used are renamed) but the
+trace's shared system prompts (and block ids several sessions share) stay shared.
+``max_sessions`` (``--max-sessions C``) keeps at most C sessions in progress: a new one starts
+(no earlier than its recorded offset) when one ends, a closed loop like a pool of users.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from swarm.engines.client import EngineRequest
+from swarm.engines.dialects import ChatMessage
+from swarm.prefix import block_hashes
+from swarm.record import Status
+from swarm.replay.blocktext import prompt_words
+from swarm.replay.plan import ReplayItem, ReplayPlan
+from swarm.retry import retry_request_id
+from swarm.runtime.context import Placement, SendLimits, TargetRun
+from swarm.runtime.dispatcher import Dispatcher, Outgoing, Scheduled
+from swarm.tokenizer import Tokenizer, WordTokenizer
+
+MODES = ("timed", "dependent")
+#: Copy k of an item has index ``k * stride + index`` (stride: above every index of the plan).
+_COPY_MARK = "[session copy {k}]"
+
+
+def item_messages(item: ReplayItem) -> tuple[ChatMessage, ...]:
+    """The prompt of an item: its recorded parts, or one user message of its block text."""
+    return _item_prompt(item)[0]
+
+
+def _item_prompt(item: ReplayItem) -> tuple[tuple[ChatMessage, ...], list[str] | None]:
+    """The messages, and for a synthesised prompt its words (its tokens for the word tokenizer)."""
+    if item.prompt_parts is not None:
+        roles = item.prompt_roles or ("user",) * len(item.prompt_parts)
+        return tuple(
+            ChatMessage(role, text) for role, text in zip(roles, item.prompt_parts, strict=False)
+        ), None
+    words = prompt_words(item.block_ids, item.block_tokens, item.prompt_tokens, tail_seed=str(item.index))
+    return (ChatMessage("user", " ".join(words)),), words
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaySession:
+    """The items of one session (one copy), in the plan's order."""
+
+    key: str
+    items: tuple[ReplayItem, ...]
+
+    @property
+    def first_offset_s(self) -> float:
+        return min(it.offset_s for it in self.items)
+
+
+def group_sessions(items: Sequence[ReplayItem]) -> list[ReplaySession]:
+    """Sessions of a plan: items joined by their recorded session id and by dependencies,
+    ordered by their first offset (then by their first item)."""
+    parent: dict[int, int] = {it.index: it.index for it in items}
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    by_session: dict[str, int] = {}
+    for it in items:
+        sid = it.identity.session_id
+        if sid:
+            first = by_session.setdefault(sid, it.index)
+            parent[find(it.index)] = find(first)
+        for p in it.parents:
+            if p in parent:
+                parent[find(it.index)] = find(p)
+    groups: dict[int, list[ReplayItem]] = {}
+    for it in items:
+        groups.setdefault(find(it.index), []).append(it)
+    sessions = [
+        ReplaySession(g[0].identity.session_id or f"item{g[0].index}", tuple(g)) for g in groups.values()
+    ]
+    sessions.sort(key=lambda s: (s.first_offset_s, s.items[0].index))
+    return sessions
+
+
+def copy_session(session: ReplaySession, k: int, stride: int, shared_blocks: frozenset[int]) -> ReplaySession:
+    """Copy ``k`` (> 0) of a session: new indices and ids, its own user content, the shared
+    system prompts and shared blocks kept."""
+    mark = _COPY_MARK.format(k=k)
+    out = []
+    for it in session.items:
+        parts = it.prompt_parts
+        if parts is not None:
+            roles = it.prompt_roles or ("user",) * len(parts)
+            first = next((i for i, r in enumerate(roles) if r != "system"), None)
+            if first is not None:
+                parts = (*parts[:first], f"{mark} {parts[first]}", *parts[first + 1 :])
+        ident = it.identity
+        out.append(
+            dataclasses.replace(
+                it,
+                index=k * stride + it.index,
+                parents=tuple(k * stride + p for p in it.parents),
+                block_ids=tuple(b if b in shared_blocks else _renamed_block(b, k) for b in it.block_ids),
+                prompt_parts=parts,
+                identity=dataclasses.replace(
+                    ident,
+                    session_id=f"{ident.session_id}#{k}" if ident.session_id else f"copy{k}",
+                    request_id=f"{ident.request_id}#{k}",
+                ),
+            )
+        )
+    return ReplaySession(f"{session.key}#{k}", tuple(out))
+
+
+def _renamed_block(block_id: int, k: int) -> int:
+    return (block_id * 1_000_003 + k * 7_919) & ((1 << 62) - 1)
+
+
+def shared_block_ids(sessions: Iterable[ReplaySession]) -> frozenset[int]:
+    """Block ids that appear in more than one session (shared content, e.g. system prompts)."""
+    seen: dict[int, str] = {}
+    shared: set[int] = set()
+    for s in sessions:
+        for it in s.items:
+            for b in it.block_ids:
+                owner = seen.setdefault(b, s.key)
+                if owner != s.key:
+                    shared.add(b)
+    return frozenset(shared)
+
+
+class ReplaySource:
+    """A ReplayPlan's sessions (``copies`` times over) as a RequestSource."""
+
+    kind = "replay"
+
+    def __init__(
+        self,
+        plan: ReplayPlan,
+        *,
+        mode: str = "timed",
+        speed: float = 1.0,
+        copies: int = 1,
+        max_sessions: int = 0,
+        max_in_flight: int = 0,
+        tokenizer: Tokenizer | None = None,
+        retries: int = 0,
+        retry_backoff_s: float = 0.5,
+        sessions: Sequence[ReplaySession] | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}")
+        if speed <= 0:
+            raise ValueError("speed must be positive")
+        if copies < 1:
+            raise ValueError("copies must be at least 1")
+        self.mode = mode
+        self.speed = speed
+        self.copies = copies
+        self.max_sessions = max_sessions
+        self.tokenizer = tokenizer or WordTokenizer()
+        #: retries of a retryable failure (off by default, as for agents), and the first backoff
+        self.retries = retries
+        self.retry_backoff_s = retry_backoff_s
+        self.limits = SendLimits(max_in_flight=max_in_flight)
+        if sessions is None:
+            base = group_sessions(plan.items)
+            stride = max((it.index for it in plan.items), default=0) + 1
+            shared = shared_block_ids(base) if copies > 1 else frozenset()
+            expanded = list(base)
+            for k in range(1, copies):
+                expanded += [copy_session(s, k, stride, shared) for s in base]
+            expanded.sort(key=lambda s: s.first_offset_s)  # stable: copy 0 first at equal offsets
+            sessions = expanded
+        # the plan's items are not kept: a part shipped to a worker carries only its sessions
+        self.plan = dataclasses.replace(plan, items=[])
+        self.sessions = list(sessions)
+
+    @property
+    def requests(self) -> int:
+        return sum(len(s.items) for s in self.sessions)
+
+    def session_count(self) -> int:
+        return len(self.sessions)
+
+    def split(self, parts: int) -> list[ReplaySource]:
+        """Sessions dealt round-robin in start order; each part runs on one worker."""
+        return [self._part(self.sessions[w::parts], self._share(parts, w)) for w in range(parts)]
+
+    def _part(self, sessions: Sequence[ReplaySession], max_sessions: int) -> ReplaySource:
+        return ReplaySource(
+            self.plan, mode=self.mode, speed=self.speed, max_sessions=max_sessions,
+            max_in_flight=self.limits.max_in_flight, tokenizer=self.tokenizer, retries=self.retries,
+            retry_backoff_s=self.retry_backoff_s, sessions=sessions,
+        )  # fmt: skip
+
+    def _share(self, parts: int, w: int) -> int:
+        if self.max_sessions <= 0:
+            return 0
+        return max(1, self.max_sessions // parts + (1 if w < self.max_sessions % parts else 0))
+
+    def shared_prefixes(self) -> list[list[object]]:
+        """Prompts' system messages (what sessions share by design), for a worker's ideal index."""
+        out: dict[tuple[object, ...], None] = {}
+        for s in self.sessions:
+            for it in s.items:
+                if it.prompt_parts is None or not it.prompt_roles:
+                    continue
+                tokens: list[object] = []
+                for role, text in zip(it.prompt_roles, it.prompt_parts, strict=False):
+                    if role != "system":
+                        break
+                    tokens.extend(self.tokenizer.encode(text))
+                if tokens:
+                    out.setdefault(tuple(tokens), None)
+        return [list(t) for t in out]
+
+    def start(self, d: Dispatcher, run: TargetRun, placement: Placement) -> _ReplayRun:
+        return _ReplayRun(self, d, run)
+
+
+class _ReplayRun:
+    """The state of one ReplaySource being sent by one Dispatcher."""
+
+    def __init__(self, source: ReplaySource, d: Dispatcher, run: TargetRun) -> None:
+        self.source = source
+        self.d = d
+        self.run = run
+        self.speed = source.speed
+        self.word_tokens = isinstance(source.tokenizer, WordTokenizer)
+        self.end_perf: dict[int, int] = {}
+        self.waiting_parents: dict[int, int] = {}
+        self.children: dict[int, list[ReplayItem]] = {}
+        self.session_of: dict[int, int] = {}
+        self.remaining: list[int] = []
+        self.cut: list[bool] = []
+        self.started: list[bool] = []
+        self.ended: list[bool] = []
+        self._done_events: dict[int, asyncio.Event] = {}
+        known: set[int] = set()
+        for s_i, s in enumerate(source.sessions):
+            self.remaining.append(len(s.items))
+            self.cut.append(False)
+            self.started.append(False)
+            self.ended.append(False)
+            for it in s.items:
+                self.session_of[it.index] = s_i
+                known.add(it.index)
+        self.roots: dict[int, list[ReplayItem]] = {}
+        for s_i, s in enumerate(source.sessions):
+            for it in s.items:
+                parents = [p for p in it.parents if p in known] if source.mode == "dependent" else []
+                if not parents:
+                    self.roots.setdefault(s_i, []).append(it)
+                    continue
+                self.waiting_parents[it.index] = len(parents)
+                for p in parents:
+                    self.children.setdefault(p, []).append(it)
+
+    # -- building requests ----------------------------------------------------------------------
+
+    def build(self, item: ReplayItem, due_perf_ns: int, attempt: int = 0, slot_wait_ns: int = 0) -> Outgoing:
+        messages, words = _item_prompt(item)
+        tokens: list[object] = []
+        if words is not None and self.word_tokens:
+            tokens.extend(words)  # the words are the tokens; no need to split them again
+        else:
+            encode = self.source.tokenizer.encode
+            for m in messages:
+                tokens.extend(encode(m.content))
+        client = self.d.client
+        identity = dataclasses.replace(
+            item.identity, run_id=self.run.run_id, target=client.target, engine=client.profile.name
+        )
+        if attempt:
+            first_id = identity.request_id
+            identity = dataclasses.replace(
+                identity, request_id=retry_request_id(first_id, attempt), attempt=attempt, retry_of=first_id
+            )
+        request = EngineRequest(
+            messages=messages,
+            max_tokens=item.max_tokens,
+            identity=identity,
+            slot_wait_ns=slot_wait_ns,
+            scheduled_ns=self.d.wall_at(due_perf_ns),
+            prompt_tokens_est=len(tokens),
+            block_hashes=block_hashes(tokens),  # type: ignore[arg-type]
+            keep_text=item.prompt_parts is not None and self.run.keep_text,
+        )
+        return Outgoing(request, tokens, client.encode(request))
+
+    # -- schedule -------------------------------------------------------------------------------
+
+    def finish(self) -> None:
+        """After the run: sessions begun but not ended were cut by its stop."""
+        for s_i, started in enumerate(self.started):
+            if started and not self.ended[s_i]:
+                self.ended[s_i] = True
+                self.d.session_ended(cut=True)
+
+    @property
+    def schedule(self) -> list[Scheduled]:
+        sessions = self.source.sessions
+        if self.source.max_sessions > 0:  # closed loop: sessions start as others end
+            return [Scheduled(0, self._session_pool)]
+        entries: list[tuple[int, int, ReplayItem]] = []
+        for s_i in range(len(sessions)):
+            for it in self.roots.get(s_i, ()):
+                entries.append((int(it.offset_s / self.speed * 1e9), it.index, it))
+        entries.sort(key=lambda e: (e[0], e[1]))
+        return [
+            Scheduled(
+                due, self._fixed_runner(it), prepare=self._preparer(it), prepare_tokens=it.prompt_tokens
+            )
+            for due, _, it in entries
+        ]
+
+    def _preparer(self, item: ReplayItem) -> Callable[[int], Outgoing]:
+        return lambda due: self.build(item, due)
+
+    def _fixed_runner(self, item: ReplayItem) -> Callable[[Outgoing | None, int], Coroutine[Any, Any, None]]:
+        async def run(out: Outgoing | None, due: int) -> None:
+            await self._send(item, due, out)
+
+        return run
+
+    async def _session_pool(self, _out: Outgoing | None, start: int) -> None:
+        pool = asyncio.Semaphore(self.source.max_sessions)
+        first = min((s.first_offset_s for s in self.source.sessions), default=0.0)
+        for s_i, s in enumerate(self.source.sessions):
+            await pool.acquire()
+            if self.d.stop.stopped:
+                pool.release()
+                break
+            s_start = max(self.d.clock_ns(), start + int((s.first_offset_s - first) / self.speed * 1e9))
+            await self.d.sleep_until(s_start)
+            self.d.spawn(self._closed_session(s_i, s_start, pool))
+
+    async def _closed_session(self, s_i: int, s_start: int, pool: asyncio.Semaphore) -> None:
+        session = self.source.sessions[s_i]
+        done = self._done_events[s_i] = asyncio.Event()
+        base = session.first_offset_s
+        for it in self.roots.get(s_i, ()):
+            due = s_start + int((it.offset_s - base) / self.speed * 1e9)
+            self.d.spawn(self._timed_in_session(it, due))
+        try:
+            await done.wait()
+        finally:
+            pool.release()
+
+    async def _timed_in_session(self, item: ReplayItem, due: int) -> None:
+        await self.d.sleep_until(due)
+        await self._send(item, due, self.build(item, due))
+
+    # -- sending --------------------------------------------------------------------------------
+
+    async def _send(self, item: ReplayItem, due: int, out: Outgoing | None) -> None:
+        s_i = self.session_of[item.index]
+        ok = False
+        try:
+            if not self.started[s_i]:
+                self.started[s_i] = True
+                self.d.session_started()
+            record, _ = await self.d.send_retrying(
+                functools.partial(self._attempt, item), due, retries=self.source.retries,
+                backoff_s=self.source.retry_backoff_s, first=out,
+            )  # fmt: skip
+            ok = record is not None and record.status is not Status.CANCELLED
+        finally:
+            self._finished(item, ok)
+
+    async def _send_dependent(self, item: ReplayItem) -> None:
+        parent_end = max(
+            (self.end_perf[p] for p in item.parents if p in self.end_perf), default=self.d.start_perf_ns
+        )
+        due = parent_end + int(item.gap_s / self.speed * 1e9)
+        out = self.build(item, due)
+        await self.d.sleep_until(due)
+        await self._send(item, due, out)
+
+    def _attempt(self, item: ReplayItem, attempt: int, due: int, slot_wait_ns: int) -> Outgoing:
+        return self.build(item, due, attempt, slot_wait_ns)
+
+    def _finished(self, item: ReplayItem, sent: bool) -> None:
+        self.end_perf[item.index] = self.d.clock_ns()
+        s_i = self.session_of[item.index]
+        if not sent:
+            self.cut[s_i] = True
+        for child in self.children.pop(item.index, ()):
+            self.waiting_parents[child.index] -= 1
+            if self.waiting_parents[child.index] == 0:
+                if self.d.stop.stopped:
+                    self._finished(child, False)  # never sent: the run stopped
+                else:
+                    self.d.spawn(self._send_dependent(child))
+        self.remaining[s_i] -= 1
+        if self.remaining[s_i] == 0:
+            if self.started[s_i] and not self.ended[s_i]:
+                self.ended[s_i] = True
+                self.d.session_ended(self.cut[s_i])
+            if (event := self._done_events.get(s_i)) is not None:
+                event.set()
