@@ -235,13 +235,14 @@ class ReplaySource:
         return [list(t) for t in out]
 
     def start(self, d: Dispatcher, run: TargetRun, placement: Placement) -> _ReplayRun:
-        return _ReplayRun(self, d, run)
+        return _ReplayRun(self, d, run, placement.worker)
 
 
 class _ReplayRun:
     """The state of one ReplaySource being sent by one Dispatcher."""
 
-    def __init__(self, source: ReplaySource, d: Dispatcher, run: TargetRun) -> None:
+    def __init__(self, source: ReplaySource, d: Dispatcher, run: TargetRun, worker: int) -> None:
+        self.worker = worker
         self.source = source
         self.d = d
         self.run = run
@@ -289,7 +290,11 @@ class _ReplayRun:
                 tokens.extend(encode(m.content))
         client = self.d.client
         identity = dataclasses.replace(
-            item.identity, run_id=self.run.run_id, target=client.target, engine=client.profile.name
+            item.identity,
+            run_id=self.run.run_id,
+            target=client.target,
+            engine=client.profile.name,
+            worker=self.worker,
         )
         if attempt:
             first_id = identity.request_id

@@ -1,0 +1,300 @@
+"""The Dispatcher and StopConditions on a virtual clock: releases, the in-flight cap, stops."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+from typing import Any
+
+import pytest
+
+from swarm.breaker import CircuitBreaker
+from swarm.engines.client import EngineRequest
+from swarm.engines.dialects import ChatMessage
+from swarm.record import RequestIdentity, RequestRecord, Status
+from swarm.runtime.dispatcher import DISPATCH_SPIN_NS, Dispatcher, Outgoing, Scheduled
+from swarm.runtime.stop import DURATION_REACHED, INTERRUPTED, REQUEST_LIMIT_REACHED, StopConditions
+from swarm.trace.sink import RecordBuffer, TraceWriteError
+
+MS = 1_000_000
+
+
+class VirtualClock:
+    """Virtual time: a sleep waits until the clock reaches its end; the clock jumps to the next
+    wake-up whenever every task is waiting (a sleep of 0 moves it 1 us, as a turn of the loop)."""
+
+    def __init__(self) -> None:
+        self.now_ns = 1_000 * MS
+        self._timers: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._seq = 0
+        self._ticker: asyncio.Task[None] | None = None
+        self._turns = 0  # sleeps of 0: a task is still busy, time must not jump
+
+    def clock_ns(self) -> int:
+        return self.now_ns
+
+    def monotonic(self) -> float:
+        return self.now_ns / 1e9
+
+    def _advance(self, to_ns: int) -> None:
+        self.now_ns = max(self.now_ns, to_ns)
+        while self._timers and self._timers[0][0] <= self.now_ns:
+            _, _, fut = heapq.heappop(self._timers)
+            if not fut.done():
+                fut.set_result(None)
+
+    async def sleep(self, seconds: float) -> None:
+        if self._ticker is None or self._ticker.done():
+            self._ticker = asyncio.get_running_loop().create_task(self._tick())
+        if seconds <= 0:
+            self._turns += 1
+            self._advance(self.now_ns + 1_000)
+            await asyncio.sleep(0)
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self._seq += 1
+        heapq.heappush(self._timers, (self.now_ns + int(seconds * 1e9), self._seq, fut))
+        await fut
+
+    async def _tick(self) -> None:
+        while True:
+            turns = self._turns
+            for _ in range(20):  # let every runnable task run first
+                await asyncio.sleep(0)
+            if self._turns != turns:
+                continue
+            if not self._timers:
+                if not asyncio.all_tasks() - {asyncio.current_task()}:
+                    return
+                continue
+            self._advance(self._timers[0][0])
+
+
+class FakeClient:
+    """Answers each request after ``answer_ms`` of virtual time, with ``status``."""
+
+    target = "t"
+    profile: Any = None
+
+    def __init__(self, clock: VirtualClock, answer_ms: float = 0.0, status: Status = Status.OK) -> None:
+        self.clock = clock
+        self.answer_ms = answer_ms
+        self.status = status
+        self.sent: list[tuple[str, int]] = []
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    async def send(self, request: EngineRequest, payload: bytes | None = None) -> RequestRecord:
+        self.sent.append((request.identity.request_id, self.clock.now_ns))
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            if self.answer_ms:
+                await self.clock.sleep(self.answer_ms / 1e3)
+        except asyncio.CancelledError:
+            self.in_flight -= 1
+            return self._record(request, Status.CANCELLED)
+        self.in_flight -= 1
+        return self._record(request, self.status)
+
+    def _record(self, request: EngineRequest, status: Status) -> RequestRecord:
+        return RequestRecord(
+            identity=request.identity,
+            dialect="openai-chat",
+            model="m",
+            stream=True,
+            scheduled_ns=request.scheduled_ns or 0,
+            sent_ns=0,
+            queue_ns=0,
+            ttft_ns=None,
+            e2e_ns=None,
+            chunk_ns=(),
+            status=status,
+            http_status=503 if status is Status.HTTP_ERROR else None,
+            slot_wait_ns=request.slot_wait_ns,
+            ideal_cached_tokens_est=request.ideal_cached_tokens_est,
+        )
+
+
+def request(name: str, tokens: list[object] | None = None) -> Outgoing:
+    req = EngineRequest(
+        messages=(ChatMessage("user", name),), max_tokens=1, identity=RequestIdentity(request_id=name)
+    )
+    return Outgoing(req, tokens)
+
+
+def dispatcher(
+    clock: VirtualClock, client: FakeClient, stop: StopConditions | None = None, **kw: Any
+) -> tuple[Dispatcher, RecordBuffer]:
+    sink = RecordBuffer()
+    d = Dispatcher(
+        client,  # type: ignore[arg-type]
+        sink,
+        stop or StopConditions(clock=clock.monotonic),
+        clock_ns=clock.clock_ns,
+        sleep=clock.sleep,
+        **kw,
+    )
+    return d, sink
+
+
+def sends(d: Dispatcher, names_due_ms: list[tuple[str, float]]) -> list[Scheduled]:
+    def runner(name: str) -> Any:
+        async def run(out: Outgoing | None, due: int) -> None:
+            await d.send(request(name))
+
+        return run
+
+    return [Scheduled(int(due * MS), runner(name)) for name, due in names_due_ms]
+
+
+def test_entries_are_released_at_their_due_time_all_due_at_once_together() -> None:
+    clock = VirtualClock()
+    client = FakeClient(clock)
+    d, sink = dispatcher(clock, client)
+    schedule = sends(d, [("a", 0), ("b", 5), ("c", 5), ("d", 5), ("e", 120)])
+    asyncio.run(d.run(schedule))
+    sent = dict(client.sent)
+    start = d.start_perf_ns
+    assert [n for n, _ in client.sent] == ["a", "b", "c", "d", "e"]  # in due order
+    assert sent["b"] == sent["c"] == sent["d"]  # one release for everything due at one instant
+    for name, due_ms in (("a", 0), ("b", 5), ("e", 120)):
+        assert 0 <= sent[name] - (start + due_ms * MS) < DISPATCH_SPIN_NS  # never early, on time
+    assert [r.identity.request_id for r in sink.records] == ["a", "b", "c", "d", "e"]
+    assert d.stats.requests == 5 and d.stats.finished
+
+
+def test_prepared_entries_take_their_ideal_in_release_order() -> None:
+    clock = VirtualClock()
+    client = FakeClient(clock)
+    d, sink = dispatcher(clock, client)
+    prompts = {"a": ["s", "x"], "b": ["s", "x", "y"], "c": ["s", "z"]}
+
+    def entry(name: str, due_ms: float) -> Scheduled:
+        async def run(out: Outgoing | None, due: int) -> None:
+            assert out is not None and out.tokens is None  # built ahead, ideal already taken
+            await d.send(out)
+
+        return Scheduled(int(due_ms * MS), run, prepare=lambda due: request(name, prompts[name]))
+
+    asyncio.run(d.run([entry("a", 0), entry("b", 1500), entry("c", 3000)]))
+    ideal = {r.identity.request_id: r.ideal_cached_tokens_est for r in sink.records}
+    assert ideal == {"a": 0, "b": 2, "c": 1}
+
+
+def test_in_flight_cap_holds_and_records_the_wait_for_a_slot() -> None:
+    clock = VirtualClock()
+    client = FakeClient(clock, answer_ms=100)
+    d, sink = dispatcher(clock, client, max_in_flight=2)
+    asyncio.run(d.run(sends(d, [(f"r{i}", 0) for i in range(5)])))
+    assert client.most_in_flight == 2
+    waits = sorted(r.slot_wait_ns for r in sink.records)
+    assert waits[:2] == [0, 0] and waits[2] >= 100 * MS and waits[4] >= 200 * MS
+
+
+def test_a_reached_duration_ends_releases_and_sends_but_not_what_is_in_flight() -> None:
+    clock = VirtualClock()
+    client = FakeClient(clock, answer_ms=50)
+    stop = StopConditions(deadline_s=clock.monotonic() + 0.1, clock=clock.monotonic)
+    d, sink = dispatcher(clock, client, stop)
+    asyncio.run(d.run(sends(d, [("a", 0), ("b", 90), ("c", 200), ("d", 300)])))
+    assert [r.identity.request_id for r in sink.records] == ["a", "b"]
+    assert all(r.status is Status.OK for r in sink.records)  # b finished after the deadline
+    assert stop.reason == DURATION_REACHED and not stop.interrupted and not stop.cancelling
+
+
+def test_an_interrupt_cancels_what_is_in_flight_and_records_it() -> None:
+    clock = VirtualClock()
+    client = FakeClient(clock, answer_ms=1_000)
+    stop = StopConditions(clock=clock.monotonic)
+    d, sink = dispatcher(clock, client, stop)
+
+    def entries() -> list[Scheduled]:
+        out = sends(d, [("a", 0), ("b", 0), ("late", 5_000)])
+
+        async def interrupt(_out: Outgoing | None, _due: int) -> None:
+            stop.interrupt()
+
+        return [*out[:2], Scheduled(10 * MS, interrupt), out[2]]
+
+    asyncio.run(d.run(entries()))
+    assert sorted((r.identity.request_id, r.status) for r in sink.records) == [
+        ("a", Status.CANCELLED),
+        ("b", Status.CANCELLED),
+    ]
+    assert stop.reason == INTERRUPTED and stop.interrupted and stop.halt_reason is None
+
+
+def test_the_circuit_breaker_halts_with_its_reason() -> None:
+    clock = VirtualClock()
+    client = FakeClient(clock, answer_ms=10, status=Status.HTTP_ERROR)
+    stop = StopConditions(breaker=CircuitBreaker(0.5, 4), clock=clock.monotonic)
+    d, sink = dispatcher(clock, client, stop)
+    asyncio.run(d.run(sends(d, [(f"r{i}", 20 * i) for i in range(20)])))
+    assert len(sink.records) == 4  # the fourth failure in a window of four trips it
+    assert stop.halt_reason is not None and stop.halt_reason.startswith("circuit breaker")
+    assert stop.reason == stop.halt_reason and not stop.interrupted
+
+
+class BrokenSink(RecordBuffer):
+    def write(self, record: RequestRecord) -> None:
+        self.rows_lost += 1
+        self.failure = "disk full"
+        raise TraceWriteError("disk full")
+
+
+def test_a_trace_that_cannot_be_written_halts_the_run() -> None:
+    clock = VirtualClock()
+    client = FakeClient(clock, answer_ms=10)
+    stop = StopConditions(clock=clock.monotonic)
+    d = Dispatcher(client, BrokenSink(), stop, clock_ns=clock.clock_ns, sleep=clock.sleep)  # type: ignore[arg-type]
+    asyncio.run(d.run(sends(d, [(f"r{i}", 100 * i) for i in range(5)])))
+    assert stop.halt_reason == "disk full" and len(client.sent) == 1
+
+
+def test_request_limit_and_first_reason_wins() -> None:
+    stop = StopConditions(max_requests=2)
+    assert stop.admit() and stop.admit() and not stop.admit()
+    assert stop.reason == REQUEST_LIMIT_REACHED and not stop.cancelling
+    stop.halt("later")
+    assert stop.reason == REQUEST_LIMIT_REACHED and stop.halt_reason == "later" and stop.cancelling
+
+
+def test_retries_resend_a_retryable_failure_with_new_ids() -> None:
+    clock = VirtualClock()
+    client = FakeClient(clock, answer_ms=1, status=Status.HTTP_ERROR)
+    d, _ = dispatcher(clock, client)
+
+    def build(attempt: int, due: int, slot_wait_ns: int) -> Outgoing:
+        return request(f"x~retry{attempt}" if attempt else "x")
+
+    async def run() -> tuple[RequestRecord | None, int]:
+        return await d.send_retrying(build, clock.clock_ns(), retries=2, backoff_s=0.5)
+
+    async def main() -> tuple[RequestRecord | None, int]:
+        result: list[tuple[RequestRecord | None, int]] = []
+
+        async def entry(_out: Outgoing | None, _due: int) -> None:
+            result.append(await run())
+
+        await d.run([Scheduled(0, entry)])
+        return result[0]
+
+    # a 503 is retryable: three attempts, backoff 0.5 s then 1 s
+    record, attempts = asyncio.run(main())
+    assert attempts == 3 and record is not None
+    assert [n for n, _ in client.sent] == ["x", "x~retry1", "x~retry2"]
+    gaps = [b - a for (_, a), (_, b) in zip(client.sent, client.sent[1:], strict=False)]
+    assert gaps[0] >= 500 * MS and gaps[1] >= 1_000 * MS
+
+
+@pytest.mark.parametrize("stopped_before", [True, False])
+def test_a_stopped_run_sends_nothing_more(stopped_before: bool) -> None:
+    clock = VirtualClock()
+    client = FakeClient(clock)
+    stop = StopConditions(clock=clock.monotonic)
+    if stopped_before:
+        stop.interrupt()
+    d, _ = dispatcher(clock, client, stop)
+    asyncio.run(d.run(sends(d, [("a", 0), ("b", 10)])))
+    assert (len(client.sent) == 0) is stopped_before
