@@ -21,12 +21,12 @@ def at_rate(url: str, rate: float) -> tuple[float, float, float]:
     """(achieved send rate over the scheduled rate of this sample, p50 and p99 lateness ms)."""
     import numpy as np
 
-    from swarm.arrival import ArrivalSpec
-    from swarm.catalog import Catalog
     from swarm.record import RequestRecord
     from swarm.runtime.agent_source import AgentSource
     from swarm.runtime.context import ResolvedTarget
-    from swarm.workload import MixEntry, Workload, WorkloadSpec
+    from swarm.workload.arrival import ArrivalSpec
+    from swarm.workload.catalog import Catalog
+    from swarm.workload.workload import MixEntry, Workload, WorkloadSpec
 
     catalog = Catalog(agent_dirs=[Path(__file__).parent / "profiles"])
     agents = int(rate * SECONDS)

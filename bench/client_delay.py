@@ -38,13 +38,13 @@ def one(agents: int, url: str, profile: str) -> dict[str, float]:
 
     import numpy as np
 
-    from swarm.arrival import ArrivalSpec
-    from swarm.catalog import Catalog
-    from swarm.engines.client import Timeouts
     from swarm.record import RequestRecord
+    from swarm.request import Timeouts
     from swarm.runtime.agent_source import AgentSource
     from swarm.runtime.context import ResolvedTarget
-    from swarm.workload import MixEntry, Workload, WorkloadSpec
+    from swarm.workload.arrival import ArrivalSpec
+    from swarm.workload.catalog import Catalog
+    from swarm.workload.workload import MixEntry, Workload, WorkloadSpec
 
     catalog = Catalog(agent_dirs=[Path(__file__).parent / "profiles"])
     spec = WorkloadSpec(

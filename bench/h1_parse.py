@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 
 from bench.common import Row
-from swarm.engines.h1_parse import MAX_HEAD_BYTES, BodyCallback, H1Exchange, H1ProtocolError
+from swarm.clients.h1_parse import MAX_HEAD_BYTES, BodyCallback, H1Exchange, H1ProtocolError
 
 TOKENS = 200
 RESPONSES = 400

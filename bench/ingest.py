@@ -23,8 +23,8 @@ TARGET = 100_000
 def measure() -> float:
     import pyarrow as pa
 
+    from bench.synthetic import synthetic_record
     from swarm.trace.sink import ParquetTraceSink, records_to_batch
-    from swarm.trace.synthetic import synthetic_record
 
     batches = [
         records_to_batch([synthetic_record(i + j) for j in range(BATCH)]) for i in range(0, 50_000, BATCH)

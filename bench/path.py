@@ -114,9 +114,9 @@ def _rates(t0: float, c0: float) -> tuple[float, float]:
 
 
 async def _swarm(url: str) -> tuple[float, float]:
-    from swarm.engines.client import EngineRequest, HttpEngineClient, open_transport
-    from swarm.engines.dialects import ChatMessage
-    from swarm.engines.profiles import get_profile
+    from swarm.clients.client import HttpEngineClient, open_transport
+    from swarm.clients.engine_profiles import get_profile
+    from swarm.request import ChatMessage, EngineRequest
     from swarm.trace.sink import ParquetTraceSink
 
     sem = asyncio.Semaphore(IN_FLIGHT)
@@ -146,7 +146,7 @@ async def _swarm(url: str) -> tuple[float, float]:
 
 def run() -> list[Row]:
     from swarm.emulator.process import EmulatorProcess
-    from swarm.engines.dialects import dumps
+    from swarm.jsoncodec import dumps
 
     body = dumps(
         {

@@ -36,18 +36,18 @@ def one(agents: int, workers: int, url: str) -> dict[str, Any]:
     import numpy as np
     import pyarrow.compute as pc
 
-    from swarm.arrival import ArrivalSpec
-    from swarm.catalog import Catalog
     from swarm.cluster.executor import RayExecutor
     from swarm.cluster.worker import peak_rss_bytes
-    from swarm.engines.client import Timeouts
-    from swarm.live_stats import RunStats
+    from swarm.request import Timeouts
     from swarm.runtime.agent_source import AgentSource
     from swarm.runtime.context import ResolvedTarget, TargetRun
+    from swarm.runtime.live_stats import RunStats
     from swarm.trace.reader import read_requests
     from swarm.trace.sink import ParquetTraceSink
     from swarm.trace.storage import RunStorage
-    from swarm.workload import MixEntry, Workload, WorkloadSpec
+    from swarm.workload.arrival import ArrivalSpec
+    from swarm.workload.catalog import Catalog
+    from swarm.workload.workload import MixEntry, Workload, WorkloadSpec
 
     catalog = Catalog(agent_dirs=[Path(__file__).parent / "profiles"])
     spec = WorkloadSpec(

@@ -1,6 +1,6 @@
 """Errors a user can act on.
 
-Place in the map (docs/architecture.md): shared by every part. An ``InputError`` is bad input from the
+Place in the map (docs/architecture.md, "Shared value types"): shared by every part. An ``InputError`` is bad input from the
 user (a flag, a spec file, a URL, a port): the CLI prints its message as one line and exits 2,
 without a traceback. Everything else is a bug or an environment failure and keeps its cause.
 """

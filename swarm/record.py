@@ -1,6 +1,6 @@
 """The RequestRecord: one row of the trace, and its Arrow schema.
 
-Place in the map (docs/architecture.md): the foundation. The EngineClient makes one RequestRecord per
+Place in the map (docs/architecture.md, "Shared value types"): the foundation. The EngineClient makes one RequestRecord per
 request; the TraceSink turns records into Parquet rows; analysis reads the rows back. This
 module depends on nothing else in swarm, so every other part may import it.
 
@@ -127,6 +127,11 @@ class RequestRecord:
         """A copy with some identity fields replaced (records themselves never change)."""
         return dataclasses.replace(self, identity=dataclasses.replace(self.identity, **changes))
 
+
+#: A request whose dispatch lag (``dispatch_lag_ns``: sent minus scheduled, less any wait for a
+#: free slot under the in-flight cap) is above this counts as late: the generator is behind its
+#: schedule. The live view, the end of a run and the report all judge by it.
+LATE_NS = 10_000_000
 
 _I64 = pa.int64()
 _STR = pa.string()

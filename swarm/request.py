@@ -1,8 +1,8 @@
 """The value types shared by request sources and clients: what one LLM call is, and its limits.
 
-Place in the map (docs/architecture.md, engines): below the EngineClient and beside
+Place in the map (docs/architecture.md, "Shared value types"): below the EngineClient and beside
 ``swarm.record``. Agents, the replay and the cluster build ``EngineRequest``s of
-``ChatMessage``s and hand ``Timeouts`` to a client; ``swarm.engines`` reads them. This module
+``ChatMessage``s and hand ``Timeouts`` to a client; ``swarm.clients`` reads them. This module
 imports only the standard library and ``swarm.record``, so a request source can build requests
 without importing the client package (aiohttp, the HTTP/1.1 client, the dialects).
 """

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from swarm.emulator import EmulatorConfig, EmulatorThread
+from swarm.emulator.config import EmulatorConfig
+from swarm.emulator.http_server import EmulatorThread
 
 # Local test clusters need no token authentication (Ray 2.60 turns it on by default).
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")

@@ -14,7 +14,7 @@ from swarm.runtime.loop import drive, stop_conditions_for
 from swarm.runtime.replay_source import ReplaySource
 from swarm.runtime.sources import RequestSource
 from swarm.trace.sink import RecordBuffer
-from swarm.workload import Workload
+from swarm.workload.workload import Workload
 
 
 def send(

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from sending import send_agents
 
-from swarm.arrival import ArrivalSpec
-from swarm.catalog import Catalog
-from swarm.emulator import EmulatorThread
+from swarm.emulator.http_server import EmulatorThread
 from swarm.record import RequestRecord, Status
 from swarm.runtime.context import ResolvedTarget
-from swarm.workload import MixEntry, Workload, WorkloadSpec, partition
+from swarm.workload.arrival import ArrivalSpec
+from swarm.workload.catalog import Catalog
+from swarm.workload.workload import MixEntry, Workload, WorkloadSpec, partition
 
 TINY = """
 name: tiny

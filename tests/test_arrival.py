@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from swarm.arrival import ArrivalSpec, parse_arrival
 from swarm.errors import InputError
+from swarm.workload.arrival import ArrivalSpec, parse_arrival
 
 N = 20_000
 

@@ -9,10 +9,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from swarm.emulator import EmulatorThread
-from swarm.engines.client import EngineRequest, HttpEngineClient, open_http_session
-from swarm.engines.dialects import ChatMessage
-from swarm.engines.profiles import get_profile
+from swarm.clients.client import HttpEngineClient, open_http_session
+from swarm.clients.engine_profiles import get_profile
+from swarm.emulator.http_server import EmulatorThread
+from swarm.request import ChatMessage, EngineRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -15,10 +15,10 @@ import pytest
 from aiohttp import web
 from transports import TRANSPORT, transport  # noqa: F401 - each test runs once per transport
 
-from swarm.engines.client import EngineRequest, HttpEngineClient, Timeouts, open_transport
-from swarm.engines.dialects import ChatMessage
-from swarm.engines.profiles import get_profile
+from swarm.clients.client import HttpEngineClient, open_transport
+from swarm.clients.engine_profiles import get_profile
 from swarm.record import MAX_ERROR_CHARS, RequestRecord, Status
+from swarm.request import ChatMessage, EngineRequest, Timeouts
 
 CONTENT = b'data: {"choices":[{"index":0,"delta":{"content":"tok"}}]}\n\n'
 
@@ -280,7 +280,7 @@ def test_a_connection_closed_on_its_first_request_is_a_failure_not_a_retry() -> 
 async def test_a_bug_in_the_client_is_a_row_not_a_lost_request(
     bad_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import swarm.engines.client as client_module
+    import swarm.clients.client as client_module
 
     async def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("boom")

@@ -13,22 +13,22 @@ import pytest
 import yaml
 from sending import send_agents
 
-from swarm.arrival import ArrivalSpec
-from swarm.catalog import Catalog
 from swarm.cluster.executor import RayExecutor, runtime_env_for
-from swarm.emulator import EmulatorThread
-from swarm.engines.client import Timeouts
-from swarm.live_stats import RunStats
+from swarm.emulator.http_server import EmulatorThread
+from swarm.launch import execute_run
 from swarm.record import RequestRecord
+from swarm.request import Timeouts
 from swarm.runtime.agent_source import AgentSource
 from swarm.runtime.context import ResolvedTarget, TargetOutcome, TargetRun
-from swarm.runtime.launch import execute_run
+from swarm.runtime.live_stats import RunStats
 from swarm.runtime.specs import RunSpec, TargetSpec
 from swarm.trace.manifest import RunManifest
 from swarm.trace.reader import read_requests
 from swarm.trace.sink import ParquetTraceSink
 from swarm.trace.storage import RunStorage
-from swarm.workload import MixEntry, Workload, WorkloadSpec
+from swarm.workload.arrival import ArrivalSpec
+from swarm.workload.catalog import Catalog
+from swarm.workload.workload import MixEntry, Workload, WorkloadSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,7 +74,9 @@ def run_on_ray(
         watcher.start()
     try:
         outcome = executor.run_target(
-            TargetRun(AgentSource(workload), target, sink, stats, run_id="r", timeouts=Timeouts(), storage=storage)
+            TargetRun(
+                AgentSource(workload), target, sink, stats, run_id="r", timeouts=Timeouts(), storage=storage
+            )
         )
     finally:
         sink.close()

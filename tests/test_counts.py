@@ -16,22 +16,22 @@ import pytest
 from rich.console import Console
 from sending import send_agents
 
+from bench.synthetic import synthetic_record
 from swarm.analysis.compare import WorkloadMismatch, compare, lead
 from swarm.analysis.report import build_report, load_run
-from swarm.arrival import ArrivalSpec
-from swarm.catalog import Catalog
-from swarm.cli_run import LiveView
-from swarm.emulator import EmulatorThread
-from swarm.live_stats import LATE_NS, RunStats
+from swarm.cli.live import LiveView
+from swarm.emulator.http_server import EmulatorThread
+from swarm.launch import execute_replay, execute_run
 from swarm.record import RequestIdentity, RequestRecord, Status
 from swarm.replay.from_run import plan_from_run
 from swarm.runtime.context import ResolvedTarget
-from swarm.runtime.launch import execute_replay, execute_run
+from swarm.runtime.live_stats import LATE_NS, RunStats
 from swarm.runtime.specs import RunSpec, TargetSpec
 from swarm.trace.manifest import RunManifest, RunStatus
 from swarm.trace.sink import ParquetTraceSink
-from swarm.trace.synthetic import synthetic_record
-from swarm.workload import MixEntry, Workload, WorkloadSpec
+from swarm.workload.arrival import ArrivalSpec
+from swarm.workload.catalog import Catalog
+from swarm.workload.workload import MixEntry, Workload, WorkloadSpec
 
 ONE_CALL = """
 name: one_call
@@ -238,11 +238,11 @@ def test_cli_compare_names_differences_in_words(
 
 
 def test_the_emulator_counts_its_steps_against_its_model(emulator: Callable[..., EmulatorThread]) -> None:
-    from swarm.analysis.server import emulator_figures
-    from swarm.engines.client import EngineRequest, HttpEngineClient, open_http_session
-    from swarm.engines.dialects import ChatMessage
-    from swarm.engines.profiles import get_profile
-    from swarm.server_metrics import SCHEMA, parse_prometheus
+    from swarm.analysis.engine_metrics import emulator_figures
+    from swarm.clients.client import HttpEngineClient, open_http_session
+    from swarm.clients.engine_profiles import get_profile
+    from swarm.request import ChatMessage, EngineRequest
+    from swarm.runtime.metrics_scraper import SCHEMA, parse_prometheus
 
     emu = emulator(engine="sglang", step_base_ms=5.0, decode_ms_per_seq=0.0, prefill_ms_per_token=0.0)
 
@@ -287,7 +287,7 @@ def test_the_report_says_when_the_emulator_could_not_keep_its_model(tmp_path: Pa
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from swarm.server_metrics import SCHEMA
+    from swarm.runtime.metrics_scraper import SCHEMA
 
     RunManifest(run_id="slow-emulator", status=RunStatus.COMPLETE).write(tmp_path)
     with ParquetTraceSink(tmp_path, writer="w") as sink:

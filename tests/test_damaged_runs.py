@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.synthetic import synthetic_record
 from swarm.trace.manifest import RunManifest, RunStatus, TargetInfo
 from swarm.trace.sink import ParquetTraceSink
-from swarm.trace.synthetic import synthetic_record
 
 SWARM = [sys.executable, "-m", "swarm"]
 

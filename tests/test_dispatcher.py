@@ -8,10 +8,9 @@ from typing import Any
 
 import pytest
 
-from swarm.breaker import CircuitBreaker
-from swarm.engines.client import EngineRequest
-from swarm.engines.dialects import ChatMessage
 from swarm.record import RequestIdentity, RequestRecord, Status
+from swarm.request import ChatMessage, EngineRequest
+from swarm.runtime.breaker import CircuitBreaker
 from swarm.runtime.dispatcher import DISPATCH_SPIN_NS, Dispatcher, Outgoing, Scheduled
 from swarm.runtime.stop import DURATION_REACHED, INTERRUPTED, REQUEST_LIMIT_REACHED, StopConditions
 from swarm.trace.sink import RecordBuffer, TraceWriteError

@@ -14,11 +14,11 @@ from swarm.emulator.behaviour import SGLANG, TRTLLM, engine_behaviour
 from swarm.emulator.block_cache import BlockCache
 from swarm.emulator.config import EmulatorConfig
 from swarm.emulator.faults import FaultSpec
+from swarm.emulator.http_server import _Handlers
 from swarm.emulator.injection import RequestFault
 from swarm.emulator.radix_cache import RadixCache
 from swarm.emulator.responses import CHAT, COMPLETION, EventTemplate, OpenAIFormat, sse
-from swarm.emulator.server import _Handlers
-from swarm.engines.dialects import dumps
+from swarm.jsoncodec import dumps
 
 
 def test_lookup_by_config() -> None:

@@ -8,11 +8,11 @@ from collections.abc import Callable
 import aiohttp
 import pytest
 
-from swarm.emulator import EmulatorThread
-from swarm.engines.client import EngineRequest, HttpEngineClient, open_http_session
-from swarm.engines.dialects import ChatMessage
-from swarm.engines.profiles import get_profile
+from swarm.clients.client import HttpEngineClient, open_http_session
+from swarm.clients.engine_profiles import get_profile
+from swarm.emulator.http_server import EmulatorThread
 from swarm.record import RequestRecord, Status
+from swarm.request import ChatMessage, EngineRequest
 
 Factory = Callable[..., EmulatorThread]
 

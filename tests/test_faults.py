@@ -13,14 +13,14 @@ import urllib.request
 import pytest
 from transports import TRANSPORT, transport  # noqa: F401 - each test runs once per transport
 
+from swarm.clients.client import HttpEngineClient, open_transport
+from swarm.clients.engine_profiles import get_profile
 from swarm.emulator.config import EmulatorConfig
 from swarm.emulator.faults import REQUEST_KINDS, FaultInjector, FaultSpec
-from swarm.emulator.server import start_emulator
-from swarm.engines.client import EngineRequest, HttpEngineClient, Timeouts, open_transport
-from swarm.engines.dialects import ChatMessage
-from swarm.engines.profiles import get_profile
+from swarm.emulator.http_server import start_emulator
 from swarm.errors import InputError
 from swarm.record import RequestRecord, Status
+from swarm.request import ChatMessage, EngineRequest, Timeouts
 
 SHORT = Timeouts(connect_s=5, first_token_s=0.5, total_s=20, idle_s=0.5)
 
@@ -155,7 +155,7 @@ def test_draws_are_seeded() -> None:
 async def test_the_emulator_logs_each_fault_under_the_clients_request_id() -> None:
     """The client sends its request id (X-Request-Id); the emulator's fault log is keyed by it,
     so a trace's failed rows can be joined with what the server did."""
-    from swarm.engines.client import request_header_id
+    from swarm.clients.client import request_header_id
     from swarm.record import RequestIdentity
 
     spec = FaultSpec.parse("http_500=0.5,cut=0.3,seed=5")

@@ -15,20 +15,20 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from swarm.agent_profile import load_profile
 from swarm.analysis.metrics import parse_slos
-from swarm.arrival import parse_arrival
+from swarm.clients.dialects import ChunkError, StreamDecoder
+from swarm.clients.engine_profiles import get_profile
+from swarm.clients.exchange import describe_error_body, parse_retry_after
+from swarm.clients.sse import SSEError, SSEParser
 from swarm.emulator.faults import FaultSpec
-from swarm.engines.dialects import ChunkError, StreamDecoder
-from swarm.engines.exchange import describe_error_body, parse_retry_after
-from swarm.engines.profiles import get_profile
-from swarm.engines.sse import SSEError, SSEParser
 from swarm.errors import InputError
 from swarm.replay.importers import import_trace, parse_window
 from swarm.runtime.specs import RunSpec
-from swarm.specfiles import load_yaml, validate
-from swarm.topology import load_topology
-from swarm.workload import WorkloadSpec
+from swarm.workload.agent_profile import load_profile
+from swarm.workload.arrival import parse_arrival
+from swarm.workload.specfiles import load_yaml, validate
+from swarm.workload.topology import load_topology
+from swarm.workload.workload import WorkloadSpec
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from swarm.engines.h1 import H1Broken, H1Exchange, H1NoResponse, H1Pool, H1ProtocolError
+from swarm.clients.h1 import H1Broken, H1Exchange, H1NoResponse, H1Pool, H1ProtocolError
 
 
 class FakeConnection:
@@ -231,7 +231,7 @@ async def test_a_connection_reset_before_the_request_is_no_response_at_once() ->
     """A refusing server resets a connection just accepted; the reset can be handled before the
     request is written. The request then fails as 'no response' at once, instead of waiting
     on a dead connection until a deadline (a timeout row for a request no server saw)."""
-    from swarm.engines.h1 import H1Connection
+    from swarm.clients.h1 import H1Connection
 
     class Transport:
         def __init__(self) -> None:

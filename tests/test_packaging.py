@@ -29,11 +29,11 @@ IMPORT_ALL = r"""
 import importlib, json, pkgutil, sys
 import swarm
 names = sorted(
-    m.name for m in pkgutil.walk_packages(swarm.__path__, "swarm.") if m.name != "swarm.__main__"
+    m.name for m in pkgutil.walk_packages(swarm.__path__, "swarm.") if not m.name.endswith("__main__")
 )
 for name in names:
     importlib.import_module(name)
-import swarm.catalog as c
+import swarm.workload.catalog as c
 cat = c.default_catalog()
 roots = {n.split(".")[0] for n in sys.modules} - set(sys.stdlib_module_names) - {"swarm", "__main__"}
 print(json.dumps({
@@ -100,7 +100,7 @@ def test_the_wheel_installs_into_a_fresh_venv_and_runs(tmp_path: Path) -> None:
     for path in (ROOT / "swarm").rglob("*.py"):
         parts = path.relative_to(ROOT).with_suffix("").parts
         in_checkout.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
-    missing = in_checkout - set(seen["modules"]) - {"swarm", "swarm.__main__"}
+    missing = {m for m in in_checkout - set(seen["modules"]) - {"swarm"} if not m.endswith("__main__")}
     assert not missing, f"modules left out of the wheel: {sorted(missing)}"
     assert "_builtin" in seen["builtin_dir"] and str(venv) in seen["builtin_dir"]
     assert "tree_of_thought" in seen["topologies"] and "coding_agent" in seen["profiles"]

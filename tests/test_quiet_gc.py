@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from swarm.quiet_gc import FORCE_FACTOR, QuietCollector
+from swarm.runtime.gc_policy import FORCE_FACTOR, QuietCollector
 
 
 @pytest.fixture
@@ -68,7 +68,7 @@ def test_older_generations_follow_the_interpreter_thresholds(small_thresholds: N
 def test_agent_run_collector_defers_full_passes_and_restores_the_collector() -> None:
     import gc
 
-    from swarm.quiet_gc import AGENT_RUN_THRESHOLDS, AgentRunCollector
+    from swarm.runtime.gc_policy import AGENT_RUN_THRESHOLDS, AgentRunCollector
 
     before = gc.get_threshold()
     full_passes: list[int] = []

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from swarm.runtime.specs import RunSpec
-from swarm.workload import Workload
+from swarm.workload.workload import Workload
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()

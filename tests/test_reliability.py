@@ -12,18 +12,18 @@ import pyarrow.parquet as pq
 import pytest
 
 from swarm.analysis.report import build_report, load_run
-from swarm.arrival import ArrivalSpec
-from swarm.breaker import CircuitBreaker
 from swarm.emulator.faults import FaultSpec
-from swarm.live_stats import RunStats
+from swarm.launch import execute_run
 from swarm.record import RequestIdentity, RequestRecord, Status
-from swarm.retry import is_retryable, retry_delay_s
-from swarm.runtime.launch import execute_run
+from swarm.runtime.breaker import CircuitBreaker
+from swarm.runtime.live_stats import RunStats
+from swarm.runtime.retry import is_retryable, retry_delay_s
 from swarm.runtime.specs import RunSpec, TargetSpec, TimeoutSpec
 from swarm.trace.manifest import RunManifest, RunStatus
 from swarm.trace.reader import list_parts, read_requests
 from swarm.trace.sink import ParquetTraceSink
-from swarm.workload import MixEntry, WorkloadSpec
+from swarm.workload.arrival import ArrivalSpec
+from swarm.workload.workload import MixEntry, WorkloadSpec
 
 PROFILE = """\
 name: quick
@@ -261,7 +261,7 @@ def test_sink_refuses_writes_after_a_failure_and_counts_them(tmp_path: Path) -> 
 def test_report_says_when_the_generator_fell_behind(tmp_path: Path) -> None:
     import dataclasses
 
-    from swarm.trace.synthetic import synthetic_record
+    from bench.synthetic import synthetic_record
 
     RunManifest(run_id="late", status=RunStatus.COMPLETE).write(tmp_path)
     with ParquetTraceSink(tmp_path, writer="w") as sink:
@@ -307,8 +307,8 @@ def test_circuit_breaker_on_ray_judges_all_workers_at_the_driver(
 
 
 def test_replay_stops_on_the_circuit_breaker(emulator: object, tmp_path: Path) -> None:
+    from swarm.launch import execute_replay
     from swarm.replay.importers import import_trace
-    from swarm.runtime.launch import execute_replay
 
     trace = tmp_path / "trace.jsonl"
     trace.write_text(

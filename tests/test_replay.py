@@ -13,21 +13,21 @@ from pathlib import Path
 import pytest
 from sending import send_replay
 
-from swarm.arrival import ArrivalSpec
-from swarm.emulator import EmulatorThread
+from swarm.emulator.http_server import EmulatorThread
 from swarm.errors import InputError
-from swarm.prefix import block_hashes
+from swarm.launch import execute_replay, execute_run
 from swarm.record import RequestRecord
 from swarm.replay.export import export_mooncake, mooncake_lines
 from swarm.replay.from_run import plan_from_run
 from swarm.replay.importers import Filters, import_trace, parse_window
 from swarm.runtime.context import ResolvedTarget
-from swarm.runtime.launch import execute_replay, execute_run
 from swarm.runtime.replay_source import item_messages
 from swarm.runtime.specs import RunSpec, TargetSpec
 from swarm.trace.manifest import RunManifest
 from swarm.trace.reader import read_requests
-from swarm.workload import MixEntry, WorkloadSpec
+from swarm.workload.arrival import ArrivalSpec
+from swarm.workload.prefix import block_hashes
+from swarm.workload.workload import MixEntry, WorkloadSpec
 
 #: the first 300 requests of the Mooncake conversation trace (source and licence: data/README.md)
 MOONCAKE = Path(__file__).resolve().parent / "data" / "mooncake_conversation_first300.jsonl"

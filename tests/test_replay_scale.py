@@ -16,23 +16,23 @@ from pathlib import Path
 import pytest
 from sending import send_replay
 
-from swarm.arrival import ArrivalSpec
 from swarm.cluster.executor import RayExecutor
-from swarm.emulator import EmulatorThread
 from swarm.emulator.faults import FaultSpec
-from swarm.live_stats import RunStats
+from swarm.emulator.http_server import EmulatorThread
+from swarm.launch import execute_replay, execute_run
 from swarm.record import RequestIdentity
 from swarm.replay.from_run import plan_from_run
 from swarm.replay.importers import Filters, import_trace
 from swarm.replay.plan import ReplayItem, ReplayPlan
 from swarm.runtime.context import ResolvedTarget
-from swarm.runtime.launch import execute_replay, execute_run
+from swarm.runtime.live_stats import RunStats
 from swarm.runtime.replay_source import ReplaySource, copy_session, group_sessions, shared_block_ids
 from swarm.runtime.specs import RunSpec, TargetSpec
 from swarm.trace.manifest import RunManifest
 from swarm.trace.reader import read_requests
 from swarm.trace.storage import RunStorage
-from swarm.workload import MixEntry, WorkloadSpec
+from swarm.workload.arrival import ArrivalSpec
+from swarm.workload.workload import MixEntry, WorkloadSpec
 
 MOONCAKE = Path(__file__).parent / "data" / "mooncake_conversation_first300.jsonl"
 

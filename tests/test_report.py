@@ -15,11 +15,11 @@ from swarm.analysis.compare import WorkloadMismatch, compare
 from swarm.analysis.html import render_html
 from swarm.analysis.metrics import SLO
 from swarm.analysis.report import build_report, build_run_report, load_run
-from swarm.arrival import ArrivalSpec
-from swarm.emulator import EmulatorThread
-from swarm.runtime.launch import execute_run
+from swarm.emulator.http_server import EmulatorThread
+from swarm.launch import execute_run
 from swarm.runtime.specs import RunSpec, TargetSpec
-from swarm.workload import MixEntry, WorkloadSpec
+from swarm.workload.arrival import ArrivalSpec
+from swarm.workload.workload import MixEntry, WorkloadSpec
 
 
 def _run(url: str, engine: str, out: Path, seed: int = 0) -> str:

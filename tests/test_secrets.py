@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from swarm.redact import REDACTED, redact, register_secret
+from swarm.clients.redact import REDACTED, redact, register_secret
 from swarm.trace.reader import read_requests
 
 KEY = "sk-planted-" + "7f3a9c" * 5
@@ -127,7 +127,7 @@ def test_the_emulator_binds_loopback_unless_told_otherwise(emulator: object) -> 
 
 def test_spec_files_are_parsed_with_the_safe_loader_only(tmp_path: Path) -> None:
     from swarm.errors import InputError
-    from swarm.specfiles import load_yaml
+    from swarm.workload.specfiles import load_yaml
 
     marker = tmp_path / "pwned"
     spec = tmp_path / "evil.yaml"
@@ -138,8 +138,8 @@ def test_spec_files_are_parsed_with_the_safe_loader_only(tmp_path: Path) -> None
 
 
 def test_paths_in_a_spec_cannot_leave_its_folder(tmp_path: Path) -> None:
-    from swarm.agent_profile import load_profile
     from swarm.errors import InputError
+    from swarm.workload.agent_profile import load_profile
 
     (tmp_path / "secret.txt").write_text("not for you")
     folder = tmp_path / "agents"

@@ -25,14 +25,14 @@ from pathlib import Path
 
 import pytest
 
-from swarm.arrival import ArrivalSpec
 from swarm.emulator.process import EmulatorProcess
+from swarm.launch import execute_run
 from swarm.record import RequestRecord
-from swarm.runtime.launch import execute_run
 from swarm.runtime.specs import RunSpec, TargetSpec, TimeoutSpec
 from swarm.trace.manifest import RunStatus
 from swarm.trace.reader import read_requests, unfinished_parts
-from swarm.workload import MixEntry, WorkloadSpec
+from swarm.workload.arrival import ArrivalSpec
+from swarm.workload.workload import MixEntry, WorkloadSpec
 
 AGENTS = 500
 DURATION_S = 120.0

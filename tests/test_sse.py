@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from swarm.engines.sse import SSEError, SSEParser
+from swarm.clients.sse import SSEError, SSEParser
 
 STREAM = (
     b": keep-alive\n\n"

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from swarm.engines.dialects import ChunkError, StreamDecoder
-from swarm.engines.profiles import get_profile
+from swarm.clients.dialects import ChunkError, StreamDecoder
+from swarm.clients.engine_profiles import get_profile
 
 
 def chat(

@@ -7,10 +7,10 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from swarm.engines.dialects import ChunkError, StreamDecoder
-from swarm.engines.exchange import Call, ExchangeFailure, StreamReading
-from swarm.engines.profiles import get_profile
-from swarm.engines.sse import SSEError
+from swarm.clients.dialects import ChunkError, StreamDecoder
+from swarm.clients.engine_profiles import get_profile
+from swarm.clients.exchange import Call, ExchangeFailure, StreamReading
+from swarm.clients.sse import SSEError
 
 
 class Watch:

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from swarm.agent_profile import AgentProfile, SystemPromptSpec
-from swarm.catalog import Catalog
 from swarm.errors import InputError
-from swarm.textsynth import WORDS, synth_text, tool_catalogue
-from swarm.tokenizer import HFTokenizer, WordTokenizer
-from swarm.workload import MixEntry, Workload, WorkloadSpec
+from swarm.workload.agent_profile import AgentProfile, SystemPromptSpec
+from swarm.workload.catalog import Catalog
+from swarm.workload.textsynth import WORDS, synth_text, tool_catalogue
+from swarm.workload.tokenizer import HFTokenizer, WordTokenizer
+from swarm.workload.workload import MixEntry, Workload, WorkloadSpec
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 100, 1234])

@@ -7,9 +7,9 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from swarm.catalog import default_catalog
 from swarm.errors import InputError
-from swarm.topology import TopologyFile, TopologyTemplate, build_topology, load_topology
+from swarm.workload.catalog import default_catalog
+from swarm.workload.topology import TopologyFile, TopologyTemplate, build_topology, load_topology
 
 
 def build(generator: str, **params: object) -> TopologyTemplate:

@@ -10,10 +10,10 @@ from typing import Any
 import duckdb
 import pytest
 
+from bench.synthetic import synthetic_record
 from swarm.analysis import metrics as m
 from swarm.trace.reader import read_requests
 from swarm.trace.sink import ParquetTraceSink
-from swarm.trace.synthetic import synthetic_record
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 SNIPPETS = [

@@ -11,11 +11,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from bench.synthetic import synthetic_record
 from swarm.record import SCHEMA_VERSION, TRACE_SCHEMA
 from swarm.trace.manifest import RunManifest, RunStatus, new_run_id
 from swarm.trace.reader import list_parts, read_requests, unfinished_parts
 from swarm.trace.sink import ParquetTraceSink, records_to_batch
-from swarm.trace.synthetic import synthetic_record
 
 
 def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
@@ -117,7 +117,7 @@ import sys
 import psutil
 from swarm.cluster.worker import peak_rss_bytes
 from swarm.trace.sink import ParquetTraceSink
-from swarm.trace.synthetic import synthetic_record
+from bench.synthetic import synthetic_record
 sink = ParquetTraceSink(sys.argv[1], part_rows=250_000, flush_interval_s=None)
 for i in range(2000):
     sink.write(synthetic_record(i))

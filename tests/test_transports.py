@@ -14,11 +14,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from swarm.engines.client import HttpEngineClient, open_transport
-from swarm.engines.dialects import ChunkError
-from swarm.engines.h1 import H1Pool
-from swarm.engines.profiles import get_profile
-from swarm.engines.transport import ExchangeFailure, Response, Transport
+from swarm.clients.client import HttpEngineClient, open_transport
+from swarm.clients.dialects import ChunkError
+from swarm.clients.engine_profiles import get_profile
+from swarm.clients.h1 import H1Pool
+from swarm.clients.transport import ExchangeFailure, Response, Transport
 from swarm.errors import InputError
 from swarm.record import Status
 

@@ -26,10 +26,10 @@ from collections.abc import Callable
 
 import pytest
 
-from swarm.engines.client import EngineRequest, HttpEngineClient, open_http_session
-from swarm.engines.dialects import ChatMessage
-from swarm.engines.profiles import get_profile
+from swarm.clients.client import HttpEngineClient, open_http_session
+from swarm.clients.engine_profiles import get_profile
 from swarm.record import RequestRecord
+from swarm.request import ChatMessage, EngineRequest
 
 TTFT_MS, ITL_MS, TOKENS = 50, 10, 30
 

@@ -3,7 +3,7 @@
 Place in the map (docs/architecture.md, "Analysis"): ``target_figures`` computes a target's
 figures once, from its trace rows, with the functions of ``metrics`` (whose docstrings hold
 each formula); the closing summary of ``swarm run`` / ``swarm replay`` (``summary``), ``swarm
-report`` (``report``, rendered by ``cli_report`` and ``html`` through the row spec of
+report`` (``report``, rendered by ``cli.report`` and ``html`` through the row spec of
 ``rows``) and ``swarm compare`` (``compare``) all read these objects. ``as_dict`` gives each
 one's JSON shape (the keys ``swarm report --json`` has always had).
 """

@@ -2,7 +2,7 @@
 
 Place in the map (docs/architecture.md, "Analysis"): reads a run folder (manifest, request rows, server
 metrics) and computes with ``figures`` (formulas in ``metrics``) and ``server``; the terminal view
-(``cli_report``), the HTML page (``html``, both through ``rows.REPORT_ROWS``) and ``--json``
+(``cli.report``), the HTML page (``html``, both through ``rows.REPORT_ROWS``) and ``--json``
 (``RunReport.as_dict``) all show this same report, so they never disagree.
 """
 
@@ -16,9 +16,9 @@ import pyarrow.compute as pc
 
 from swarm.analysis import figures as f
 from swarm.analysis import metrics as m
+from swarm.analysis.engine_metrics import read_server_metrics, target_figures
 from swarm.analysis.figures import RunReport, TargetReport, first_engine
-from swarm.analysis.server import read_server_metrics, target_figures
-from swarm.live_stats import LATE_NS
+from swarm.record import LATE_NS
 from swarm.trace.manifest import RunManifest, changed_contents
 from swarm.trace.reader import (
     BadPart,

@@ -2,7 +2,7 @@
 
 Place in the map (docs/architecture.md, "Analysis"): a typed spec of what each row shows: its
 label, its unit, how to get its values from a target's ``figures.TargetReport`` and how to
-format them. The terminal view (``cli_report.report_tables``) and the HTML page
+format them. The terminal view (``cli.report.report_tables``) and the HTML page
 (``html``) both lay out ``REPORT_ROWS``; the closing summary table of ``swarm run`` /
 ``swarm replay`` lays out ``SUMMARY_COLUMNS`` over the JSON shape of ``summary``. Nothing
 here computes a figure.

@@ -32,12 +32,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from swarm.clients.client import read_api_key
 from swarm.cluster.connection import DEFAULT_TIMEOUT_S, RayConnection
 from swarm.cluster.worker import SwarmWorker, WorkerPayload
-from swarm.engines.client import read_api_key
 from swarm.errors import InputError
-from swarm.live_stats import RunStats
 from swarm.runtime.context import Placement, TargetOutcome, TargetRun
+from swarm.runtime.live_stats import RunStats
 from swarm.runtime.loop import stop_conditions_for
 from swarm.trace.sink import TraceWriteError
 

@@ -22,9 +22,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from swarm.engines.client import Timeouts
-from swarm.live_stats import RunStats
+from swarm.request import Timeouts
 from swarm.runtime.context import Placement, ResolvedTarget, TargetRun
+from swarm.runtime.live_stats import RunStats
 from swarm.runtime.loop import drive, stop_conditions_for
 from swarm.runtime.sources import RequestSource
 from swarm.runtime.stop import StopConditions

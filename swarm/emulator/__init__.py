@@ -2,11 +2,7 @@
 
 Place in the map (docs/architecture.md, "The emulator"): a separate program, started by
 ``swarm emulate`` (``swarm run`` with no target starts two as child processes), or in a thread
-by the tests. Figures from it are always
-labelled as the emulator's.
+by the tests (``http_server.EmulatorThread``). Figures from it are always labelled as the
+emulator's. This file imports nothing: starting one as a child process (``process``) does not
+load the server into the load generator's process.
 """
-
-from swarm.emulator.config import EmulatorConfig
-from swarm.emulator.server import EmulatorThread, RunningEmulator, start_emulator
-
-__all__ = ["EmulatorConfig", "EmulatorThread", "RunningEmulator", "start_emulator"]

@@ -1,7 +1,7 @@
 """Wire formats of the emulated engines: error bodies, usage, SGLang's native meta, metrics text.
 
 Place in the map (docs/architecture.md, "The emulator"): used by the emulator's HTTP server only. It may
-share constants with ``swarm.engines`` but none of the client's logic, so a bug in one cannot
+share constants with ``swarm.clients`` but none of the client's logic, so a bug in one cannot
 hide in the other. Where the engines differ (which usage fields, which metric names), the
 engine's ``behaviour`` object decides and this module writes what it says; the OpenAI answers
 and their streamed events are built in ``responses``.

@@ -20,7 +20,7 @@ from aiohttp import web
 
 from swarm.emulator.faults import FaultInjector, FaultSpec
 from swarm.emulator.formats import error_body
-from swarm.engines.dialects import dumps
+from swarm.jsoncodec import dumps
 
 #: What SGLang's native ``/generate`` gets: the error statuses and slow headers.
 NATIVE_FAULTS = frozenset({"http_500", "http_503", "http_429", "slow_headers"})

@@ -28,7 +28,7 @@ from swarm.emulator.config import EmulatorConfig
 from swarm.emulator.engine_model import Generation
 from swarm.emulator.formats import generate_meta, usage
 from swarm.emulator.injection import RequestFault
-from swarm.engines.dialects import dumps
+from swarm.jsoncodec import dumps
 
 DONE = b"data: [DONE]\n\n"
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}

@@ -1,6 +1,6 @@
 """Deterministic text for block ids: the same id always gives the same words.
 
-Place in the map (docs/architecture.md, "replay"): turns a prompt described by block ids and a length
+Place in the map (docs/architecture.md, "Replay"): turns a prompt described by block ids and a length
 into words. Block *id* is ``block_tokens`` words: first a word naming the block (``b<id>``),
 then words drawn from an RNG seeded by the id. The naming word makes two different blocks
 differ at their first token, so the prefix two prompts share is exactly their shared leading
@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from swarm.textsynth import WORDS
+from swarm.workload.textsynth import WORDS
 
 _WORDS_ARRAY = np.array(WORDS, dtype=object)
 

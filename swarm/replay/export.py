@@ -1,7 +1,7 @@
 """Exporters: a swarm run as Mooncake JSON lines (for tools that replay that format), or as
 CSV (for a spreadsheet).
 
-Place in the map (docs/architecture.md, "replay"). A file is written under a temporary name beside it
+Place in the map (docs/architecture.md, "Replay"). A file is written under a temporary name beside it
 and moved into place once whole, so a failed export leaves no file, or the one there before.
 
 CSV: one row per request (every target, or ``--target``), in scheduled order, with the trace's
@@ -34,10 +34,10 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from swarm.errors import InputError
-from swarm.prefix import BLOCK_TOKENS
 from swarm.trace.manifest import RunManifest
 from swarm.trace.reader import read_requests
 from swarm.trace.storage import RunStorage
+from swarm.workload.prefix import BLOCK_TOKENS
 
 MOONCAKE_BLOCK = 512
 

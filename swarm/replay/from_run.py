@@ -1,6 +1,6 @@
 """A recorded swarm run as a ReplayPlan.
 
-Place in the map (docs/architecture.md, "replay"). One target of the run is replayed (the first, unless
+Place in the map (docs/architecture.md, "Replay"). One target of the run is replayed (the first, unless
 named). Each row becomes an item at its recorded ``scheduled_ns`` offset. Its parents are the
 rows of the same session whose node is in its ``parent_nodes``; its gap is the recorded time
 from the last parent's end (``sent_ns + e2e_ns``) to its own ``scheduled_ns`` (think time, and
@@ -16,15 +16,15 @@ from typing import Any
 
 import pyarrow.compute as pc
 
-from swarm.agent import compose_messages, synthetic_turn
 from swarm.errors import InputError
-from swarm.prefix import BLOCK_TOKENS
 from swarm.record import RequestIdentity
 from swarm.replay.plan import ReplayItem, ReplayPlan
 from swarm.trace.manifest import RunManifest, changed_contents
 from swarm.trace.reader import read_requests
 from swarm.trace.storage import RunStorage
-from swarm.workload import AgentPlan, Workload, WorkloadSpec
+from swarm.workload.prefix import BLOCK_TOKENS
+from swarm.workload.prompts import compose_messages, synthetic_turn
+from swarm.workload.workload import AgentPlan, Workload, WorkloadSpec
 
 COLUMNS = [
     "target", "agent_id", "profile", "topology", "session_id", "node", "parent_nodes", "depth", "branch",

@@ -1,6 +1,6 @@
 """Importers: public request traces to ReplayPlans.
 
-Place in the map (docs/architecture.md, "replay"). Formats:
+Place in the map (docs/architecture.md, "Replay"). Formats:
 
 - ``mooncake``: JSON lines ``{"timestamp": ms, "input_length", "output_length", "hash_ids"}``,
   ``hash_ids`` naming the prompt's 512-token blocks (equal leading ids = a shared prefix).

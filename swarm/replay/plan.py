@@ -1,6 +1,6 @@
 """ReplayPlan: the requests to send again, from whatever source.
 
-Place in the map (docs/architecture.md, "replay"): the common form of swarm runs and imported traces. A
+Place in the map (docs/architecture.md, "Replay"): the common form of swarm runs and imported traces. A
 prompt is either exact text (a run recorded with ``--record-text``) or a list of block ids
 with a token length: each distinct block id stands for one fixed block of text (``blocktext``),
 so prompts that share leading ids share exactly that prefix, as in the source.

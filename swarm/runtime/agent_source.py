@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from swarm.agent import AgentEnv, AgentRun
-from swarm.agent_profile import AgentProfile
-from swarm.catalog import Catalog
+from swarm.runtime.agent import AgentEnv, AgentRun
 from swarm.runtime.context import Placement, SendLimits, TargetRun
 from swarm.runtime.dispatcher import Dispatcher, Outgoing, Scheduled
-from swarm.topology import TopologyTemplate
-from swarm.workload import Workload, WorkloadSpec, partition
+from swarm.workload.agent_profile import AgentProfile
+from swarm.workload.catalog import Catalog
+from swarm.workload.topology import TopologyTemplate
+from swarm.workload.workload import Workload, WorkloadSpec, partition
 
 
 def _rebuild(

@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from swarm.engines.client import Timeouts
-from swarm.live_stats import RunStats
+from swarm.request import Timeouts
+from swarm.runtime.live_stats import RunStats
 
 if TYPE_CHECKING:
     from swarm.runtime.sources import RequestSource

@@ -39,14 +39,15 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from swarm.engines.client import EngineRequest, HttpEngineClient
-from swarm.live_stats import RunStats
-from swarm.prefix import PrefixIndex
-from swarm.quiet_gc import AgentRunCollector, QuietCollector
+from swarm.clients.client import HttpEngineClient
 from swarm.record import RequestRecord, Status
-from swarm.retry import is_retryable, retry_delay_s
+from swarm.request import EngineRequest
+from swarm.runtime.gc_policy import AgentRunCollector, QuietCollector
+from swarm.runtime.live_stats import RunStats
+from swarm.runtime.retry import is_retryable, retry_delay_s
 from swarm.runtime.stop import StopConditions
 from swarm.trace.sink import TraceSink, TraceWriteError
+from swarm.workload.prefix import PrefixIndex
 
 log = logging.getLogger(__name__)
 

@@ -23,15 +23,16 @@ from typing import Any
 import pyarrow as pa
 
 from swarm import __version__
-from swarm.engines.client import Timeouts, normalise_base_url, read_api_key, redact_url
-from swarm.engines.profiles import get_profile
+from swarm.clients.client import normalise_base_url, read_api_key, redact_url
+from swarm.clients.engine_profiles import get_profile
 from swarm.errors import InputError
-from swarm.live_stats import LATE_NS, RunStats, behind_schedule
+from swarm.request import Timeouts
 from swarm.runtime.context import ResolvedTarget, TargetOutcome, TargetRun
 from swarm.runtime.executor import Executor
+from swarm.runtime.live_stats import LATE_NS, RunStats, behind_schedule
+from swarm.runtime.metrics_scraper import ServerMetricsScraper, write_server_metrics
 from swarm.runtime.sources import RequestSource
 from swarm.runtime.specs import TargetSpec
-from swarm.server_metrics import ServerMetricsScraper, write_server_metrics
 from swarm.trace.manifest import RunManifest, RunStatus, TargetInfo, WorkerInfo, new_run_id, versions
 from swarm.trace.sink import ParquetTraceSink, TraceWriteError
 from swarm.trace.storage import RunStorage
@@ -57,8 +58,8 @@ def _safe_name(name: str) -> str:
 
 def resolve_target(spec: TargetSpec) -> ResolvedTarget:
     """Probe a target for what the spec leaves open (engine, model); InputError if unreachable."""
-    from swarm.engines.probe import probe
-    from swarm.engines.profiles import check_dialect, get_profile
+    from swarm.clients.engine_profiles import check_dialect, get_profile
+    from swarm.clients.probe import probe
 
     url = normalise_base_url(spec.url)
     result = asyncio.run(

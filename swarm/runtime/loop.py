@@ -2,7 +2,7 @@
 Dispatcher around a request source.
 
 Place in the map (docs/architecture.md, "Runtime"): what every executor runs, in process or inside
-each Ray worker. It opens one connection pool to the target (``engines.client.open_transport``),
+each Ray worker. It opens one connection pool to the target (``clients.client.open_transport``),
 one EngineClient, one ideal-reuse index (seeded with the prefixes sessions share when this
 process runs only some of them), builds the StopConditions from the source's limits and the
 run's circuit breaker, starts the source on a Dispatcher and waits until it is done or stopped.
@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import time
 
-from swarm.breaker import CircuitBreaker
-from swarm.engines.client import HttpEngineClient, open_transport, read_api_key
-from swarm.engines.profiles import get_profile
-from swarm.prefix import PrefixIndex
+from swarm.clients.client import HttpEngineClient, open_transport, read_api_key
+from swarm.clients.engine_profiles import get_profile
+from swarm.runtime.breaker import CircuitBreaker
 from swarm.runtime.context import Placement, TargetOutcome, TargetRun
 from swarm.runtime.dispatcher import Dispatcher
 from swarm.runtime.stop import StopConditions
+from swarm.workload.prefix import PrefixIndex
 
 
 def stop_conditions_for(run: TargetRun, placement: Placement, *, breaker: bool = True) -> StopConditions:

@@ -27,16 +27,15 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from swarm.engines.client import EngineRequest
-from swarm.engines.dialects import ChatMessage
-from swarm.prefix import block_hashes
 from swarm.record import Status
 from swarm.replay.blocktext import prompt_words
 from swarm.replay.plan import ReplayItem, ReplayPlan
-from swarm.retry import retry_request_id
+from swarm.request import ChatMessage, EngineRequest
 from swarm.runtime.context import Placement, SendLimits, TargetRun
 from swarm.runtime.dispatcher import Dispatcher, Outgoing, Scheduled
-from swarm.tokenizer import Tokenizer, WordTokenizer
+from swarm.runtime.retry import retry_request_id
+from swarm.workload.prefix import block_hashes
+from swarm.workload.tokenizer import Tokenizer, WordTokenizer
 
 MODES = ("timed", "dependent")
 #: Copy k of an item has index ``k * stride + index`` (stride: above every index of the plan).

@@ -10,8 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from swarm.engines.client import Timeouts
-from swarm.workload import WorkloadSpec
+from swarm.request import Timeouts
+from swarm.workload.workload import WorkloadSpec
 
 
 class TargetSpec(BaseModel):

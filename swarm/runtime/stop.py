@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from swarm.breaker import CircuitBreaker
+from swarm.runtime.breaker import CircuitBreaker
 
 log = logging.getLogger(__name__)
 

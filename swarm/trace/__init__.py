@@ -1,6 +1,6 @@
 """Traces on disk: the Parquet sink, the run manifest, and a reader.
 
-Place in the map (docs/architecture.md): the TraceSink seam and the run directory layout
+Place in the map (docs/architecture.md, "The trace"): the TraceSink seam and the run directory layout
 (``runs/<run_id>/manifest.json`` and ``runs/<run_id>/requests/*.parquet``). Analysis reads
 what this package writes; nothing here knows about engines, agents or Ray.
 """

@@ -1,6 +1,6 @@
 """The run manifest: ``runs/<run_id>/manifest.json``.
 
-Place in the map (docs/architecture.md): part of the trace contract. It says what was run (spec, seed,
+Place in the map (docs/architecture.md, "The trace"): part of the trace contract. It says what was run (spec, seed,
 versions), against what (targets and what each server said about itself), by whom (workers
 and their clock offsets), and how it ended (status and counts). It is written when a run
 starts (status ``running``) and rewritten atomically when it ends, so a reader can always

@@ -1,6 +1,6 @@
 """Reading a run's trace back: the parts of ``runs/<run_id>/requests/`` as one Arrow table.
 
-Place in the map (docs/architecture.md): the file side of the trace contract, used by analysis, replay
+Place in the map (docs/architecture.md, "The trace"): the file side of the trace contract, used by analysis, replay
 and tests. Only closed parts (``*.parquet``) are read; a part still being written carries an
 ``.inprogress`` suffix and is reported, not read. A closed part that cannot be read (a disk
 that filled, a copy cut short) stops ``read_requests`` with its name; reports read around it

@@ -1,0 +1,167 @@
+"""Engine-side figures from ``server_metrics.parquet``, beside the client's view.
+
+Place in the map (docs/architecture.md, "Analysis"): reads the samples the run scraped from each target's
+Prometheus endpoint (see ``swarm.runtime.metrics_scraper`` for the file) and derives, per target:
+
+- ``cache_hit_ratio``: from counters, Δ hits / Δ queries between the first and the last scrape
+  (SGLang ``sglang:cached_tokens_total`` / ``sglang:prompt_tokens_total``; vLLM
+  ``vllm:prefix_cache_hits_total`` / ``vllm:prefix_cache_queries_total``; llama.cpp
+  ``llamacpp:prompt_tokens_cached_total`` / (that + ``llamacpp:prompt_tokens_total``, which
+  counts computed tokens only)); where the engine
+  only has a gauge (TensorRT-LLM ``trtllm_kv_cache_hit_rate``), its last value
+- ``queue``: the waiting-requests gauge (``sglang:num_queue_reqs``,
+  ``vllm:num_requests_waiting``, ``trtllm_num_requests_waiting``,
+  ``llamacpp:requests_deferred``): mean and max over scrapes, and its timeline
+- ``running``: the running-requests gauge, likewise
+- ``emulator``: for swarm's emulator only, whether it kept its step-time model
+  (``emulator_figures``)
+
+Series of several label sets are summed. Names are matched as the engines publish them, so a
+file from any engine that uses one of these names is understood.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from swarm.trace.reader import RunLocation, as_storage
+
+FILE_NAME = "server_metrics.parquet"
+#: (hits, counter, whether the counter includes the hits): llama.cpp counts only the prompt
+#: tokens it computed, so its queries are hits + computed.
+CACHE_COUNTERS = (
+    ("sglang:cached_tokens_total", "sglang:prompt_tokens_total", True),
+    ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", True),
+    ("llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total", False),
+)
+CACHE_GAUGES = ("trtllm_kv_cache_hit_rate",)
+QUEUE_GAUGES = (
+    "sglang:num_queue_reqs", "vllm:num_requests_waiting", "trtllm_num_requests_waiting",
+    "llamacpp:requests_deferred",
+)  # fmt: skip
+RUNNING_GAUGES = (
+    "sglang:num_running_reqs", "vllm:num_requests_running", "trtllm_num_requests_running",
+    "llamacpp:requests_processing",
+)  # fmt: skip
+
+
+def read_server_metrics(run_dir: RunLocation) -> pa.Table | None:
+    """The run's scraped samples, or None when the run has none."""
+    storage = as_storage(run_dir)
+    if not storage.exists(FILE_NAME):
+        return None
+    with storage.fs.open_input_file(storage.path(FILE_NAME)) as f:
+        return pq.read_table(f)
+
+
+def _series(table: pa.Table, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """(scrape times ns, value summed over label sets) of one metric, in time order."""
+    rows = table.filter(pc.equal(table["metric"], metric))
+    if rows.num_rows == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    t = rows["t_ns"].to_numpy()
+    v = rows["value"].to_numpy()
+    times, inverse = np.unique(t, return_inverse=True)
+    return times, np.bincount(inverse, weights=v)
+
+
+def _first_present(table: pa.Table, names: tuple[str, ...]) -> str | None:
+    present = set(pc.unique(table["metric"]).to_pylist())
+    return next((n for n in names if n in present), None)
+
+
+def target_figures(table: pa.Table, start_ns: int | None = None) -> dict[str, Any]:
+    """The figures above for one target's samples; timelines in seconds from ``start_ns``
+    (default: the first scrape)."""
+    out: dict[str, Any] = {"scrapes": int(pc.count_distinct(table["t_ns"]).as_py() or 0)}
+    origin = (
+        start_ns if start_ns is not None else (int(pc.min(table["t_ns"]).as_py()) if table.num_rows else 0)
+    )
+    out["cache_hit_ratio"] = None
+    out["cache_source"] = None
+    out["cache_timeline"] = {"t_s": [], "hit_ratio": []}
+    for hits_name, queries_name, includes_hits in CACHE_COUNTERS:
+        th, hits = _series(table, hits_name)
+        tq, queries = _series(table, queries_name)
+        if hits.size >= 2 and tq.size == th.size and np.array_equal(th, tq):
+            if not includes_hits:
+                queries = queries + hits
+            d_hits, d_queries = np.diff(hits), np.diff(queries)
+            total = float(queries[-1] - queries[0])
+            out["cache_hit_ratio"] = float(hits[-1] - hits[0]) / total if total > 0 else None
+            out["cache_source"] = f"{hits_name} / {queries_name}"
+            valid = d_queries > 0
+            out["cache_timeline"] = {
+                "t_s": ((th[1:][valid] - origin) / 1e9).tolist(),
+                "hit_ratio": (d_hits[valid] / d_queries[valid]).tolist(),
+            }
+            break
+    if out["cache_source"] is None and (gauge := _first_present(table, CACHE_GAUGES)) is not None:
+        t, v = _series(table, gauge)
+        out["cache_hit_ratio"] = float(v[-1])
+        out["cache_source"] = gauge
+        out["cache_timeline"] = {"t_s": ((t - origin) / 1e9).tolist(), "hit_ratio": v.tolist()}
+    out["emulator"] = emulator_figures(table)
+    for key, names in (("queue", QUEUE_GAUGES), ("running", RUNNING_GAUGES)):
+        name = _first_present(table, names)
+        if name is None:
+            out[key] = None
+            continue
+        t, v = _series(table, name)
+        out[key] = {
+            "metric": name,
+            "mean": float(v.mean()),
+            "max": float(v.max()),
+            "t_s": ((t - origin) / 1e9).tolist(),
+            "values": v.tolist(),
+        }
+    return out
+
+
+def _delta(table: pa.Table, metric: str) -> float | None:
+    """Last minus first scrape of a counter; None with fewer than two scrapes."""
+    _, values = _series(table, metric)
+    return float(values[-1] - values[0]) if values.size >= 2 else None
+
+
+def emulator_figures(table: pa.Table) -> dict[str, Any] | None:
+    """Whether swarm's emulator kept its own step-time model, from its ``swarm_emulator_*``
+    counters between the first and the last scrape (None for a real engine, or no steps):
+
+    - ``step_overrun``: Δ actual step seconds / Δ modelled step seconds (1.0: kept its model)
+    - ``model_itl_ms``: Δ Σ(modelled step per token after a request's first) / Δ such tokens,
+      x 1000: the inter-token latency the model gives, averaged over tokens as a client sees
+      them (first tokens belong to TTFT)
+    - ``steps``: Δ steps
+    """
+    steps = _delta(table, "swarm_emulator_steps_total")
+    model_s = _delta(table, "swarm_emulator_step_model_seconds_total")
+    actual_s = _delta(table, "swarm_emulator_step_seconds_total")
+    tokens = _delta(table, "swarm_emulator_step_tokens_total")
+    token_model_s = _delta(table, "swarm_emulator_step_token_model_seconds_total")
+    if not steps or not model_s or actual_s is None:
+        return None
+    return {
+        "steps": int(steps),
+        "step_overrun": actual_s / model_s,
+        "model_itl_ms": 1000 * token_model_s / tokens if tokens and token_model_s is not None else None,
+    }
+
+
+def server_figures(
+    run_dir: RunLocation, starts_ns: dict[str, int] | None = None
+) -> dict[str, dict[str, Any]]:
+    """``target_figures`` per target of a run; empty when the run scraped nothing."""
+    table = read_server_metrics(run_dir)
+    if table is None:
+        return {}
+    out = {}
+    for target in sorted(set(table["target"].to_pylist())):
+        rows = table.filter(pc.equal(table["target"], target))
+        out[target] = target_figures(rows, (starts_ns or {}).get(target))
+    return out

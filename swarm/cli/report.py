@@ -1,0 +1,169 @@
+"""``swarm report`` and ``swarm compare``: a run's figures on the terminal, as HTML or JSON, and
+targets side by side; also the closing summary table of ``swarm run`` and ``swarm replay``.
+
+Place in the map (docs/architecture.md, "CLI"): renders ``analysis``'s typed figures.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from swarm.analysis.rows import SUMMARY_COLUMNS, fmt, report_rows
+from swarm.cli.app import app
+from swarm.errors import InputError
+
+if TYPE_CHECKING:
+    from swarm.analysis.figures import RunReport
+
+
+@app.command()
+def report(
+    run_dir: Annotated[str, typer.Argument(help="a run folder")],
+    html: Annotated[
+        Path | None, typer.Option("--html", help="also write a self-contained HTML report with plots")
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="print the figures as JSON instead of tables")
+    ] = False,
+    slo: Annotated[
+        list[str] | None, typer.Option(help="an SLO for goodput, e.g. --slo ttft:200ms --slo itl:50ms")
+    ] = None,
+) -> None:
+    """Every figure of a run, per target, from its trace (terminal tables, --html, --json)."""
+
+    report_command(run_dir, html, json_out, slo or [])
+
+
+@app.command()
+def compare(
+    run_dirs: Annotated[list[str], typer.Argument(help="run folders (or one run with several targets)")],
+    json_out: Annotated[bool, typer.Option("--json", help="print the matrix as JSON")] = False,
+    slo: Annotated[list[str] | None, typer.Option(help="an SLO for goodput, e.g. --slo ttft:200ms")] = None,
+    force: Annotated[bool, typer.Option(help="compare runs whose workloads differ (seed, spec)")] = False,
+    tie_within: Annotated[
+        float, typer.Option(min=0, help="a lead smaller than this share is a tie (0.02: 2 %)")
+    ] = 0.02,
+) -> None:
+    """Targets side by side: one row per dimension, a column per target, who leads and by how much."""
+
+    compare_command(run_dirs, json_out, slo or [], force, tie_within)
+
+
+def report_tables(report: RunReport) -> list[Table]:
+    """The report's table (``rows.REPORT_ROWS``) and a by-depth table per target that has one."""
+    targets = report.targets
+    names = list(targets)
+    overview = Table(title=f"report {report.run['run_id']} (from the trace)")
+    overview.add_column("figure")
+    for n in names:
+        overview.add_column(n + (" (emulated)" if targets[n].emulated else ""), justify="right")
+    for row in report_rows(report.slo is not None):
+        overview.add_row(row.title(), *[row.cell(targets[n]) for n in names])
+    tables = [overview]
+    for n in names:
+        depth = targets[n].breakdowns.get("depth")
+        if not depth:
+            continue
+        t = Table(title=f"{n} by depth")
+        for col in ("depth", "requests", "TTFT p50", "TTFT p99", "cache hit", "ideal"):
+            t.add_column(col, justify="right")
+        for r in depth:
+            t.add_row(
+                str(r.value), str(r.requests), fmt(r.ttft_ms.p50), fmt(r.ttft_ms.p99),
+                fmt(r.cache.hit_ratio, ".1%"), fmt(r.cache.ideal_hit_ratio, ".1%"),
+            )  # fmt: skip
+        tables.append(t)
+    return tables
+
+
+def summary_table(summary: dict[str, dict[str, Any]], emulated: set[str]) -> Table:
+    """The closing summary of ``swarm run`` / ``swarm replay`` (``analysis.summary``'s JSON
+    shape, one row per target), columns from ``rows.SUMMARY_COLUMNS``."""
+    table = Table(title="summary (from the trace)")
+    table.add_column("target", justify="left")
+    table.add_column("engine", justify="left")
+    for col in SUMMARY_COLUMNS:
+        table.add_column(col.title, justify="right")
+    for name, s in summary.items():
+        engine = s["engine"] + (" (emulator)" if name in emulated else "")
+        table.add_row(name, engine, *[col.cell(s) for col in SUMMARY_COLUMNS])
+    return table
+
+
+def report_command(run_dir: str, html_path: Path | None, as_json: bool, slos: list[str]) -> None:
+    from swarm.analysis.metrics import parse_slos
+    from swarm.analysis.report import build_run_report, load_run, without_timelines
+
+    try:
+        slo = parse_slos(slos) if slos else None
+        run = load_run(run_dir)
+    except (ValueError, FileNotFoundError) as exc:
+        raise InputError(str(exc)) from None
+    report = build_run_report(run, slo)
+    if html_path is not None:
+        from swarm.analysis.html import render_html
+
+        html_path.write_text(render_html(run, report), encoding="utf-8")
+        print(f"wrote {html_path}", file=sys.stderr)
+    if as_json:
+        print(json.dumps(without_timelines(report.as_dict()), indent=2, default=str))
+        return
+    console = Console()
+    for warning in report.warnings:
+        console.print(f"[bold yellow]warning:[/] {warning}", soft_wrap=True, highlight=False)
+    for table in report_tables(report):
+        console.print(table)
+
+
+def compare_table(comparison: dict[str, Any]) -> Table:
+    table = Table(title="compare (from the traces)")
+    table.add_column("dimension")
+    for c in comparison["columns"]:
+        table.add_column(c + (" (emulated)" if comparison["emulated"].get(c) else ""), justify="right")
+    table.add_column("leader (ratio)", justify="left")
+    for row in comparison["rows"]:
+        spec = {"": ".1%", "tok": ",.0f"}.get(row["unit"], ".1f")
+        if row["dimension"] == "requests":
+            spec = ",.0f"
+        unit = f" ({row['unit']})" if row["unit"] else ""
+        better = {"lower": " ↓", "higher": " ↑"}.get(row["better"], "")
+        lead = "-"
+        if row["leader"] is not None:
+            lead = f"{row['leader']} ({fmt(row['ratio'], '.2f')}x)"
+        elif row.get("tie"):
+            lead = f"tie ({fmt(row['ratio'], '.2f')}x)"
+        table.add_row(row["dimension"] + unit + better, *[fmt(v, spec) for v in row["values"]], lead)
+    return table
+
+
+def compare_command(
+    run_dirs: list[str], as_json: bool, slos: list[str], force: bool, tie_within: float = 0.02
+) -> None:
+    from swarm.analysis.compare import compare
+    from swarm.analysis.metrics import parse_slos
+    from swarm.analysis.report import load_run
+
+    try:
+        slo = parse_slos(slos) if slos else None
+        runs = [load_run(d) for d in run_dirs]
+    except (ValueError, FileNotFoundError) as exc:
+        raise InputError(str(exc)) from None
+    result = compare(runs, slo, force=force, tie_within=tie_within).as_dict()
+    if as_json:
+        print(json.dumps(result, indent=2, default=str))
+        return
+    console = Console()
+    for warning in result["warnings"]:
+        console.print(f"[bold red]warning:[/] {warning}", soft_wrap=True, highlight=False)
+    console.print(compare_table(result))
+    console.print(
+        f"[dim]a lead under {tie_within:.0%} is a tie (--tie-within); ratios: runner-up / leader for "
+        "figures where lower is better, leader / runner-up where higher is better[/dim]"
+    )

@@ -1,0 +1,372 @@
+"""``swarm run`` and ``swarm topologies``: flags to a RunSpec, a live view, a final summary.
+
+Place in the map (docs/architecture.md, "CLI"): builds a ``RunSpec`` from ``--spec`` and flags and
+calls ``launch.execute_run``. Heavy modules are imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from swarm.cli.app import app
+from swarm.errors import InputError
+
+
+@app.command()
+def run(
+    spec: Annotated[
+        Path | None, typer.Option(help="run spec YAML (workload:, targets:, ...); flags override it")
+    ] = None,
+    target: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="NAME=URL of a server; repeat for several (default: the emulator in both profiles)"
+        ),
+    ] = None,
+    engine: Annotated[
+        list[str] | None,
+        typer.Option(help="engine profile per target (or one for all); detected when absent"),
+    ] = None,
+    dialect: Annotated[
+        str | None,
+        typer.Option(
+            help="openai-chat, openai-completions or sglang-generate (default: the engine's own, openai-chat)"
+        ),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option(help="model name to request (default: the server's first)")
+    ] = None,
+    api_key_env: Annotated[str | None, typer.Option(help="environment variable holding the API key")] = None,
+    api_key_file: Annotated[
+        str | None, typer.Option(help="file holding the API key (first line); never pass a key as a flag")
+    ] = None,
+    agents: Annotated[int | None, typer.Option(help="agent sessions (default 100)")] = None,
+    profile: Annotated[
+        str | None, typer.Option(help="agent profile name or YAML (default math_reasoner)")
+    ] = None,
+    topology: Annotated[
+        str | None, typer.Option(help="topology name or YAML (default tree_of_thought)")
+    ] = None,
+    system_prompts: Annotated[
+        int | None, typer.Option(help="distinct system prompts shared by the swarm (default 4)")
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="seed of the workload (default 0)")] = None,
+    context: Annotated[
+        str | None,
+        typer.Option(help="synthetic (identical prompts on every engine; the default) or live"),
+    ] = None,
+    arrival: Annotated[
+        str | None,
+        typer.Option(
+            help="when agents start: all_at_once | poisson:RATE | constant:RATE | gamma:RATE,CV | "
+            "ramp:START,END,SECONDS (default poisson:10)"
+        ),
+    ] = None,
+    max_in_flight: Annotated[
+        int | None, typer.Option(help="global cap on requests in flight (default 0: none)")
+    ] = None,
+    duration: Annotated[
+        float | None,
+        typer.Option(help="stop sending after this many seconds (default: when every agent has finished)"),
+    ] = None,
+    max_requests: Annotated[
+        int | None, typer.Option(help="stop after this many requests (default: no limit)")
+    ] = None,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(help="local HF tokenizer.json for token estimates (default: whitespace words)"),
+    ] = None,
+    output: Annotated[str | None, typer.Option(help="folder for run folders (default runs)")] = None,
+    record_text: Annotated[
+        bool, typer.Option("--record-text", help="store prompts and outputs in the trace")
+    ] = False,
+    executor: Annotated[
+        str | None,
+        typer.Option(
+            help="ray (default: Ray actors, a local Ray unless --address) or inprocess (one process, for debugging)"
+        ),
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option(help="Ray worker actors (default: the CPUs Ray reports, less one)")
+    ] = None,
+    address: Annotated[
+        str | None,
+        typer.Option(
+            help="Ray cluster to join: auto or ray://HOST:PORT (default: RAY_ADDRESS, else a local Ray)"
+        ),
+    ] = None,
+    ray_timeout: Annotated[
+        float | None,
+        typer.Option(help="seconds to start a local Ray or join --address before giving up (default 60)"),
+    ] = None,
+    worker_writes: Annotated[
+        bool,
+        typer.Option(
+            "--worker-writes",
+            help="Ray workers write Parquet parts to --output themselves (shared storage, e.g. s3://bucket/runs)",
+        ),
+    ] = False,
+    emulator_arg: Annotated[
+        list[str] | None,
+        typer.Option(help="extra flag for the embedded emulators, e.g. --emulator-arg=--cache-tokens=0"),
+    ] = None,
+    retries: Annotated[
+        int | None,
+        typer.Option(help="retries of a failed call (default 0: failures are measured, not hidden)"),
+    ] = None,
+    retry_backoff: Annotated[
+        float | None,
+        typer.Option(help="seconds before the first retry, doubling; Retry-After wins (default 0.5)"),
+    ] = None,
+    on_failure: Annotated[
+        str | None,
+        typer.Option(help="abort_branch (default) or standin: carry on with the stand-in output"),
+    ] = None,
+    max_error_rate: Annotated[
+        float | None,
+        typer.Option(
+            help="circuit breaker: stop a target when this share of recent requests failed (0-1; default: off)"
+        ),
+    ] = None,
+    error_window: Annotated[
+        int | None, typer.Option(help="requests the circuit breaker looks back over (default 100)")
+    ] = None,
+    first_token_timeout: Annotated[
+        float | None, typer.Option(help="seconds to the first token before a timeout (default 120)")
+    ] = None,
+    idle_timeout: Annotated[
+        float | None, typer.Option(help="longest silence mid-stream, seconds (default 60)")
+    ] = None,
+    request_timeout: Annotated[
+        float | None, typer.Option(help="a whole request, seconds (default 600)")
+    ] = None,
+    metrics_interval: Annotated[
+        float | None,
+        typer.Option(help="scrape the targets' Prometheus metrics every N s; 0 = never (default 1)"),
+    ] = None,
+    flush_interval: Annotated[
+        float | None,
+        typer.Option(
+            help="close a trace part at least this often, seconds: what a kill -9 can lose (default 10)"
+        ),
+    ] = None,
+    progress: Annotated[bool, typer.Option(help="live progress display")] = True,
+    json_out: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
+) -> None:
+    """Run an agent swarm against targets (default: the built-in emulator, sglang and trtllm profiles)."""
+    from swarm.workload.specfiles import load_yaml
+
+    data: dict[str, Any] = {}
+    if spec is not None:
+        loaded = load_yaml(spec)
+        if not isinstance(loaded, dict):
+            raise InputError(f"{spec}: expected a mapping at the top level")
+        data = loaded
+    workload = dict(data.get("workload") or {})
+    for key, value in (
+        ("agents", agents), ("system_prompts", system_prompts), ("seed", seed), ("context", context),
+        ("max_in_flight", max_in_flight), ("duration_s", duration), ("max_requests", max_requests),
+        ("tokenizer", tokenizer), ("retries", retries), ("retry_backoff_s", retry_backoff),
+        ("on_failure", on_failure),
+    ):  # fmt: skip
+        if value is not None:
+            workload[key] = value
+    timeouts = dict(data.get("timeouts") or {})
+    for key, value in (
+        ("first_token_s", first_token_timeout), ("idle_s", idle_timeout), ("total_s", request_timeout),
+    ):  # fmt: skip
+        if value is not None:
+            timeouts[key] = value
+    if timeouts:
+        data["timeouts"] = timeouts
+    for key, value in (
+        ("max_error_rate", max_error_rate), ("error_window", error_window), ("flush_interval_s", flush_interval),
+        ("metrics_interval_s", metrics_interval),
+    ):  # fmt: skip
+        if value is not None:
+            data[key] = value
+    if profile is not None or topology is not None:
+        mix = list(workload.get("mix") or [{}])
+        entry = dict(mix[0]) if len(mix) == 1 else {}
+        if profile is not None:
+            entry["profile"] = profile
+        if topology is not None:
+            entry["topology"] = topology
+        workload["mix"] = [entry]
+    if arrival is not None:
+        from swarm.workload.arrival import parse_arrival
+
+        workload["arrival"] = parse_arrival(arrival).model_dump()
+    data["workload"] = workload
+    if target:
+        data["targets"] = parse_targets(target, engine or [], dialect, model, api_key_env, api_key_file)
+    elif engine:
+        parse_targets([], engine, dialect, model, api_key_env, api_key_file)
+    if output is not None:
+        data["output_dir"] = output
+    if record_text:
+        data["record_text"] = True
+    if executor is not None:
+        data["executor"] = executor
+    if workers is not None:
+        data["workers"] = workers
+    if address is not None:
+        data["address"] = address
+    if ray_timeout is not None:
+        data["ray_timeout_s"] = ray_timeout
+    if worker_writes:
+        data["worker_writes"] = True
+    if emulator_arg:
+        data["emulator_args"] = list(emulator_arg)
+    source = f"{spec} (with flags)" if spec is not None else "flags"
+    code = run_command(data, show_progress=progress and not json_out, json_out=json_out, source=source)
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command()
+def topologies(
+    name: Annotated[str | None, typer.Argument(help="a topology to show as a tree")] = None,
+    topologies_dir: Annotated[
+        list[Path] | None, typer.Option(help="extra folder of topology YAML files")
+    ] = None,
+) -> None:
+    """List the topologies, or show one as an ASCII tree of a small instance."""
+
+    topologies_command(name, topologies_dir or [])
+
+
+def parse_targets(
+    targets: list[str],
+    engines: list[str],
+    dialect: str | None,
+    model: str | None,
+    api_key_env: str | None,
+    api_key_file: str | None = None,
+) -> list[dict[str, Any]]:
+    out = []
+    if engines and len(engines) not in (1, len(targets)):
+        raise InputError(
+            f"--engine given {len(engines)} times for {len(targets)} targets: give one, or one per target"
+        )
+    if engines and not targets:
+        raise InputError(
+            "--engine needs --target NAME=URL (with no target, swarm runs its emulator in both profiles)"
+        )
+    for i, t in enumerate(targets):
+        name, sep, url = t.partition("=")
+        if not sep or not name or not url:
+            raise InputError(f"--target {t!r}: expected NAME=URL, e.g. sglang=http://127.0.0.1:30000")
+        engine = engines[i if len(engines) > 1 else 0] if engines else None
+        out.append(
+            {
+                "name": name,
+                "url": url,
+                "engine": engine,
+                "dialect": dialect,
+                "model": model,
+                "api_key_env": api_key_env,
+                "api_key_file": api_key_file,
+            }
+        )
+    return out
+
+
+#: Exit codes of ``swarm run`` / ``swarm replay`` by how the run ended (2 is bad input).
+EXIT_CODES = {"complete": 0, "failed": 1, "stopped": 3, "interrupted": 130}
+
+
+def finish_code(manifest: Any, console: Console) -> int:
+    """Say why a run did not complete (on ``console``) and return the run's exit code."""
+    status = manifest.status.value
+    if status != "complete" and manifest.status_reason:
+        console.print(
+            f"[bold yellow]run {status}:[/] {manifest.status_reason}", highlight=False, soft_wrap=True
+        )
+    return EXIT_CODES.get(status, 1)
+
+
+def run_command(
+    spec_data: dict[str, Any], show_progress: bool, json_out: bool, source: str = "run spec"
+) -> int:
+    """Build the RunSpec, run it with a live view, print the summary; returns the exit code."""
+    import json
+
+    from swarm.cli.live import LiveDisplay, LiveView
+    from swarm.cli.report import summary_table
+    from swarm.launch import execute_run, summary_rows
+    from swarm.runtime.context import ResolvedTarget
+    from swarm.runtime.live_stats import RunStats
+    from swarm.runtime.specs import RunSpec
+    from swarm.workload.specfiles import validate
+
+    spec = validate(RunSpec, spec_data, source)
+    console = Console(stderr=json_out, width=None if sys.stdout.isatty() else 160)
+    display = LiveDisplay(LiveView(spec.workload.agents), console, show_progress)
+
+    def on_target_start(target: ResolvedTarget, stats: RunStats) -> None:
+        display.start_target(target.name, stats)
+
+    try:
+        result = execute_run(spec, on_target_start=on_target_start, source=source)
+    finally:
+        display.stop()
+    summary = summary_rows(result.run_dir)
+    emulated = {t.name for t in result.manifest.targets if t.emulated}
+    if json_out:
+        print(
+            json.dumps(
+                {
+                    "run_dir": str(result.run_dir),
+                    "status": result.manifest.status.value,
+                    "status_reason": result.manifest.status_reason,
+                    "targets": summary,
+                    "not_run": [t.name for t in result.manifest.targets if t.outcome == "not_run"],
+                },
+                indent=2,
+            )
+        )
+    else:
+        console.print(summary_table(summary, emulated))
+        for t in result.manifest.targets:
+            if (why := t.shortfall()) is not None:
+                console.print(f"[yellow]{t.name}:[/] {why}", highlight=False, soft_wrap=True)
+        if emulated:
+            console.print(
+                "[dim]figures from swarm's engine emulator, a model of an engine - not measurements of one[/dim]"
+            )
+        console.print(f"trace: {result.run_dir}  (status: {result.manifest.status.value})")
+    return finish_code(result.manifest, console)
+
+
+def topologies_command(name: str | None, topologies_dir: list[Path]) -> None:
+    from swarm.workload.catalog import Catalog
+    from swarm.workload.topology import render_ascii
+
+    catalog = Catalog(topology_dirs=topologies_dir)
+    console = Console()
+    if name is None:
+        table = Table(title="topologies")
+        for col in ("name", "calls (template)", "description"):
+            table.add_column(col)
+        from swarm.workload.specfiles import load_yaml
+
+        for n in catalog.topology_names():
+            t = catalog.topology(n)
+            path = next((d / f"{n}.yaml" for d in catalog.topology_dirs if (d / f"{n}.yaml").is_file()), None)
+            desc = (load_yaml(path) or {}).get("description", "") if path else ""
+            table.add_row(n, str(t.graph.number_of_nodes()), desc)
+        console.print(table)
+        console.print("show one: swarm topologies NAME")
+        return
+    t = catalog.topology(name)
+    console.print(
+        Group(Text(f"{t.name}: {t.graph.number_of_nodes()} calls in the template"), Text(render_ascii(t)))
+    )

@@ -1,0 +1,258 @@
+"""``swarm probe URL``: which engine is there, which model, and whether it reports cached tokens.
+
+Place in the map (docs/architecture.md, "Clients"): a user-facing check that sits on the EngineClient. It asks only
+documented endpoints, then sends two short requests that share a long prefix and reads the
+cached tokens of the second. When something needed for a fair measurement is missing (cached
+tokens not reported, no metrics endpoint), it says what to change on the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import secrets
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from swarm.clients.aiohttp_transport import open_http_session
+from swarm.clients.client import HttpEngineClient, normalise_base_url, read_api_key, redact_url
+from swarm.clients.engine_profiles import PROFILES, EngineProfile, get_profile
+from swarm.errors import InputError
+from swarm.jsoncodec import loads
+from swarm.record import RequestRecord
+from swarm.request import ChatMessage, EngineRequest
+
+log = logging.getLogger(__name__)
+
+#: Words in the shared prefix of the two cache-test requests: random 3-7 letter words are about
+#: 2.8 tokens each for a real tokenizer, so ~500 tokens, many blocks of any engine's block size,
+#: yet within a small context (llama-server gives each slot ``-c / --parallel`` tokens: 1,024 for
+#: ``-c 8192 --parallel 8``; 640 words, 1,819 tokens, did not fit).
+PROBE_PREFIX_WORDS = 180
+
+
+@dataclass
+class ProbeResult:
+    url: str
+    engine: str | None
+    emulator: bool = False
+    model: str | None = None
+    server_version: str | None = None
+    endpoints: dict[str, int] = field(default_factory=dict)
+    metrics_path: str | None = None
+    cache_reported: bool | None = None
+    first_cached_tokens: int | None = None
+    second_cached_tokens: int | None = None
+    second_prompt_tokens: int | None = None
+    #: time to first token of the first (cold) and the second (shared-prefix) test request
+    first_ttft_ms: float | None = None
+    second_ttft_ms: float | None = None
+    request_errors: list[str] = field(default_factory=list)
+    advice: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+#: A probe GET that meets a reset or closed connection is tried this many times in all (a GET
+#: is idempotent, and a probe measures nothing: a flaky server should not fail a run's start).
+PROBE_GET_TRIES = 3
+
+
+async def _get(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> tuple[int, bytes, str]:
+    for attempt in range(1, PROBE_GET_TRIES + 1):
+        try:
+            async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=10)) as resp:
+                return resp.status, await resp.content.read(1 << 20), resp.headers.get("Server", "")
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            if attempt == PROBE_GET_TRIES or isinstance(exc, aiohttp.ClientConnectorError):
+                raise
+            log.debug("probe %s: %s; trying again", url, exc)
+    raise AssertionError("unreachable")
+
+
+def _json_or_none(body: bytes) -> Any:
+    try:
+        return loads(body)
+    except ValueError:
+        return None
+
+
+def _identify(
+    found: dict[str, tuple[int, bytes, str]], owned_by: str | None
+) -> tuple[str | None, bool, str | None]:
+    """(engine, is_emulator, version) from what the endpoints answered."""
+
+    def ok(path: str) -> Any:
+        hit = found.get(path)
+        return _json_or_none(hit[1]) if hit and hit[0] == 200 else None
+
+    for path in ("/get_server_info", "/server_info"):
+        info = ok(path)
+        if isinstance(info, dict):
+            return "sglang", bool(info.get("emulator")), str(info.get("version", "")) or None
+    props = ok("/props")
+    if isinstance(props, dict) and ("default_generation_settings" in props or "build_info" in props):
+        return "llamacpp", False, str(props.get("build_info", "")) or None
+    version = ok("/version")
+    version_text = str(version.get("version", "")) if isinstance(version, dict) else None
+    emulated = bool(isinstance(version, dict) and version.get("emulator"))
+    prom = found.get("/prometheus/metrics")
+    if (prom and prom[0] == 200) or (isinstance(version, dict) and version.get("engine_profile") == "trtllm"):
+        return "trtllm", emulated, version_text
+    metrics = found.get("/metrics")
+    if metrics and metrics[0] == 200 and b"vllm:" in metrics[1]:
+        return "vllm", False, version_text
+    guesses = {
+        "sglang": "sglang",
+        "vllm": "vllm",
+        "tensorrt_llm": "trtllm",
+        "trtllm": "trtllm",
+        "llamacpp": "llamacpp",
+    }
+    if owned_by and owned_by.lower() in guesses:
+        return guesses[owned_by.lower()], False, version_text
+    if version_text is not None:
+        return "vllm", False, version_text
+    return None, False, None
+
+
+def _prefix_text() -> str:
+    """Fresh random words, so no earlier request can have cached them."""
+    rng = secrets.SystemRandom()
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    return " ".join(
+        "".join(rng.choice(letters) for _ in range(rng.randint(3, 7))) for _ in range(PROBE_PREFIX_WORDS)
+    )
+
+
+def unreachable(url: str, exc: BaseException) -> str:
+    """One line on why ``url`` could not be reached, in words (not aiohttp's internals)."""
+    cause: BaseException | None = getattr(exc, "os_error", None) or exc
+    if isinstance(cause, ConnectionRefusedError):
+        return f"connection refused at {url} (is the server running, and on this port?)"
+    if isinstance(exc, aiohttp.ClientConnectorDNSError) or isinstance(cause, socket.gaierror):
+        return f"cannot resolve the host of {url}"
+    if isinstance(exc, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
+        return f"no answer from {url} within 5 s"
+    if isinstance(cause, OSError) and cause.strerror:
+        return f"cannot reach {url}: {cause.strerror.lower()}"
+    return f"cannot reach {url}: {type(exc).__name__}: {exc}"
+
+
+async def probe(
+    url: str,
+    *,
+    engine: str | None = None,
+    model: str | None = None,
+    api_key_env: str | None = None,
+    api_key_file: str | None = None,
+    send_requests: bool = True,
+) -> ProbeResult:
+    """Identify the server at ``url`` and test its cache reporting. Raises InputError if unreachable."""
+    base = normalise_base_url(url)
+    if engine is not None:
+        get_profile(engine)
+    key = read_api_key(api_key_env, api_key_file)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    result = ProbeResult(url=redact_url(base), engine=None)
+    async with open_http_session(max_connections=16, connect_timeout_s=5.0) as session:
+        paths = [
+            "/health",
+            "/v1/models",
+            "/get_server_info",
+            "/server_info",
+            "/props",
+            "/version",
+            "/metrics",
+            "/prometheus/metrics",
+        ]
+        found: dict[str, tuple[int, bytes, str]] = {}
+        try:
+            first = await _get(session, base + "/v1/models", headers)
+        except (aiohttp.ClientConnectionError, asyncio.TimeoutError, OSError) as exc:
+            raise InputError(unreachable(result.url, exc)) from None
+        found["/v1/models"] = first
+        for path in paths:
+            if path in found:
+                continue
+            try:
+                found[path] = await _get(session, base + path, headers)
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+                log.debug("probe %s%s: %s", base, path, exc)
+        result.endpoints = {p: hit[0] for p, hit in found.items()}
+        models = _json_or_none(first[1]) if first[0] == 200 else None
+        owned_by = None
+        if isinstance(models, dict) and models.get("data"):
+            entry = models["data"][0]
+            result.model = str(entry.get("id"))
+            owned_by = entry.get("owned_by")
+        detected, emulated, version = _identify(found, owned_by)
+        result.engine = engine or detected
+        result.emulator = emulated or "swarm-emulator" in first[2]
+        result.server_version = version
+        profile: EngineProfile = PROFILES[result.engine] if result.engine else PROFILES["vllm"]
+        if result.engine is None:
+            result.advice.append(
+                "engine not recognised; pass --engine to choose a profile (requests use plain OpenAI fields)"
+            )
+        metrics = found.get(profile.metrics_path or "")
+        if profile.metrics_path and metrics and metrics[0] == 200:
+            result.metrics_path = profile.metrics_path
+        elif result.engine:
+            result.advice.append(
+                f"no Prometheus metrics at {profile.metrics_path}: {profile.cache_report_hint}"
+            )
+        if send_requests:
+            await _cache_test(session, base, profile, model or result.model or "default", key, result)
+    return result
+
+
+async def _cache_test(
+    session: aiohttp.ClientSession,
+    base: str,
+    profile: EngineProfile,
+    model: str,
+    api_key: str | None,
+    result: ProbeResult,
+) -> None:
+    # Read usage as reported: absent cached tokens must show as absent here, even for SGLang.
+    literal = dataclasses.replace(profile, cached_absent_means_zero=False)
+    client = HttpEngineClient(session, base, literal, model=model, api_key=api_key, target="probe")
+    prefix = _prefix_text()
+    records: list[RequestRecord] = []
+    for question in ("first", "second"):
+        request = EngineRequest(
+            messages=(ChatMessage("system", prefix), ChatMessage("user", f"{question} question")),
+            max_tokens=4,
+        )
+        record = await client.send(request)
+        records.append(record)
+        if not record.ok:
+            result.request_errors.append(f"{record.status.value}: {record.error}")
+            result.advice.append(
+                "the test requests failed (see request_errors): check the model name (--model), the API "
+                "key, and that the server's context per request holds about 600 tokens"
+            )
+            return
+    first, second = records
+    result.first_cached_tokens = first.cached_tokens
+    result.second_cached_tokens = second.cached_tokens
+    result.second_prompt_tokens = second.prompt_tokens
+    result.first_ttft_ms = first.ttft_ns / 1e6 if first.ttft_ns is not None else None
+    result.second_ttft_ms = second.ttft_ns / 1e6 if second.ttft_ns is not None else None
+    if second.cached_tokens is None:
+        result.cache_reported = False
+        result.advice.append(f"cached tokens are not reported: {profile.cache_report_hint}")
+    elif second.cached_tokens == 0:
+        result.cache_reported = True
+        result.advice.append(
+            "the second request shared a long prefix but reported 0 cached tokens: prefix caching "
+            f"may be off, or cache reporting disabled ({profile.cache_report_hint})"
+        )
+    else:
+        result.cache_reported = True

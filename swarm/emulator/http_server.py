@@ -1,0 +1,441 @@
+"""The emulator's HTTP server: SGLang's or TensorRT-LLM's API over the engine model.
+
+Place in the map (docs/architecture.md, "The emulator"): a separate program (``swarm emulate``) that
+serves chat and completions (both profiles), SGLang's native ``/generate`` (sglang profile),
+``/v1/models``, ``/health``, ``/flush_cache``, ``/get_server_info`` / ``/server_info``
+(sglang) or ``/version`` (trtllm), and Prometheus metrics. Every response carries a
+``Server: swarm-emulator`` header and the info endpoints say ``"emulator": true``, so
+figures from it are never mistaken for an engine's.
+
+Which endpoints, and every other difference between the profiles, come from the engine's
+``behaviour`` object. A generating handler parses the request, draws its fault (``injection``)
+and submits it to the engine model; ``responses`` builds the answer in its format, and the
+drawn ``RequestFault`` acts at the points where it strikes.
+
+``start_emulator`` runs it inside the current event loop; ``EmulatorThread`` runs it on a
+background thread with its own loop (for synchronous callers such as ``swarm run``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import secrets
+import threading
+import time
+from typing import Any
+
+from aiohttp import web
+
+from swarm import __version__
+from swarm.emulator.behaviour import COMMON_ROUTES, EngineBehaviour, engine_behaviour
+from swarm.emulator.config import EmulatorConfig
+from swarm.emulator.engine_model import EngineModel, Generation, PromptTooLong
+from swarm.emulator.faults import FaultInjector
+from swarm.emulator.formats import error_body, prometheus_text, trtllm_iteration_stats
+from swarm.emulator.injection import NATIVE_FAULTS, FaultySite, RequestFault, fault_for
+from swarm.emulator.responses import (
+    CHAT,
+    COMPLETION,
+    OpenAIFormat,
+    generate_answer,
+    generate_stream,
+    json_response,
+    stream_answer,
+    whole_answer,
+)
+from swarm.emulator.tokens import tokenize, tokenize_parts
+from swarm.errors import InputError
+from swarm.jsoncodec import loads
+
+log = logging.getLogger(__name__)
+
+_MODEL_KEY = web.AppKey("engine_model", EngineModel)
+_CONFIG_KEY = web.AppKey("emulator_config", EmulatorConfig)
+_HANDLERS_KEY = web.AppKey("handlers", object)
+_FAULTS_KEY = web.AppKey("faults", object)
+
+
+def _bad(message: str, status: int = 400) -> web.Response:
+    kind = "BadRequestError" if status == 400 else "NotFoundError"
+    return json_response(error_body(message, status, kind), status)
+
+
+def _message_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # OpenAI content parts
+        return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
+class _Handlers:
+    """The endpoints. A generating handler parses and checks the request, draws its fault and
+    submits it; ``responses`` writes the answer (formats and templates), and the drawn
+    ``RequestFault`` acts where it strikes."""
+
+    def __init__(self, config: EmulatorConfig, model: EngineModel, faults: FaultInjector | None) -> None:
+        self.config = config
+        self.model = model
+        self.behaviour: EngineBehaviour = model.behaviour
+        self.faults = faults
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    async def _body(self, request: web.Request) -> dict[str, Any] | web.Response:
+        try:
+            body = loads(await request.read())
+        except ValueError:
+            return _bad("request body is not valid JSON")
+        if not isinstance(body, dict):
+            return _bad("request body must be a JSON object")
+        return body
+
+    @staticmethod
+    def _check_fields(body: dict[str, Any], allowed: frozenset[str] | None) -> web.Response | None:
+        """A 400 naming the fields outside ``allowed`` (None: every field is accepted)."""
+        if allowed is None:
+            return None
+        unknown = sorted(set(body) - allowed)
+        if unknown:
+            return _bad(f"1 validation error: extra fields not permitted: {', '.join(unknown)}")
+        return None
+
+    def _submit(self, prompt: list[str], max_tokens: Any) -> Generation | web.Response:
+        if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
+            return _bad(f"max_tokens must be a positive integer, got {max_tokens!r}")
+        try:
+            return self.model.submit(prompt, max_tokens)
+        except PromptTooLong as exc:
+            return _bad(str(exc))
+
+    # -- OpenAI endpoints ----------------------------------------------------------------------
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        body = await self._body(request)
+        if isinstance(body, web.Response):
+            return body
+        refused = self._check_fields(body, self.behaviour.chat_fields)
+        if refused:
+            return refused
+        fault, replaced = await fault_for(self.faults, request, body)
+        if replaced is not None:
+            return replaced
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return _bad("messages must be a non-empty list")
+        parts = [_message_text(m.get("content")) for m in messages if isinstance(m, dict)]
+        max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+        gen = self._submit(tokenize_parts(parts), max_tokens)
+        if isinstance(gen, web.Response):
+            return gen
+        return await self._openai(request, body, gen, CHAT, fault)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        body = await self._body(request)
+        if isinstance(body, web.Response):
+            return body
+        refused = self._check_fields(body, self.behaviour.completion_fields)
+        if refused:
+            return refused
+        fault, replaced = await fault_for(self.faults, request, body)
+        if replaced is not None:
+            return replaced
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            return _bad("prompt must be a string")
+        gen = self._submit(tokenize(prompt), body.get("max_tokens"))
+        if isinstance(gen, web.Response):
+            return gen
+        return await self._openai(request, body, gen, COMPLETION, fault)
+
+    async def _openai(
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        gen: Generation,
+        fmt: OpenAIFormat,
+        fault: RequestFault | None,
+    ) -> web.StreamResponse:
+        rid = fmt.id_prefix + secrets.token_hex(12)
+        created_s = int(time.time())
+        if not body.get("stream"):
+            return await whole_answer(self.config, gen, fmt, rid, created_s, fault)
+        options = body.get("stream_options") or {}
+        include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
+        return await stream_answer(
+            request, self.config, gen, fmt, rid, created_s, include_usage=include_usage, fault=fault
+        )
+
+    # -- SGLang native -------------------------------------------------------------------------
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        body = await self._body(request)
+        if isinstance(body, web.Response):
+            return body
+        text = body.get("text")
+        if not isinstance(text, str):
+            return _bad("text must be a string (batched /generate is not emulated)")
+        params = body.get("sampling_params") or {}
+        if not isinstance(params, dict):
+            return _bad("sampling_params must be an object")
+        # the native API gets the error statuses and slow headers; the stream faults are
+        # injected on the OpenAI endpoints only
+        _, replaced = await fault_for(self.faults, request, body, kinds=NATIVE_FAULTS)
+        if replaced is not None:
+            return replaced
+        gen = self._submit(tokenize(text), params.get("max_new_tokens"))
+        if isinstance(gen, web.Response):
+            return gen
+        rid = secrets.token_hex(16)
+        start_s = time.monotonic()
+        if not body.get("stream"):
+            return await generate_answer(gen, rid, start_s)
+        return await generate_stream(request, gen, rid, start_s)
+
+    # -- management ----------------------------------------------------------------------------
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(text=self.behaviour.health_text)
+
+    async def models(self, request: web.Request) -> web.Response:
+        return json_response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.config.model,
+                        "object": "model",
+                        "created": 0,
+                        "owned_by": self.behaviour.owned_by,
+                        "root": self.config.model,
+                        "max_model_len": self.config.max_prompt_tokens,
+                    }
+                ],
+            }
+        )
+
+    def _info(self) -> dict[str, Any]:
+        cfg = self.config
+        return {
+            "version": f"swarm-emulator {__version__}",
+            "emulator": True,
+            "engine_profile": cfg.engine,
+            "model_path": cfg.model,
+            "served_model_name": cfg.model,
+            "enable_cache_report": self.behaviour.cache_report(cfg),
+            "page_size": self.behaviour.page_tokens(cfg),
+            "max_total_num_tokens": cfg.kv_capacity_tokens,
+            "cache_capacity_tokens": cfg.cache_capacity_tokens,
+            "timing": cfg.timing,
+            "step_base_ms": cfg.step_base_ms,
+            "prefill_ms_per_token": cfg.prefill_ms_per_token,
+            "decode_ms_per_seq": cfg.decode_ms_per_seq,
+            "first_token_ms": cfg.first_token_ms,
+            "token_ms": cfg.token_ms,
+        }
+
+    async def server_info(self, request: web.Request) -> web.Response:
+        return json_response(self._info())
+
+    async def model_info(self, request: web.Request) -> web.Response:
+        return json_response({"model_path": self.config.model, "is_generation": True, "emulator": True})
+
+    async def version(self, request: web.Request) -> web.Response:
+        return json_response(
+            {
+                "version": f"swarm-emulator {__version__}",
+                "emulator": True,
+                "engine_profile": self.config.engine,
+            }
+        )
+
+    async def fault_counts(self, request: web.Request) -> web.Response:
+        """``GET /swarm/faults``: requests seen and faults injected so far, by kind (and, with
+        ``?by_request=1``, by request id)."""
+        if self.faults is None:
+            return json_response({"requests": None, "connections": None, "injected": {}, "spec": None})
+        return json_response(self.faults.snapshot(by_request=request.query.get("by_request") == "1"))
+
+    async def flush_cache(self, request: web.Request) -> web.Response:
+        if self.model.flush_cache():
+            return web.Response(
+                text="Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n"
+            )
+        return web.Response(status=400, text="Cache not flushed: requests are in flight.\n")
+
+    async def iteration_stats(self, request: web.Request) -> web.Response:
+        """TensorRT-LLM's JSON ``/metrics``."""
+        return json_response(trtllm_iteration_stats(self.config, self.model))
+
+    async def prometheus(self, request: web.Request) -> web.Response:
+        """Prometheus text with the engine's metric names (SGLang's ``/metrics``, TensorRT-LLM's
+        ``/prometheus/metrics``)."""
+        return web.Response(
+            text=prometheus_text(self.config, self.model), content_type="text/plain", charset="utf-8"
+        )
+
+
+@web.middleware
+async def _label(request: web.Request, handler: Any) -> web.StreamResponse:
+    response: web.StreamResponse = await handler(request)
+    if not response.prepared:
+        response.headers["Server"] = f"swarm-emulator/{__version__}"
+    return response
+
+
+def build_app(config: EmulatorConfig, faults: FaultInjector | None = None) -> web.Application:
+    """The aiohttp application of one emulated engine (the engine model starts with the app).
+
+    ``faults`` overrides the injector built from ``config.faults`` (a test keeps a handle)."""
+    app = web.Application(middlewares=[_label], client_max_size=64 * 1024 * 1024)
+    app[_CONFIG_KEY] = config
+    app[_FAULTS_KEY] = (
+        faults
+        if faults is not None
+        else (FaultInjector(config.faults) if config.faults is not None and config.faults.active else None)
+    )
+
+    async def on_startup(app: web.Application) -> None:
+        model = EngineModel(config)
+        model.start()
+        app[_MODEL_KEY] = model
+        h = _Handlers(config, model, app[_FAULTS_KEY])  # type: ignore[arg-type]
+        app[_HANDLERS_KEY] = h
+
+    async def on_cleanup(app: web.Application) -> None:
+        await app[_MODEL_KEY].stop()
+
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+
+    def route(name: str) -> Any:
+        async def call(request: web.Request) -> web.StreamResponse:
+            try:
+                response: web.StreamResponse = await getattr(request.app[_HANDLERS_KEY], name)(request)
+            except ConnectionError:
+                # the client went away mid-response (it timed out, or a fault cut it): end the
+                # handler as aiohttp does on a disconnect, without logging a traceback per request
+                raise asyncio.CancelledError from None
+            return response
+
+        return call
+
+    for r in (*COMMON_ROUTES, *engine_behaviour(config).routes):
+        if r.method == "GET":
+            app.router.add_get(r.path, route(r.handler))
+        else:
+            app.router.add_route(r.method, r.path, route(r.handler))
+    return app
+
+
+class RunningEmulator:
+    """An emulator serving in the current event loop. ``await close()`` stops it."""
+
+    def __init__(
+        self, runner: web.AppRunner, config: EmulatorConfig, port: int, faults: FaultInjector | None = None
+    ) -> None:
+        self._runner = runner
+        self.config = config
+        self.port = port
+        self.url = f"http://{config.host}:{port}"
+        #: the fault injector (its counts), when faults are configured
+        self.faults = faults
+
+    async def close(self) -> None:
+        await self._runner.cleanup()
+
+
+async def start_emulator(config: EmulatorConfig) -> RunningEmulator:
+    """Start serving; raises InputError when the port is taken or the address is unusable."""
+    # a client that disconnects cancels its handler (engines abort such requests); stopping
+    # waits at most a second for handlers still running
+    app = build_app(config)
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        handle_signals=False,
+        handler_cancellation=True,
+        shutdown_timeout=1.0,
+    )
+    await runner.setup()
+    faults = app[_FAULTS_KEY]
+    site: web.TCPSite
+    if isinstance(faults, FaultInjector) and faults.spec.refuse > 0:
+        site = FaultySite(runner, config.host, config.port, faults)
+    else:
+        site = web.TCPSite(runner, config.host, config.port, backlog=4096)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        if exc.errno == errno.EADDRINUSE:
+            raise InputError(f"port {config.port} on {config.host} is already in use") from None
+        raise InputError(f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from None
+    port = config.port
+    for address in runner.addresses:  # the bound (host, port), also when port 0 was asked
+        port = int(address[1])
+        break
+    return RunningEmulator(runner, config, port, faults if isinstance(faults, FaultInjector) else None)
+
+
+class EmulatorThread:
+    """Runs an emulator on a background thread with its own event loop.
+
+    Use as a context manager: ``with EmulatorThread(config) as emu: emu.url``.
+    """
+
+    def __init__(self, config: EmulatorConfig) -> None:
+        self.config = config
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name=f"emulator-{config.engine}", daemon=True
+        )
+        self._server: RunningEmulator | None = None
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None, "emulator not started"
+        return self._server.url
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "emulator not started"
+        return self._server.port
+
+    def start(self) -> EmulatorThread:
+        self._thread.start()
+        fut = asyncio.run_coroutine_threadsafe(start_emulator(self.config), self._loop)
+        try:
+            self._server = fut.result(timeout=30)
+        except BaseException:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+            raise
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            asyncio.run_coroutine_threadsafe(self._server.close(), self._loop).result(timeout=30)
+            self._server = None
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+
+    def __enter__(self) -> EmulatorThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+async def serve_forever(config: EmulatorConfig, ready: Any = None) -> None:
+    """Serve until cancelled (``swarm emulate``). ``ready(url)`` is called once listening."""
+    server = await start_emulator(config)
+    if ready is not None:
+        ready(server)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await server.close()

@@ -1,0 +1,287 @@
+"""Agent programs: one topology instance walked against one engine.
+
+Place in the map (docs/architecture.md, "Runtime"): an ``AgentRun`` issues a node when its
+dependencies are resolved (context parents, ``after`` parents, and the beam group it waits
+for), runs sibling branches concurrently as asyncio tasks, sleeps the node's think time
+before a call and its tool time after one, and feeds each parent's output into its children:
+the engine's real output (``context: live``) or the Workload's stand-in
+(``context: synthetic``).
+
+Node states: ``done`` (answered, alive), ``cut`` (answered, but its branch ends: beam not
+kept, or early stop), ``failed`` (the request failed, after any retries the workload allows:
+the branch is aborted; with ``on_failure: standin`` the node counts as answered with its
+stand-in output instead, so the tree keeps its shape), ``pruned`` (never
+sent, because every context parent is dead), ``skipped`` (never sent, because the run
+stopped: duration, request limit, interrupt). A node with several context parents runs while
+at least one is alive, with the dead ones left out of its prompt.
+
+A prompt is, as chat messages: the system prompt; the task; for each alive context ancestor in
+topological order its instruction (user), its output (assistant) and, after a tool call, the
+tool result (user); then the node's own instruction (user).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from dataclasses import dataclass, field
+
+from swarm.record import RequestIdentity, Status
+from swarm.request import ChatMessage, EngineRequest
+from swarm.runtime.dispatcher import Dispatcher, Outgoing
+from swarm.runtime.retry import retry_request_id
+from swarm.workload.prefix import block_hashes
+from swarm.workload.prompts import compose_messages, synthetic_turn
+from swarm.workload.tokenizer import Tokenizer
+from swarm.workload.workload import AgentPlan, NodePlan
+
+log = logging.getLogger(__name__)
+
+ALIVE = "done"
+DEAD = frozenset({"cut", "failed", "pruned", "skipped"})
+
+
+@dataclass
+class AgentEnv:
+    """What all agents of one target share."""
+
+    #: sends every request (in-flight cap, stop conditions, records) and keeps the clocks
+    dispatcher: Dispatcher
+    tokenizer: Tokenizer
+    context: str = "synthetic"
+    stream: bool = True
+    run_id: str = ""
+    worker: int = 0
+    #: the trace stores prompt parts and outputs (``--record-text``); with ``context: live``
+    #: outputs are kept anyway (children read them). Otherwise a streamed answer is only
+    #: counted, which is the client's fast path.
+    record_text: bool = True
+    #: retries of a failed call, and the backoff before the first (doubling after)
+    retries: int = 0
+    retry_backoff_s: float = 0.5
+    #: abort_branch, or standin: a call that failed for good still feeds its stand-in output on
+    on_failure: str = "abort_branch"
+    #: tokens of each system prompt, shared by all agents (a swarm has a few system prompts)
+    system_prompt_tokens: dict[str, tuple[object, ...]] = field(default_factory=dict)
+
+
+class AgentRun:
+    """Runs one AgentPlan; ``await run(start_perf_ns)`` returns when every branch has ended."""
+
+    def __init__(self, plan: AgentPlan, env: AgentEnv) -> None:
+        self.plan = plan
+        self.env = env
+        t = plan.topology
+        self.template = t
+        self.state: dict[str, str] = {}
+        self.turns: dict[str, list[str]] = {}
+        self._deps: dict[str, int] = {}
+        for n in t.order:
+            self._deps[n] = t.graph.in_degree(n) + (1 if t.gate(n) else 0)
+        self._groups = {g.name: g for g in t.beams}
+        self._member_of: dict[str, list[str]] = {}
+        for g in t.beams:
+            for m in (*g.candidates, *g.scorers):
+                self._member_of.setdefault(m, []).append(g.name)
+        self._gated: dict[str, list[str]] = {}
+        for n in t.order:
+            gate = t.gate(n)
+            if gate:
+                self._gated.setdefault(gate, []).append(n)
+        self._decided: set[str] = set()
+        # tokens of each prompt part, computed once; tuples, which the garbage collector stops
+        # tracking, so thousands of agents' prompts cost nothing in its full collections
+        self._part_tokens: dict[str, tuple[object, ...]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._idle = asyncio.Event()
+        self.records = 0
+        self.cancelled = False
+
+    async def run(self, start_perf_ns: int) -> None:
+        roots = [n for n in self.template.order if self._deps[n] == 0]
+        for n in roots:
+            self._launch(n, start_perf_ns)
+        if not self._tasks:
+            return
+        try:
+            await self._idle.wait()
+        except asyncio.CancelledError:
+            # the run is stopping: cancel this agent's calls (the client records in-flight ones
+            # as cancelled) and wait for them, so no request outlives its agent
+            self.cancelled = True
+            while self._tasks:
+                for task in list(self._tasks):
+                    task.cancel()
+                await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            raise
+
+    @property
+    def cut_short(self) -> bool:
+        """Whether the run's stop (interrupt, halt, duration, request limit) ended this agent
+        before its topology did: a call cancelled, or a node skipped."""
+        return self.cancelled or "skipped" in self.state.values()
+
+    # -- scheduling ----------------------------------------------------------------------------
+
+    def _launch(self, node: str, ready_perf_ns: int) -> None:
+        parents = self.template.context_parents(node)
+        if parents and all(self.state.get(p) != ALIVE for p in parents):
+            self._resolve(node, "pruned")
+            return
+        if self.cancelled or self.env.dispatcher.stop.stopped:
+            self._resolve(node, "skipped")
+            return
+        self.state[node] = "running"
+        task = asyncio.get_running_loop().create_task(self._run_node(node, ready_perf_ns))
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("agent %s: node task failed", self.plan.session_id, exc_info=task.exception())
+        if not self._tasks:
+            self._idle.set()
+
+    def _resolve(self, node: str, state: str) -> None:
+        self.state[node] = state
+        now = self.env.dispatcher.clock_ns()
+        g = self.template.graph
+        for child in g.successors(node):
+            self._dep_done(child, now)
+        for group in self._member_of.get(node, ()):
+            self._maybe_decide(group, now)
+
+    def _dep_done(self, node: str, now: int) -> None:
+        self._deps[node] -= 1
+        if self._deps[node] == 0:
+            self._launch(node, now)
+
+    def _maybe_decide(self, name: str, now: int) -> None:
+        group = self._groups[name]
+        if name in self._decided:
+            return
+        members = (*group.candidates, *group.scorers)
+        if any(self.state.get(m) not in DEAD and self.state.get(m) != ALIVE for m in members):
+            return
+        self._decided.add(name)
+        alive = [c for c in group.candidates if self.state.get(c) == ALIVE]
+        alive.sort(key=lambda c: self.plan.node(c).score, reverse=True)
+        for c in alive[group.keep :]:
+            self.state[c] = "cut"
+        for n in self._gated.get(name, ()):
+            self._dep_done(n, now)
+
+    # -- one call ------------------------------------------------------------------------------
+
+    def messages(self, node: str) -> tuple[ChatMessage, ...]:
+        return compose_messages(
+            self.plan, node, [(anc, self.turns[anc]) for anc in self._alive_ancestors(node)]
+        )
+
+    def _prompt_tokens(self, messages: tuple[ChatMessage, ...]) -> list[object]:
+        encode = self.env.tokenizer.encode
+        cache = self._part_tokens
+        tokens: list[object] = []
+        for m in messages:
+            part = cache.get(m.content)
+            if part is None:
+                if m.role == "system":  # shared by the swarm: one tuple for every agent
+                    shared = self.env.system_prompt_tokens
+                    part = shared.get(m.content)
+                    if part is None:
+                        part = shared[m.content] = tuple(encode(m.content))
+                else:
+                    part = tuple(encode(m.content))
+                cache[m.content] = part
+            tokens.extend(part)
+        return tokens
+
+    def _alive_ancestors(self, node: str) -> list[str]:
+        t = self.template
+        seen: set[str] = set()
+        stack = [p for p in t.context_parents(node) if self.state.get(p) == ALIVE]
+        while stack:
+            n = stack.pop()
+            if n not in seen:
+                seen.add(n)
+                stack.extend(p for p in t.context_parents(n) if self.state.get(p) == ALIVE)
+        return [n for n in t.order if n in seen]
+
+    async def _run_node(self, node: str, ready_perf_ns: int) -> None:
+        env, plan = self.env, self.plan
+        d = env.dispatcher
+        np_ = plan.node(node)
+        due_perf_ns = ready_perf_ns + int(np_.think_s * 1e9)
+        await d.sleep_until(due_perf_ns)
+        first_id = f"{plan.session_id}:{node}"
+        record, attempts = await d.send_retrying(
+            functools.partial(self._build, node, np_, first_id),
+            due_perf_ns,
+            retries=env.retries,
+            backoff_s=env.retry_backoff_s,
+        )
+        self.records += attempts
+        if record is None:  # the run no longer sends
+            # before the first attempt the node was skipped; before a retry it failed
+            self._resolve(node, "skipped" if attempts == 0 else "failed")
+            return
+        if record.status is Status.CANCELLED:
+            self.cancelled = True
+            self._resolve(node, "failed")
+            return
+        if not record.ok and env.on_failure != "standin":
+            self._resolve(node, "failed")
+            return
+        turn = synthetic_turn(plan, node)
+        if env.context == "live" and record.ok:
+            turn[1] = record.output_text or ""
+        if np_.tool_result is not None:
+            await d.sleep_until(d.clock_ns() + int(np_.tool_s * 1e9))
+        self.turns[node] = turn
+        self._resolve(node, "cut" if np_.early_stop else ALIVE)
+
+    def _build(
+        self, node: str, np_: NodePlan, first_id: str, attempt: int, due_perf_ns: int, slot_wait_ns: int
+    ) -> Outgoing:
+        """One attempt at a node's call, built once a slot is free (its ideal reuse is taken
+        now, in send order)."""
+        env, plan = self.env, self.plan
+        d = env.dispatcher
+        messages = self.messages(node)
+        tokens = self._prompt_tokens(messages)
+        ideal = d.index.observe(tokens)
+        hashes = block_hashes(tokens)  # type: ignore[arg-type]
+        prompt_tokens_est = len(tokens)
+        del tokens  # not held while the request is in flight (thousands of agents)
+        parents = tuple(p for p in self.template.context_parents(node) if self.state.get(p) == ALIVE)
+        request = EngineRequest(
+            messages=messages,
+            max_tokens=np_.max_tokens,
+            identity=RequestIdentity(
+                run_id=env.run_id,
+                worker=env.worker,
+                agent_id=plan.agent_id,
+                profile=plan.profile.name,
+                topology=self.template.name,
+                session_id=plan.session_id,
+                node=node,
+                parent_nodes=parents,
+                depth=np_.depth,
+                branch=np_.branch,
+                role=np_.role,
+                system_prompt_id=plan.system_prompt_id,
+                request_id=retry_request_id(first_id, attempt) if attempt else first_id,
+                attempt=attempt,
+                retry_of=first_id if attempt else None,
+            ),
+            scheduled_ns=d.wall_at(due_perf_ns),
+            stream=env.stream,
+            prompt_tokens_est=prompt_tokens_est,
+            slot_wait_ns=slot_wait_ns,
+            ideal_cached_tokens_est=ideal,
+            block_hashes=hashes,
+            keep_text=env.record_text or env.context == "live",
+        )
+        return Outgoing(request)

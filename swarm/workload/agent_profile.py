@@ -1,0 +1,93 @@
+"""Agent profiles (``agents/*.yaml``): what one kind of agent sends.
+
+Place in the map (docs/architecture.md, "Workload"): a profile gives the system prompt (a file, or
+synthesised to N tokens, e.g. a catalogue of tool definitions as coding agents carry), the
+task size, the instruction size per call, output tokens per node role, think and tool times,
+and the pruning policy. The Workload samples from it with a seeded RNG per agent.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from swarm.errors import InputError
+from swarm.workload.distributions import Constant, Distribution
+from swarm.workload.specfiles import load_yaml, resolve_spec_path, validate
+from swarm.workload.topology import ROLES
+
+
+class SystemPromptSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    style: Literal["tool_catalogue", "prose"] = Field(
+        default="prose", description="shape of synthesised text"
+    )
+    tokens: int = Field(default=1000, ge=1, le=500_000, description="length of a synthesised prompt")
+    tools: int = Field(default=20, ge=1, le=1000, description="tool_catalogue: number of tools")
+    file: str | None = Field(default=None, description="a text file to use instead (relative to the profile)")
+
+
+class PruningSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    early_stop_p: float = Field(default=0.0, ge=0, lt=1, description="chance a finished call ends its branch")
+
+
+class AgentProfile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str = ""
+    system_prompt: SystemPromptSpec = Field(default_factory=SystemPromptSpec)
+    task_tokens: Distribution = Field(default_factory=lambda: Constant(value=200))
+    instruction_tokens: Distribution = Field(default_factory=lambda: Constant(value=20))
+    output_tokens: dict[str, Distribution] = Field(
+        default_factory=lambda: {"default": Constant(value=64)},  # type: ignore[arg-type]
+        description="per node role, with 'default' for the others",
+    )
+    think_time_s: Distribution = Field(default_factory=lambda: Constant(value=0))
+    tool_time_s: Distribution = Field(default_factory=lambda: Constant(value=0.5))
+    tool_result_tokens: Distribution = Field(default_factory=lambda: Constant(value=200))
+    pruning: PruningSpec = Field(default_factory=PruningSpec)
+    #: set by the loader: the folder the profile came from (for system_prompt.file)
+    base_dir: str | None = Field(default=None, exclude=True)
+    #: set by the loader: the text of system_prompt.file, read once (workers need no file)
+    system_prompt_text: str | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="after")
+    def _roles(self) -> AgentProfile:
+        unknown = sorted(set(self.output_tokens) - set(ROLES) - {"default"})
+        if unknown:
+            raise ValueError(f"output_tokens: unknown role(s) {unknown} (known: default, {', '.join(ROLES)})")
+        if "default" not in self.output_tokens:
+            raise ValueError("output_tokens: needs a 'default' entry")
+        return self
+
+    def output_for(self, role: str) -> Distribution:
+        return self.output_tokens.get(role, self.output_tokens["default"])
+
+    def system_prompt_file(self, source: str | None = None) -> Path | None:
+        """The system prompt file, resolved inside the profile's folder (errors name ``source``)."""
+        if self.system_prompt.file is None:
+            return None
+        base = Path(self.base_dir or ".")
+        return resolve_spec_path(
+            base, self.system_prompt.file, source or f"profile {self.name}", "system_prompt.file"
+        )
+
+
+def load_profile(path: str | Path) -> AgentProfile:
+    p = Path(path)
+    profile = validate(AgentProfile, load_yaml(p), str(p))
+    profile = profile.model_copy(update={"base_dir": str(p.parent)})
+    file = profile.system_prompt_file(str(p))
+    if file is not None:
+        try:
+            text = file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"{p}: system_prompt.file: cannot read {file}: {exc.strerror or exc}") from None
+        profile = profile.model_copy(update={"system_prompt_text": text})
+    return profile

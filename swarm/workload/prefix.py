@@ -1,0 +1,109 @@
+"""Prefix accounting on the client side: block hashes and the ideal cached tokens.
+
+Place in the map (docs/architecture.md, "Workload"): for every request the
+Workload's prompt tokens give
+
+- ``block_hashes``: chained 64-bit hashes of consecutive ``BLOCK_TOKENS``-token blocks (the
+  last block may be partial, as in Mooncake traces): block *i*'s hash covers the hash of
+  block *i-1* and its own tokens, so equal leading hashes mean an equal prefix;
+- ``ideal_cached_tokens_est``: the longest prefix the prompt shares with any prompt sent
+  before it (``PrefixIndex.observe``), i.e. what an unbounded token-level prefix cache that
+  stored every prompt at arrival could reuse. This is a property of the traffic, not of an
+  engine; engines realise less (block granularity, eviction, prompts still in prefill).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections.abc import Sequence
+
+BLOCK_TOKENS = 64
+
+
+def _token_bytes(tokens: Sequence[str] | Sequence[int]) -> bytes:
+    if tokens and isinstance(tokens[0], int):
+        return array("q", tokens).tobytes()
+    return "\x1f".join(tokens).encode("utf-8")  # type: ignore[arg-type]
+
+
+def block_hashes(tokens: Sequence[str] | Sequence[int], block_tokens: int = BLOCK_TOKENS) -> tuple[int, ...]:
+    """Chained hashes of the token blocks of a prompt (last block may be partial)."""
+    out: list[int] = []
+    prev = b"\x00" * 8
+    for start in range(0, len(tokens), block_tokens):
+        h = hashlib.blake2b(prev + _token_bytes(tokens[start : start + block_tokens]), digest_size=8)
+        prev = h.digest()
+        out.append(int.from_bytes(prev, "little"))
+    return tuple(out)
+
+
+class _Node:
+    __slots__ = ("children", "key")
+
+    def __init__(self, key: tuple[object, ...]) -> None:
+        # a tuple, not a list: the collector stops tracking a tuple of strings or ints, so a
+        # large index costs nothing in the full collections that would otherwise walk it
+        self.key = key
+        self.children: dict[object, _Node] = {}
+
+
+class PrefixIndex:
+    """Every prompt seen so far, as a compressed trie over tokens (no eviction)."""
+
+    def __init__(self) -> None:
+        self._root = _Node(())
+        self.tokens_stored = 0
+
+    def longest_prefix(self, tokens: Sequence[object]) -> int:
+        node, pos = self._root, 0
+        n = len(tokens)
+        while pos < n:
+            child = node.children.get(tokens[pos])
+            if child is None:
+                return pos
+            key = child.key
+            m = min(len(key), n - pos)
+            if key[:m] == tuple(tokens[pos : pos + m]):
+                pos += m
+                if m < len(key):
+                    return pos
+                node = child
+                continue
+            i = 0
+            while i < m and key[i] == tokens[pos + i]:
+                i += 1
+            return pos + i
+        return pos
+
+    def observe(self, tokens: Sequence[object]) -> int:
+        """Longest shared prefix with anything observed before; then remember ``tokens``."""
+        shared = self.longest_prefix(tokens)
+        self._insert(tokens)
+        return shared
+
+    def _insert(self, tokens: Sequence[object]) -> None:
+        node, pos = self._root, 0
+        n = len(tokens)
+        while pos < n:
+            child = node.children.get(tokens[pos])
+            if child is None:
+                node.children[tokens[pos]] = _Node(tuple(tokens[pos:]))
+                self.tokens_stored += n - pos
+                return
+            key = child.key
+            m = min(len(key), n - pos)
+            i = 0
+            if key[:m] == tuple(tokens[pos : pos + m]):
+                i = m
+            else:
+                while i < m and key[i] == tokens[pos + i]:
+                    i += 1
+            if i < len(key):
+                middle = _Node(key[:i])
+                child.key = key[i:]
+                middle.children[child.key[0]] = child
+                node.children[tokens[pos]] = middle
+                child = middle
+            pos += i
+            node = child

@@ -1,0 +1,75 @@
+"""Reading spec files: safe YAML, validation errors that name the file and the field.
+
+Place in the map (docs/architecture.md, "Workload"): under the Workload, Topology and agent profiles. YAML is parsed
+with the safe loader only. A pydantic error becomes an ``InputError`` whose message names the
+file and the dotted path of the field (``agents/coder.yaml: output_tokens.expand.median:
+Input should be greater than 0``). Paths inside a spec are relative to the spec's folder and
+may not escape it unless they are absolute.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from swarm.errors import InputError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def load_yaml(path: str | os.PathLike[str]) -> Any:
+    """Parse a YAML file with the safe loader; errors name the file and line."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{p}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{p}: cannot read: {exc}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
+        raise InputError(f"{p}: invalid YAML at {where}: {exc.problem}") from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"{p}: invalid YAML: {exc}") from None
+
+
+def format_validation_error(source: str, exc: ValidationError) -> str:
+    """One line per problem: ``source: field.path: message``."""
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-", "tagged-union")))
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        lines.append(f"{source}: {loc or '(top level)'}: {msg}")
+    return "\n".join(lines)
+
+
+def validate(model: type[M], data: Any, source: str) -> M:
+    """``model`` built from ``data``, or an InputError naming ``source`` and each bad field."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise InputError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(format_validation_error(source, exc)) from None
+
+
+def resolve_spec_path(base_dir: Path, value: str, source: str, field: str) -> Path:
+    """A path from a spec: absolute as given, else inside ``base_dir`` (never outside it)."""
+    p = Path(value)
+    if p.is_absolute():
+        return p
+    resolved = (base_dir / p).resolve()
+    if not resolved.is_relative_to(base_dir.resolve()):
+        raise InputError(f"{source}: {field}: path {value!r} leaves the spec's folder; use an absolute path")
+    return resolved

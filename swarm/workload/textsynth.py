@@ -1,0 +1,108 @@
+"""Text synthesis: prompt text of an exact token length, from a seeded RNG.
+
+Place in the map (docs/architecture.md, "Workload"): the Workload asks for system prompts, tasks,
+instructions and stand-in outputs of given token budgets. With the word tokenizer the budget
+is hit exactly (one word is one token). With a real tokenizer the text is grown or trimmed
+word by word until its count is within one word of the budget.
+
+Words come from a list of common English words, all lowercase and without digits, so they
+never coincide with the emulator's generated words (capitalised), and a synthetic stand-in
+never accidentally extends a cached generated output.
+"""
+
+from __future__ import annotations
+
+import random
+
+from swarm.workload.tokenizer import Tokenizer, WordTokenizer
+
+WORDS: tuple[str, ...] = tuple(
+    dict.fromkeys(
+        """
+    the of and to in is for that on with as by at from this be or are it an was not
+    which have has but all can more one will their they about if when there into other
+    data system model value time state file user code function request result output input
+    table query index cache block token prompt agent task plan step check test build run
+    read write update create delete list find search fetch parse format return error log
+    path name type field record batch stream server client engine node graph tree branch
+    level score rank keep prune merge split map reduce answer reason proof claim evidence
+    source paper method study report summary note section figure number count total rate
+    first second third next last each every many few some most other same new old large
+    small fast slow high low early late long short simple clear exact close open full
+    memory disk network thread process worker driver queue limit window buffer chunk part
+    compute measure compare choose decide explain describe verify assume derive solve prove
+    equation variable constant integer matrix vector sum product ratio bound case option
+    because therefore however while since until unless although whether either neither
+    review patch diff commit branch merge release version config option setting default
+    account customer order invoice payment price market growth revenue cost margin trend
+    question problem goal constraint criterion approach strategy idea hypothesis experiment
+    observe collect analyse estimate predict sample signal noise error bias variance model
+    document page line word character string array object key item element member entry
+    """.split()
+    )
+)
+
+
+def words(rng: random.Random, n: int) -> list[str]:
+    return rng.choices(WORDS, k=n) if n > 0 else []
+
+
+def synth_text(rng: random.Random, n_tokens: int, tokenizer: Tokenizer | None = None, lead: str = "") -> str:
+    """Text of ``n_tokens`` tokens (exact for words), starting with ``lead`` when given.
+
+    The lead counts towards the budget; it is how callers make texts differ from their first
+    token (e.g. a node tag), so siblings share nothing beyond their parent's context.
+    """
+    tokenizer = tokenizer or WordTokenizer()
+    head = lead.split()
+    if isinstance(tokenizer, WordTokenizer):
+        body = words(rng, max(0, n_tokens - len(head)))
+        return " ".join((head + body)[: max(n_tokens, 0)]) if n_tokens > 0 else ""
+    # real tokenizer: estimate, then adjust word by word
+    pool = head + words(rng, max(1, n_tokens))
+    lo, hi = len(head), len(pool)
+    while lo < hi:  # smallest word count whose token count reaches the budget
+        mid = (lo + hi) // 2
+        if len(tokenizer.encode(" ".join(pool[:mid]))) < n_tokens:
+            lo = mid + 1
+        else:
+            hi = mid
+    return " ".join(pool[: max(lo, len(head))])
+
+
+def tool_catalogue(
+    rng: random.Random, n_tokens: int, tools: int, tokenizer: Tokenizer | None = None, lead: str = ""
+) -> str:
+    """A system prompt that reads like an agent's tool definitions, cut to ``n_tokens``."""
+    parts = [lead] if lead else []
+    parts.append("you are an agent with these tools . call one tool at a time .")
+    per_tool = max(8, n_tokens // max(tools, 1))
+    for t in range(tools):
+        name = "_".join(rng.choices(WORDS, k=2))
+        params = " ".join(
+            f"param {rng.choice(WORDS)} ( {rng.choice(('string', 'integer', 'boolean', 'array'))} ) {' '.join(words(rng, 6))} ;"
+            for _ in range(rng.randint(1, 4))
+        )
+        parts.append(f"tool {t} {name} : {' '.join(words(rng, per_tool // 2))} . {params}")
+    text = " ".join(parts)
+    if isinstance(tokenizer or WordTokenizer(), WordTokenizer):
+        toks = text.split()
+        if len(toks) < n_tokens:
+            toks += words(rng, n_tokens - len(toks))
+        return " ".join(toks[:n_tokens])
+    return _fit(rng, text, n_tokens, tokenizer)
+
+
+def _fit(rng: random.Random, text: str, n_tokens: int, tokenizer: Tokenizer | None) -> str:
+    assert tokenizer is not None
+    toks = text.split()
+    while len(tokenizer.encode(" ".join(toks))) < n_tokens:
+        toks += words(rng, 16)
+    lo, hi = 1, len(toks)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(tokenizer.encode(" ".join(toks[:mid]))) < n_tokens:
+            lo = mid + 1
+        else:
+            hi = mid
+    return " ".join(toks[:lo])

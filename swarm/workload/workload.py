@@ -1,0 +1,292 @@
+"""The Workload: a pure function of (spec, seed) giving every agent and the text it sends.
+
+Place in the map (docs/architecture.md, "Workload"): below the agent programs. It decides which agents
+exist, their profile and topology, their start offsets, which shared system prompt each
+carries, and the exact text of every prompt part that does not depend on an engine's output:
+the system prompts, each agent's task, each node's instruction, tool results, and the
+deterministic stand-in outputs used with ``context: synthetic``.
+
+Everything is derived from string-seeded RNGs (``"<seed>:agent:<id>"``,
+``"<seed>:agent:<id>:node:<name>"``), never from iteration order, so agent *i* is the same
+whichever process builds it and whichever other agents it builds: any split of agents into
+groups (workers) gives the same traffic.
+
+Each node's instruction starts with a tag naming the node (``[t.0.2]``), so the prompts of
+siblings differ from the first token after their parent's context.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from swarm.errors import InputError
+from swarm.workload.agent_profile import AgentProfile
+from swarm.workload.arrival import ArrivalSpec
+from swarm.workload.catalog import Catalog, default_catalog
+from swarm.workload.textsynth import synth_text, tool_catalogue
+from swarm.workload.tokenizer import Tokenizer
+from swarm.workload.topology import TopologyTemplate
+
+#: First word of every task text (so it is part of the prefix sessions share).
+TASK_LEAD = "task"
+
+
+class MixEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    profile: str = Field(default="math_reasoner", description="agent profile name or YAML path")
+    topology: str = Field(default="tree_of_thought", description="topology name or YAML path")
+    weight: float = Field(default=1.0, gt=0, description="relative share of agents")
+
+
+class WorkloadSpec(BaseModel):
+    """What traffic to generate. The same spec and seed give the same traffic."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seed: int = Field(default=0, description="seed of every random choice")
+    agents: int = Field(
+        default=100,
+        ge=1,
+        le=10_000_000,
+        description="agent sessions to run (the default is sized for the built-in demo on a 2-core "
+        "machine: the emulator and the generator on the same cores keep their schedules)",
+    )
+    mix: list[MixEntry] = Field(default_factory=lambda: [MixEntry()], min_length=1)
+    system_prompts: int = Field(
+        default=4, ge=1, le=100_000, description="distinct system prompts per profile, shared by the swarm"
+    )
+    context: Literal["synthetic", "live"] = Field(
+        default="synthetic",
+        description="synthetic: children see deterministic stand-ins of their parents' outputs "
+        "(byte-identical prompts on every engine); live: the engine's real outputs",
+    )
+    arrival: ArrivalSpec = Field(default_factory=ArrivalSpec)
+    max_in_flight: int = Field(default=0, ge=0, description="global cap on requests in flight; 0 = none")
+    duration_s: float | None = Field(default=None, gt=0, description="stop starting requests after this")
+    max_requests: int | None = Field(default=None, ge=1, description="stop after this many requests")
+    stream: bool = Field(default=True, description="stream responses")
+    retries: int = Field(
+        default=0,
+        ge=0,
+        le=10,
+        description="retries of a failed call (429, 5xx, connect, timeout, broken stream); each "
+        "attempt is its own trace row linked to the first. Off by default: a load generator "
+        "must not hide failures",
+    )
+    retry_backoff_s: float = Field(
+        default=0.5,
+        ge=0,
+        le=600,
+        description="wait before retry k: this times 2**(k-1), or the 429/503's Retry-After",
+    )
+    on_failure: Literal["abort_branch", "standin"] = Field(
+        default="abort_branch",
+        description="when a call fails for good: abort_branch (the node and its descendants end), "
+        "or standin (carry on with the node's stand-in output, so the tree keeps its shape)",
+    )
+    tokenizer: str | None = Field(default=None, description="local HF tokenizer.json for token estimates")
+
+
+def _digest(obj: object) -> str:
+    canonical = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class NodePlan:
+    """What the Workload decides for one node of one agent."""
+
+    node: str
+    role: str
+    depth: int
+    branch: int
+    instruction: str
+    max_tokens: int
+    think_s: float
+    tool_s: float
+    tool_result: str | None
+    standin: str
+    score: float
+    early_stop: bool
+
+
+@dataclass
+class AgentPlan:
+    agent_id: int
+    session_id: str
+    profile: AgentProfile
+    topology: TopologyTemplate
+    system_prompt_id: int
+    system_prompt: str
+    task: str
+    start_s: float
+    seed: int
+    tokenizer: Tokenizer
+    _nodes: dict[str, NodePlan] = field(default_factory=dict, repr=False)
+
+    def node(self, name: str) -> NodePlan:
+        """The plan of one node (built on first use; a pure function of seed, agent and node)."""
+        plan = self._nodes.get(name)
+        if plan is None:
+            plan = self._nodes[name] = self._build_node(name)
+        return plan
+
+    def _build_node(self, name: str) -> NodePlan:
+        rng = random.Random(f"{self.seed}:agent:{self.agent_id}:node:{name}")
+        attrs = self.topology.graph.nodes[name]
+        role = str(attrs["role"])
+        prof = self.profile
+        instruction = synth_text(
+            rng, max(2, prof.instruction_tokens.sample_int(rng, 2)), self.tokenizer, lead=f"[{name}]"
+        )
+        max_tokens = prof.output_for(role).sample_int(rng, 1)
+        think = prof.think_time_s.sample(rng)
+        tool_after = bool(attrs.get("tool_after"))
+        tool_s = prof.tool_time_s.sample(rng) if tool_after else 0.0
+        tool_result = (
+            synth_text(
+                rng, max(3, prof.tool_result_tokens.sample_int(rng, 3)), self.tokenizer, lead="tool result :"
+            )
+            if tool_after
+            else None
+        )
+        standin = synth_text(rng, max_tokens, self.tokenizer)
+        return NodePlan(
+            node=name,
+            role=role,
+            depth=int(attrs.get("depth", 0)),
+            branch=int(attrs.get("branch", 0)),
+            instruction=instruction,
+            max_tokens=max_tokens,
+            think_s=think,
+            tool_s=tool_s,
+            tool_result=tool_result,
+            standin=standin,
+            score=rng.random(),
+            early_stop=rng.random() < prof.pruning.early_stop_p,
+        )
+
+
+class Workload:
+    """The agents of a spec. ``agent(i)`` is a pure function of (spec, seed, i)."""
+
+    def __init__(
+        self, spec: WorkloadSpec, catalog: Catalog | None = None, tokenizer: Tokenizer | None = None
+    ) -> None:
+        from swarm.workload.tokenizer import get_tokenizer
+
+        self.spec = spec
+        self.catalog = catalog or default_catalog()
+        self.tokenizer = tokenizer or get_tokenizer(spec.tokenizer)
+        self.profiles = [self.catalog.profile(m.profile) for m in spec.mix]
+        self.topologies = [self.catalog.topology(m.topology) for m in spec.mix]
+        weights = np.array([m.weight for m in spec.mix], dtype=float)
+        self._cum_weights = np.cumsum(weights / weights.sum())
+        rng = np.random.default_rng(np.random.SeedSequence([spec.seed, 0xA441]))
+        self.start_offsets_s = spec.arrival.offsets(spec.agents, rng)
+        self._system_prompts: dict[tuple[str, int], str] = {}
+
+    @property
+    def n_agents(self) -> int:
+        return self.spec.agents
+
+    def content_digests(self) -> dict[str, str]:
+        """A digest of each resolved agent profile and topology the mix uses, by
+        ``"profile NAME"`` / ``"topology NAME"``: their contents (every field, the system prompt
+        file's text, the topology's nodes, edges and beams), not their names."""
+        out: dict[str, str] = {}
+        for p in self.profiles:
+            out[f"profile {p.name}"] = _digest(
+                {**p.model_dump(mode="json"), "system_prompt_text": p.system_prompt_text}
+            )
+        for t in self.topologies:
+            out[f"topology {t.name}"] = _digest(t.canonical())
+        return out
+
+    def traffic_hash(self) -> str:
+        """Hash of everything that shapes the traffic: the spec and the resolved contents of
+        its profiles and topologies. Two runs with equal hashes send the same requests; an edit
+        to ``agents/*.yaml`` between them changes it."""
+        return _digest({"spec": self.spec.model_dump(mode="json"), "contents": self.content_digests()})
+
+    def system_prompt(self, profile: AgentProfile, index: int) -> str:
+        """System prompt ``index`` of ``profile``'s pool (starts with its own tag)."""
+        key = (profile.name, index)
+        text = self._system_prompts.get(key)
+        if text is None:
+            sp = profile.system_prompt
+            lead = f"[system {profile.name} {index}]"
+            rng = random.Random(f"{self.spec.seed}:system:{profile.name}:{index}")
+            if profile.system_prompt_text is not None:
+                text = f"{lead} {profile.system_prompt_text}"
+            elif sp.style == "tool_catalogue":
+                text = tool_catalogue(rng, sp.tokens, sp.tools, self.tokenizer, lead=lead)
+            else:
+                text = synth_text(rng, sp.tokens, self.tokenizer, lead=lead)
+            self._system_prompts[key] = text
+        return text
+
+    def shared_prefixes(self) -> list[list[object]]:
+        """Token prefixes that sessions share with each other: each system prompt of the pool
+        followed by the first word of every task. A cluster worker seeds its PrefixIndex with
+        them, so prefixes first sent by another worker still count towards the ideal."""
+        out: list[list[object]] = []
+        for profile in {p.name: p for p in self.profiles}.values():
+            for k in range(self.spec.system_prompts):
+                out.append(
+                    [
+                        *self.tokenizer.encode(self.system_prompt(profile, k)),
+                        *self.tokenizer.encode(TASK_LEAD),
+                    ]
+                )
+        return out
+
+    def agent(self, agent_id: int) -> AgentPlan:
+        if not 0 <= agent_id < self.spec.agents:
+            raise IndexError(agent_id)
+        rng = random.Random(f"{self.spec.seed}:agent:{agent_id}")
+        mix = int(np.searchsorted(self._cum_weights, rng.random(), side="right"))
+        mix = min(mix, len(self.profiles) - 1)
+        profile, topology = self.profiles[mix], self.topologies[mix]
+        sp_id = rng.randrange(self.spec.system_prompts)
+        task = synth_text(
+            rng, max(2, profile.task_tokens.sample_int(rng, 2)), self.tokenizer, lead=f"task {agent_id} :"
+        )
+        return AgentPlan(
+            agent_id=agent_id,
+            session_id=f"{self.spec.seed}-{agent_id}",
+            profile=profile,
+            topology=topology,
+            system_prompt_id=sp_id,
+            system_prompt=self.system_prompt(profile, sp_id),
+            task=task,
+            start_s=float(self.start_offsets_s[agent_id]),
+            seed=self.spec.seed,
+            tokenizer=self.tokenizer,
+        )
+
+
+def check_mix(spec: WorkloadSpec, catalog: Catalog | None = None, source: str = "run spec") -> None:
+    """Resolve every profile and topology of the mix; an InputError names where each bad one
+    was given (``SOURCE: workload.mix.I.FIELD``, or the flag when it came from flags)."""
+    catalog = catalog or default_catalog()
+    for i, entry in enumerate(spec.mix):
+        for name, lookup in (("profile", catalog.profile), ("topology", catalog.topology)):
+            try:
+                lookup(getattr(entry, name))
+            except InputError as exc:
+                where = f"--{name}" if source == "flags" else f"{source}: workload.mix.{i}.{name}"
+                raise InputError(f"{where}: {exc}") from None
+
+
+def partition(n_agents: int, workers: int) -> list[list[int]]:
+    """Agents split across workers by session (agent id), deterministically, round-robin."""
+    return [list(range(w, n_agents, workers)) for w in range(workers)]

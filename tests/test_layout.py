@@ -1,0 +1,163 @@
+"""The map in docs/architecture.md holds for the code: every import follows its table of import
+directions, every module belongs to a listed part and names its section, and the map's module
+tables name the files that exist."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "swarm"
+MAP = ROOT / "docs" / "architecture.md"
+MARKER = "<!-- import-directions"
+#: the section of docs/architecture.md each part's modules name in their docstrings
+SECTIONS = {
+    "shared": "Shared value types",
+    "workload": "Workload",
+    "trace": "The trace",
+    "clients": "Clients",
+    "emulator": "The emulator",
+    "replay": "Replay",
+    "analysis": "Analysis",
+    "runtime": "Runtime",
+    "cluster": "Ray",
+    "launch": "Launch",
+    "cli": "CLI",
+}
+#: third-party packages only some parts may import
+ONLY_IN = {"ray": {"cluster"}, "typer": {"cli"}, "rich": {"cli"}}
+
+
+def directions() -> tuple[dict[str, list[str]], dict[str, set[str]]]:
+    """(part -> path patterns under swarm/, part -> parts it may import), from the map's table."""
+    text = MAP.read_text()
+    assert MARKER in text, "docs/architecture.md lost its table of import directions"
+    rows = text[text.index(MARKER) :].split("\n")[3:]
+    paths: dict[str, list[str]] = {}
+    allowed: dict[str, set[str]] = {}
+    for row in rows:
+        if not row.startswith("|"):
+            break
+        part, modules, may = (cell.strip() for cell in row.strip("|").split("|"))
+        paths[part] = [m.removeprefix("swarm/") for m in re.findall(r"`([^`]+)`", modules)]
+        allowed[part] = {p.strip() for p in may.split(",")}
+    return paths, allowed
+
+
+def module_files() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def part_of(rel: str, paths: dict[str, list[str]]) -> str:
+    hits = [
+        part
+        for part, pats in paths.items()
+        for pat in pats
+        if rel == pat or (pat.endswith("/") and rel.startswith(pat))
+    ]
+    assert len(hits) == 1, f"swarm/{rel} is in {len(hits)} parts of the map ({hits}): give it exactly one"
+    return hits[0]
+
+
+def rel_of_module(name: str) -> str | None:
+    """``swarm.a.b`` -> ``a/b.py`` or ``a/b/__init__.py`` (None for a name that is not a module)."""
+    parts = name.split(".")[1:]
+    if not parts:
+        return "__init__.py"
+    for rel in ("/".join(parts) + ".py", "/".join(parts) + "/__init__.py"):
+        if (PACKAGE / rel).exists():
+            return rel
+    return None
+
+
+def imports(path: Path) -> list[tuple[str, int, bool]]:
+    """(imported module, line, at module level) for every import in the file."""
+    tree = ast.parse(path.read_text())
+    top = {id(n) for n in tree.body}
+    out: list[tuple[str, int, bool]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno, id(node) in top) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append((node.module, node.lineno, id(node) in top))
+            if node.module == "swarm":  # from swarm import cli: a submodule
+                out += [(f"swarm.{a.name}", node.lineno, id(node) in top) for a in node.names]
+    return out
+
+
+def test_every_import_follows_the_maps_directions() -> None:
+    paths, allowed = directions()
+    assert set(paths) == set(SECTIONS), "the map's parts changed: update SECTIONS here and the docstrings"
+    wrong: list[str] = []
+    for path in module_files():
+        rel = path.relative_to(PACKAGE).as_posix()
+        part = part_of(rel, paths)
+        for name, line, at_top in imports(path):
+            root = name.split(".")[0]
+            if root in ONLY_IN and part not in ONLY_IN[root]:
+                wrong.append(f"swarm/{rel}:{line} imports {root}, which only {sorted(ONLY_IN[root])} may")
+            if root == "ray" and at_top:
+                wrong.append(f"swarm/{rel}:{line} imports ray at module level (only inside functions)")
+            if root != "swarm":
+                continue
+            target_rel = rel_of_module(name)
+            if target_rel is None:
+                continue
+            target = part_of(target_rel, paths)
+            if target != part and target not in allowed[part]:
+                wrong.append(
+                    f"swarm/{rel}:{line} ({part}) imports {name} ({target}): not in the map's directions"
+                )
+    assert wrong == []
+
+
+def test_every_module_names_its_section_of_the_map() -> None:
+    paths, _ = directions()
+    headings = set(re.findall(r"^## (.+)$", MAP.read_text(), re.M))
+    assert set(SECTIONS.values()) <= headings
+    wrong = []
+    for path in module_files():
+        rel = path.relative_to(PACKAGE).as_posix()
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        m = re.search(r'Place in the map \(docs/architecture\.md, "([^"]+)"', doc)
+        want = SECTIONS[part_of(rel, paths)]
+        if m is None or m.group(1) != want:
+            wrong.append(
+                f'swarm/{rel}: docstring should say Place in the map (docs/architecture.md, "{want}")'
+            )
+    assert wrong == []
+
+
+def test_the_maps_module_tables_name_the_files_that_exist() -> None:
+    text = MAP.read_text()
+    named = set(re.findall(r"^\| `((?:[a-z_0-9]+/)?[a-z_0-9]+\.py)` \|", text, re.M))
+    files = {p.relative_to(PACKAGE).as_posix() for p in module_files()}
+    stale = sorted(n for n in named if n not in files and n.removeprefix("swarm/") not in files)
+    assert stale == [], f"docs/architecture.md names modules that do not exist: {stale}"
+    listed = {n.removeprefix("swarm/") for n in named}
+    unlisted = sorted(
+        f
+        for f in files
+        if f not in listed and not f.endswith("__init__.py") and not f.endswith("__main__.py")
+    )
+    assert unlisted == [], f"modules missing from the map's tables: {unlisted}"
+
+
+@pytest.mark.parametrize("bad", ["analysis imports runtime", "ray at module level"])
+def test_the_check_catches_a_wrong_import(bad: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The walk is not vacuous: a module that breaks a rule is reported."""
+    paths, allowed = directions()
+    src = "from swarm.runtime.stop import StopConditions\n" if bad.startswith("analysis") else "import ray\n"
+    fake = tmp_path / "probe.py"
+    fake.write_text(src)
+    found = imports(fake)
+    name, _, at_top = found[0]
+    if bad.startswith("analysis"):
+        target = part_of(rel_of_module(name) or "", paths)
+        assert target == "runtime" and target not in allowed["analysis"]
+    else:
+        assert name == "ray" and at_top
