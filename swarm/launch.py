@@ -43,6 +43,13 @@ def make_executor(
     )  # fmt: skip
 
 
+def _executor_of(spec: RunSpec) -> Executor:
+    return make_executor(
+        spec.executor, workers=spec.workers, address=spec.address, worker_writes=spec.worker_writes,
+        ray_timeout_s=spec.ray_timeout_s, flush_interval_s=spec.flush_interval_s,
+    )  # fmt: skip
+
+
 def execute_run(
     spec: RunSpec,
     *,
@@ -55,10 +62,7 @@ def execute_run(
     are resolved first (errors name ``source`` and the field), then targets are probed."""
     check_mix(spec.workload, catalog, source)
     workload = Workload(spec.workload, catalog)
-    chosen = executor or make_executor(
-        spec.executor, workers=spec.workers, address=spec.address, worker_writes=spec.worker_writes,
-        ray_timeout_s=spec.ray_timeout_s, flush_interval_s=spec.flush_interval_s,
-    )  # fmt: skip
+    chosen = executor or _executor_of(spec)
     return run_on_targets(
         spec.targets,
         AgentSource(workload),
@@ -104,7 +108,8 @@ def execute_replay(
     spec: RunSpec | None = None,
 ) -> RunResult:
     """Send ``plan`` to ``targets`` as a run of its own. ``spec`` (optional) gives the
-    settings a run shares with replays: timeouts, metrics and flush intervals."""
+    settings a run shares with replays: timeouts, metrics and flush intervals, and, when no
+    ``executor`` is passed, the executor (without a spec: in process)."""
     chosen_mode = mode or plan.default_mode
     if chosen_mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}")
@@ -116,7 +121,7 @@ def execute_replay(
     return run_on_targets(
         targets,
         source,
-        executor or InProcessExecutor(),
+        executor or (_executor_of(spec) if spec is not None else InProcessExecutor()),
         output_dir=output_dir,
         record_text=record_text,
         emulator_args=emulator_args or [],

@@ -18,11 +18,6 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
-
-#: Bump on a rename or removal of a column; additions keep the version.
-SCHEMA_VERSION = 1
-
 
 class Status(str, enum.Enum):
     """Outcome of one request. A failed request is a row with one of these, never a crash."""
@@ -133,63 +128,10 @@ class RequestRecord:
 #: schedule. The live view, the end of a run and the report all judge by it.
 LATE_NS = 10_000_000
 
-_I64 = pa.int64()
-_STR = pa.string()
-
-#: Column order and types of the ``requests/*.parquet`` files. See docs/trace-schema.md.
-TRACE_SCHEMA = pa.schema(
-    [
-        pa.field("run_id", _STR, nullable=False),
-        pa.field("target", _STR, nullable=False),
-        pa.field("engine", _STR, nullable=False),
-        pa.field("worker", pa.int32(), nullable=False),
-        pa.field("agent_id", _I64, nullable=False),
-        pa.field("profile", _STR, nullable=False),
-        pa.field("topology", _STR, nullable=False),
-        pa.field("session_id", _STR, nullable=False),
-        pa.field("node", _STR, nullable=False),
-        pa.field("parent_nodes", pa.list_(_STR), nullable=False),
-        pa.field("depth", pa.int32(), nullable=False),
-        pa.field("branch", pa.int32(), nullable=False),
-        pa.field("role", _STR, nullable=False),
-        pa.field("system_prompt_id", pa.int32(), nullable=False),
-        pa.field("request_id", _STR, nullable=False),
-        pa.field("attempt", pa.int32(), nullable=False),
-        pa.field("retry_of", _STR),
-        pa.field("dialect", _STR, nullable=False),
-        pa.field("model", _STR, nullable=False),
-        pa.field("stream", pa.bool_(), nullable=False),
-        pa.field("scheduled_ns", _I64, nullable=False),
-        pa.field("sent_ns", _I64, nullable=False),
-        pa.field("queue_ns", _I64, nullable=False),
-        pa.field("ttft_ns", _I64),
-        pa.field("e2e_ns", _I64),
-        pa.field("chunk_ns", pa.list_(_I64), nullable=False),
-        pa.field("max_tokens", _I64),
-        pa.field("prompt_tokens", _I64),
-        pa.field("completion_tokens", _I64),
-        pa.field("cached_tokens", _I64),
-        pa.field("prompt_tokens_est", _I64),
-        pa.field("ideal_cached_tokens_est", _I64),
-        pa.field("block_hashes", pa.list_(pa.uint64()), nullable=False),
-        pa.field("status", _STR, nullable=False),
-        pa.field("http_status", pa.int32()),
-        pa.field("error", _STR),
-        pa.field("finish_reason", _STR),
-        pa.field("prompt_parts", pa.list_(_STR)),
-        pa.field("prompt_roles", pa.list_(_STR)),
-        pa.field("output_text", _STR),
-        # added after schema version 1's first release: null in older traces (read as 0)
-        pa.field("slot_wait_ns", _I64),
-    ],
-    metadata={b"swarm.schema_version": str(SCHEMA_VERSION).encode()},
-)
-
 IDENTITY_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(RequestIdentity))
 RECORD_COLUMNS: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(RequestRecord) if f.name not in ("identity", "extra")
 )
-assert set(IDENTITY_COLUMNS) | set(RECORD_COLUMNS) == set(TRACE_SCHEMA.names), "schema drift"
 
 
 def record_row(record: RequestRecord) -> dict[str, Any]:

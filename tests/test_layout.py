@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -161,3 +163,43 @@ def test_the_check_catches_a_wrong_import(bad: str, tmp_path: Path, monkeypatch:
         assert target == "runtime" and target not in allowed["analysis"]
     else:
         assert name == "ray" and at_top
+
+
+def loaded_by(module: str) -> set[str]:
+    code = f"import sys, {module}; print(' '.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    return set(out.stdout.split())
+
+
+def test_value_types_need_only_the_standard_library() -> None:
+    startup = loaded_by("sys")  # what the interpreter's site setup loads anyway
+    new = {m.split(".")[0] for m in loaded_by("swarm.request") - startup}
+    assert new - set(sys.stdlib_module_names) == {"swarm"}, new
+
+
+def test_the_agent_program_does_not_load_the_clients() -> None:
+    loaded = loaded_by("swarm.runtime.agent")
+    assert not {m for m in loaded if m.startswith("swarm.clients") or m.split(".")[0] == "aiohttp"}
+
+
+def test_the_package_uses_no_relative_imports() -> None:
+    """The import walk reads absolute imports only; a relative one would slip past it."""
+    relative = [
+        f"{p.relative_to(ROOT)}:{n.lineno}"
+        for p in module_files()
+        for n in ast.walk(ast.parse(p.read_text()))
+        if isinstance(n, ast.ImportFrom) and n.level > 0
+    ]
+    assert relative == []
+
+
+def test_the_runtime_reaches_the_emulator_only_to_start_it() -> None:
+    paths, _ = directions()
+    wrong = [
+        f"swarm/{p.relative_to(PACKAGE).as_posix()}:{line} imports {name}"
+        for p in module_files()
+        if part_of(p.relative_to(PACKAGE).as_posix(), paths) == "runtime"
+        for name, line, _ in imports(p)
+        if name.startswith("swarm.emulator") and name != "swarm.emulator.process"
+    ]
+    assert wrong == []

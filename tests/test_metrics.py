@@ -10,7 +10,7 @@ import pytest
 
 from swarm.analysis import metrics as m
 from swarm.analysis.figures import breakdown, target_figures
-from swarm.record import TRACE_SCHEMA
+from swarm.trace.schema import TRACE_SCHEMA
 
 MS = 1_000_000
 S = 1_000_000_000

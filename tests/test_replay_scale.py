@@ -124,12 +124,22 @@ def test_copies_of_a_session_share_its_system_prompt_and_nothing_after(
             )
             first_user = next(i for i, role in enumerate(roles) if role != "system")
             assert cparts[:first_user] == parts[:first_user]  # the system prompt, shared
-            assert cparts[first_user] == f"[session copy {k}] {parts[first_user]}"  # its own content
+            mark, rest = cparts[first_user].split(" ", 1)  # its own content: one word, then the recorded
+            assert mark.startswith(f"[copy-{k}-") and rest == parts[first_user]
             assert cparts[first_user + 1 :] == parts[first_user + 1 :]
-    # the engine reuses the copies' system prompts (never more than the ideal says)
-    copies = [r for r in records if "#" in r.identity.session_id]
-    assert all(r.cached_tokens == r.ideal_cached_tokens_est for r in records)
-    assert all((r.cached_tokens or 0) > 0 for r in copies)
+    # the engine reuses a session's system prompt across its copies and nothing after it: of
+    # the three copies of a session's first request, whichever arrive after another hit exactly
+    # the system prompt (sessions run at once, so which one comes first is the machine's)
+    for item in plan.items:
+        if item.parents:
+            continue
+        firsts = [by_id[item.identity.request_id + suffix] for suffix in ("", "#1", "#2")]
+        system_tokens = len((firsts[0].prompt_parts or ("",))[0].split())
+        copy_hits = [r.cached_tokens or 0 for r in firsts[1:]]
+        assert all(h <= system_tokens for h in copy_hits), copy_hits  # nothing past the system prompt
+        assert sum(1 for r in firsts if (r.cached_tokens or 0) >= system_tokens) >= 2, firsts
+    # over the whole replay the engine reuses what the ideal says, whatever the arrival order
+    assert sum(r.cached_tokens or 0 for r in records) <= sum(r.ideal_cached_tokens_est or 0 for r in records)
 
 
 def test_copies_of_hash_id_sessions_rename_only_their_private_blocks() -> None:

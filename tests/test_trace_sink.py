@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.synthetic import synthetic_record
-from swarm.record import SCHEMA_VERSION, TRACE_SCHEMA
 from swarm.trace.manifest import RunManifest, RunStatus, new_run_id
 from swarm.trace.reader import list_parts, read_requests, unfinished_parts
+from swarm.trace.schema import SCHEMA_VERSION, TRACE_SCHEMA
 from swarm.trace.sink import ParquetTraceSink, records_to_batch
 
 

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from swarm.cli import options as opt
 from swarm.cli.app import app
 from swarm.cli.run import finish_code, parse_targets
 from swarm.errors import InputError
@@ -48,30 +49,13 @@ def replay(
     source_target: Annotated[
         str | None, typer.Option(help="run folders: which recorded target to replay (default: the first)")
     ] = None,
-    target: Annotated[
-        list[str] | None,
-        typer.Option(help="NAME=URL to send to; repeat for several (default: the emulator in both profiles)"),
-    ] = None,
-    engine: Annotated[
-        list[str] | None, typer.Option(help="engine profile per target (or one for all)")
-    ] = None,
-    dialect: Annotated[
-        str | None,
-        typer.Option(
-            help="openai-chat, openai-completions or sglang-generate (default: the engine's own, openai-chat)"
-        ),
-    ] = None,
-    model: Annotated[str | None, typer.Option(help="model name to request")] = None,
-    api_key_env: Annotated[str | None, typer.Option(help="environment variable holding the API key")] = None,
-    api_key_file: Annotated[str | None, typer.Option(help="file holding the API key (first line)")] = None,
-    max_error_rate: Annotated[
-        float | None,
-        typer.Option(
-            help="circuit breaker: stop a target when this share of recent requests failed (0-1; default: off)"
-        ),
-    ] = None,
-    error_window: Annotated[int, typer.Option(help="requests the circuit breaker looks back over")] = 100,
-    max_in_flight: Annotated[int, typer.Option(help="cap on requests in flight (0 = none)")] = 0,
+    target: opt.Targets = None,
+    engine: opt.Engines = None,
+    dialect: opt.Dialect = None,
+    model: opt.Model = None,
+    api_key_env: opt.ApiKeyEnv = None,
+    api_key_file: opt.ApiKeyFile = None,
+    max_in_flight: opt.MaxInFlight = None,
     sessions: Annotated[
         int,
         typer.Option(
@@ -85,67 +69,44 @@ def replay(
             help="keep at most N sessions in progress; the next starts when one ends (0 = all at their offsets)"
         ),
     ] = 0,
-    tokenizer: Annotated[
-        str | None,
-        typer.Option(help="local HF tokenizer.json for token estimates (default: whitespace words)"),
-    ] = None,
-    retries: Annotated[
-        int, typer.Option(help="retries of a failed call (default 0: failures are measured, not hidden)")
-    ] = 0,
-    retry_backoff: Annotated[float, typer.Option(help="seconds before the first retry, doubling")] = 0.5,
-    executor: Annotated[
-        str,
-        typer.Option(
-            help="inprocess (default: one process) or ray (Ray actors, a local Ray unless --address)"
-        ),
-    ] = "inprocess",
-    workers: Annotated[
-        int | None, typer.Option(help="Ray worker actors (default: the CPUs Ray reports, less one)")
-    ] = None,
-    address: Annotated[
-        str | None,
-        typer.Option(
-            help="Ray cluster to join: auto or ray://HOST:PORT (default: RAY_ADDRESS, else a local Ray)"
-        ),
-    ] = None,
-    ray_timeout: Annotated[
-        float, typer.Option(help="seconds to start a local Ray or join --address before giving up")
-    ] = 60.0,
-    worker_writes: Annotated[
-        bool,
-        typer.Option("--worker-writes", help="Ray workers write Parquet parts to --output themselves"),
-    ] = False,
-    first_token_timeout: Annotated[
-        float, typer.Option(help="seconds to the first token before a timeout")
-    ] = 120.0,
-    idle_timeout: Annotated[float, typer.Option(help="longest silence mid-stream, seconds")] = 60.0,
-    request_timeout: Annotated[float, typer.Option(help="a whole request, seconds")] = 600.0,
-    output: Annotated[str, typer.Option(help="folder (or URI) for run folders")] = "runs",
-    record_text: Annotated[
-        bool, typer.Option("--record-text", help="store prompts and outputs in the trace")
-    ] = False,
-    emulator_arg: Annotated[
-        list[str] | None, typer.Option(help="extra flag for the embedded emulators")
-    ] = None,
-    progress: Annotated[bool, typer.Option(help="live progress display")] = True,
-    json_out: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
+    tokenizer: opt.Tokenizer = None,
+    retries: opt.Retries = None,
+    retry_backoff: opt.RetryBackoff = None,
+    output: opt.Output = None,
+    record_text: opt.RecordText = False,
+    executor: opt.Executor = None,
+    workers: opt.Workers = None,
+    address: opt.Address = None,
+    ray_timeout: opt.RayTimeout = None,
+    worker_writes: opt.WorkerWrites = False,
+    emulator_arg: opt.EmulatorArgs = None,
+    max_error_rate: opt.MaxErrorRate = None,
+    error_window: opt.ErrorWindow = None,
+    first_token_timeout: opt.FirstTokenTimeout = None,
+    idle_timeout: opt.IdleTimeout = None,
+    request_timeout: opt.RequestTimeout = None,
+    metrics_interval: opt.MetricsInterval = None,
+    flush_interval: opt.FlushInterval = None,
+    progress: opt.Progress = True,
+    json_out: opt.JsonOut = False,
 ) -> None:
     """Send recorded traffic again: a swarm run, or a public trace, as a new run."""
 
+    settings = opt.sending_settings(
+        # a replay runs in this process unless told otherwise
+        {"executor": "inprocess"}, output=output, record_text=record_text, executor=executor, workers=workers,
+        address=address, ray_timeout=ray_timeout, worker_writes=worker_writes, emulator_arg=emulator_arg,
+        max_error_rate=max_error_rate, error_window=error_window, first_token_timeout=first_token_timeout,
+        idle_timeout=idle_timeout, request_timeout=request_timeout, metrics_interval=metrics_interval,
+        flush_interval=flush_interval,
+    )  # fmt: skip
     code = replay_command(
         source=source, fmt=format, mode=mode, speed=speed, limit=limit, window=window, sample=sample, seed=seed,
         skip_bad_lines=skip_bad_lines, source_target=source_target, targets=target or [], engines=engine or [],
         dialect=dialect, model=model, api_key_env=api_key_env, api_key_file=api_key_file,
-        max_error_rate=max_error_rate, error_window=error_window, max_in_flight=max_in_flight, sessions=sessions,
-        max_sessions=max_sessions, tokenizer=tokenizer, retries=retries, retry_backoff_s=retry_backoff,
-        settings={
-            "executor": executor, "workers": workers, "address": address, "ray_timeout_s": ray_timeout,
-            "worker_writes": worker_writes,
-            "timeouts": {"first_token_s": first_token_timeout, "idle_s": idle_timeout, "total_s": request_timeout},
-        },
-        output=output,
-        record_text=record_text, emulator_args=emulator_arg or [], show_progress=progress and not json_out,
-        json_out=json_out,
+        max_in_flight=max_in_flight or 0, sessions=sessions, max_sessions=max_sessions, tokenizer=tokenizer,
+        retries=retries or 0, retry_backoff_s=0.5 if retry_backoff is None else retry_backoff, settings=settings,
+        show_progress=progress and not json_out, json_out=json_out,
     )  # fmt: skip
     if code:
         raise typer.Exit(code)
@@ -172,22 +133,22 @@ def replay_command(
     *, source: str, fmt: str | None, mode: str | None, speed: float, limit: int | None, window: str | None,
     sample: float | None, seed: int, skip_bad_lines: bool, source_target: str | None, targets: list[str],
     engines: list[str], dialect: str | None, model: str | None, api_key_env: str | None,
-    api_key_file: str | None = None, max_error_rate: float | None = None, error_window: int = 100,
-    max_in_flight: int, sessions: int = 1, max_sessions: int = 0, tokenizer: str | None = None,
-    retries: int = 0, retry_backoff_s: float = 0.5, settings: dict[str, Any] | None = None,
-    output: str, record_text: bool, emulator_args: list[str], show_progress: bool, json_out: bool,
+    api_key_file: str | None = None, max_in_flight: int = 0, sessions: int = 1, max_sessions: int = 0,
+    tokenizer: str | None = None, retries: int = 0, retry_backoff_s: float = 0.5,
+    settings: dict[str, Any] | None = None, show_progress: bool, json_out: bool,
 ) -> int:  # fmt: skip
-    """``settings``: the RunSpec fields a replay shares with runs (executor, workers, address,
-    ray_timeout_s, worker_writes, timeouts, metrics and flush intervals)."""
+    """Import, replay, summarise; returns the exit code. ``settings``: the RunSpec fields a
+    replay shares with runs (``options.sending_settings``: output, record_text, executor and Ray,
+    timeouts, circuit breaker, metrics and flush intervals, emulator flags)."""
     import json
 
     from swarm.cli.live import LiveDisplay, LiveView
     from swarm.cli.report import summary_table
-    from swarm.launch import execute_replay, make_executor, summary_rows
+    from swarm.launch import execute_replay, summary_rows
     from swarm.replay.importers import Filters, import_trace, parse_window
     from swarm.runtime.context import ResolvedTarget
     from swarm.runtime.live_stats import RunStats
-    from swarm.runtime.replay_source import MODES
+    from swarm.runtime.replay_source import MODES, group_sessions
     from swarm.runtime.specs import RunSpec, TargetSpec
     from swarm.workload.specfiles import validate
     from swarm.workload.tokenizer import get_tokenizer
@@ -200,17 +161,20 @@ def replay_command(
         raise InputError("--sample must be a fraction in (0, 1]")
     if limit is not None and limit < 1:
         raise InputError("--limit must be at least 1")
-    if max_error_rate is not None and not 0 < max_error_rate <= 1:
+    settings = dict(settings or {})
+    if (rate := settings.get("max_error_rate")) is not None and not 0 < rate <= 1:
         raise InputError("--max-error-rate must be a share in (0, 1]")
-    if error_window < 1:
+    if settings.get("error_window", 1) < 1:
         raise InputError("--error-window must be at least 1")
+    if max_in_flight < 0:
+        raise InputError("--max-in-flight must be 0 (no cap) or more")
     if sessions < 1:
         raise InputError("--sessions must be at least 1")
     if max_sessions < 0:
         raise InputError("--max-sessions must be 0 (no limit) or more")
     if retries < 0 or retry_backoff_s < 0:
         raise InputError("--retries and --retry-backoff must not be negative")
-    spec = validate(RunSpec, {**(settings or {}), "output_dir": output}, "replay flags")
+    spec = validate(RunSpec, settings, "replay flags")
     chosen_tokenizer = get_tokenizer(tokenizer)
     fmt = fmt or detect_format(source)
     filters: dict[str, Any] = {"limit": limit, "window": window, "sample": sample, "seed": seed}
@@ -231,7 +195,8 @@ def replay_command(
     console = Console(stderr=json_out, width=None if sys.stdout.isatty() else 160)
     for note in plan.notes:
         console.print(f"[yellow]{note}[/yellow]")
-    display = LiveDisplay(LiveView(len(plan.items) * sessions), console, show_progress)
+    # the live view counts sessions (recorded sessions, times the copies)
+    display = LiveDisplay(LiveView(len(group_sessions(plan.items)) * sessions), console, show_progress)
 
     def on_target_start(target: ResolvedTarget, stats: RunStats) -> None:
         display.start_target(target.name, stats)
@@ -240,13 +205,9 @@ def replay_command(
         result = execute_replay(
             plan, target_specs, mode=mode, speed=speed, copies=sessions, max_sessions=max_sessions,
             max_in_flight=max_in_flight, tokenizer=chosen_tokenizer, retries=retries,
-            retry_backoff_s=retry_backoff_s, output_dir=output,
-            record_text=record_text, emulator_args=emulator_args, filters=filters, on_target_start=on_target_start,
-            max_error_rate=max_error_rate, error_window=error_window, spec=spec,
-            executor=make_executor(
-                spec.executor, workers=spec.workers, address=spec.address, worker_writes=spec.worker_writes,
-                ray_timeout_s=spec.ray_timeout_s, flush_interval_s=spec.flush_interval_s,
-            ),
+            retry_backoff_s=retry_backoff_s, output_dir=spec.output_dir, record_text=spec.record_text,
+            emulator_args=spec.emulator_args, filters=filters, on_target_start=on_target_start,
+            max_error_rate=spec.max_error_rate, error_window=spec.error_window, spec=spec,
         )  # fmt: skip
     finally:
         display.stop()

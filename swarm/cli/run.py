@@ -15,38 +15,20 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from swarm.cli import options as opt
 from swarm.cli.app import app
 from swarm.errors import InputError
 
 
 @app.command()
 def run(
-    spec: Annotated[
-        Path | None, typer.Option(help="run spec YAML (workload:, targets:, ...); flags override it")
-    ] = None,
-    target: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="NAME=URL of a server; repeat for several (default: the emulator in both profiles)"
-        ),
-    ] = None,
-    engine: Annotated[
-        list[str] | None,
-        typer.Option(help="engine profile per target (or one for all); detected when absent"),
-    ] = None,
-    dialect: Annotated[
-        str | None,
-        typer.Option(
-            help="openai-chat, openai-completions or sglang-generate (default: the engine's own, openai-chat)"
-        ),
-    ] = None,
-    model: Annotated[
-        str | None, typer.Option(help="model name to request (default: the server's first)")
-    ] = None,
-    api_key_env: Annotated[str | None, typer.Option(help="environment variable holding the API key")] = None,
-    api_key_file: Annotated[
-        str | None, typer.Option(help="file holding the API key (first line); never pass a key as a flag")
-    ] = None,
+    spec: opt.SpecFile = None,
+    target: opt.Targets = None,
+    engine: opt.Engines = None,
+    dialect: opt.Dialect = None,
+    model: opt.Model = None,
+    api_key_env: opt.ApiKeyEnv = None,
+    api_key_file: opt.ApiKeyFile = None,
     agents: Annotated[int | None, typer.Option(help="agent sessions (default 100)")] = None,
     profile: Annotated[
         str | None, typer.Option(help="agent profile name or YAML (default math_reasoner)")
@@ -69,9 +51,7 @@ def run(
             "ramp:START,END,SECONDS (default poisson:10)"
         ),
     ] = None,
-    max_in_flight: Annotated[
-        int | None, typer.Option(help="global cap on requests in flight (default 0: none)")
-    ] = None,
+    max_in_flight: opt.MaxInFlight = None,
     duration: Annotated[
         float | None,
         typer.Option(help="stop sending after this many seconds (default: when every agent has finished)"),
@@ -79,88 +59,33 @@ def run(
     max_requests: Annotated[
         int | None, typer.Option(help="stop after this many requests (default: no limit)")
     ] = None,
-    tokenizer: Annotated[
-        str | None,
-        typer.Option(help="local HF tokenizer.json for token estimates (default: whitespace words)"),
-    ] = None,
-    output: Annotated[str | None, typer.Option(help="folder for run folders (default runs)")] = None,
-    record_text: Annotated[
-        bool, typer.Option("--record-text", help="store prompts and outputs in the trace")
-    ] = False,
-    executor: Annotated[
-        str | None,
-        typer.Option(
-            help="ray (default: Ray actors, a local Ray unless --address) or inprocess (one process, for debugging)"
-        ),
-    ] = None,
-    workers: Annotated[
-        int | None, typer.Option(help="Ray worker actors (default: the CPUs Ray reports, less one)")
-    ] = None,
-    address: Annotated[
-        str | None,
-        typer.Option(
-            help="Ray cluster to join: auto or ray://HOST:PORT (default: RAY_ADDRESS, else a local Ray)"
-        ),
-    ] = None,
-    ray_timeout: Annotated[
-        float | None,
-        typer.Option(help="seconds to start a local Ray or join --address before giving up (default 60)"),
-    ] = None,
-    worker_writes: Annotated[
-        bool,
-        typer.Option(
-            "--worker-writes",
-            help="Ray workers write Parquet parts to --output themselves (shared storage, e.g. s3://bucket/runs)",
-        ),
-    ] = False,
-    emulator_arg: Annotated[
-        list[str] | None,
-        typer.Option(help="extra flag for the embedded emulators, e.g. --emulator-arg=--cache-tokens=0"),
-    ] = None,
-    retries: Annotated[
-        int | None,
-        typer.Option(help="retries of a failed call (default 0: failures are measured, not hidden)"),
-    ] = None,
-    retry_backoff: Annotated[
-        float | None,
-        typer.Option(help="seconds before the first retry, doubling; Retry-After wins (default 0.5)"),
-    ] = None,
+    tokenizer: opt.Tokenizer = None,
+    output: opt.Output = None,
+    record_text: opt.RecordText = False,
+    executor: opt.Executor = None,
+    workers: opt.Workers = None,
+    address: opt.Address = None,
+    ray_timeout: opt.RayTimeout = None,
+    worker_writes: opt.WorkerWrites = False,
+    emulator_arg: opt.EmulatorArgs = None,
+    retries: opt.Retries = None,
+    retry_backoff: opt.RetryBackoff = None,
     on_failure: Annotated[
         str | None,
         typer.Option(help="abort_branch (default) or standin: carry on with the stand-in output"),
     ] = None,
-    max_error_rate: Annotated[
-        float | None,
-        typer.Option(
-            help="circuit breaker: stop a target when this share of recent requests failed (0-1; default: off)"
-        ),
-    ] = None,
-    error_window: Annotated[
-        int | None, typer.Option(help="requests the circuit breaker looks back over (default 100)")
-    ] = None,
-    first_token_timeout: Annotated[
-        float | None, typer.Option(help="seconds to the first token before a timeout (default 120)")
-    ] = None,
-    idle_timeout: Annotated[
-        float | None, typer.Option(help="longest silence mid-stream, seconds (default 60)")
-    ] = None,
-    request_timeout: Annotated[
-        float | None, typer.Option(help="a whole request, seconds (default 600)")
-    ] = None,
-    metrics_interval: Annotated[
-        float | None,
-        typer.Option(help="scrape the targets' Prometheus metrics every N s; 0 = never (default 1)"),
-    ] = None,
-    flush_interval: Annotated[
-        float | None,
-        typer.Option(
-            help="close a trace part at least this often, seconds: what a kill -9 can lose (default 10)"
-        ),
-    ] = None,
-    progress: Annotated[bool, typer.Option(help="live progress display")] = True,
-    json_out: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
+    max_error_rate: opt.MaxErrorRate = None,
+    error_window: opt.ErrorWindow = None,
+    first_token_timeout: opt.FirstTokenTimeout = None,
+    idle_timeout: opt.IdleTimeout = None,
+    request_timeout: opt.RequestTimeout = None,
+    metrics_interval: opt.MetricsInterval = None,
+    flush_interval: opt.FlushInterval = None,
+    progress: opt.Progress = True,
+    json_out: opt.JsonOut = False,
 ) -> None:
-    """Run an agent swarm against targets (default: the built-in emulator, sglang and trtllm profiles)."""
+    """Run an agent swarm against targets (default: the built-in emulator, sglang and trtllm profiles;
+    executor: ray)."""
     from swarm.workload.specfiles import load_yaml
 
     data: dict[str, Any] = {}
@@ -178,20 +103,13 @@ def run(
     ):  # fmt: skip
         if value is not None:
             workload[key] = value
-    timeouts = dict(data.get("timeouts") or {})
-    for key, value in (
-        ("first_token_s", first_token_timeout), ("idle_s", idle_timeout), ("total_s", request_timeout),
-    ):  # fmt: skip
-        if value is not None:
-            timeouts[key] = value
-    if timeouts:
-        data["timeouts"] = timeouts
-    for key, value in (
-        ("max_error_rate", max_error_rate), ("error_window", error_window), ("flush_interval_s", flush_interval),
-        ("metrics_interval_s", metrics_interval),
-    ):  # fmt: skip
-        if value is not None:
-            data[key] = value
+    data = opt.sending_settings(
+        data, output=output, record_text=record_text, executor=executor, workers=workers, address=address,
+        ray_timeout=ray_timeout, worker_writes=worker_writes, emulator_arg=emulator_arg,
+        max_error_rate=max_error_rate, error_window=error_window, first_token_timeout=first_token_timeout,
+        idle_timeout=idle_timeout, request_timeout=request_timeout, metrics_interval=metrics_interval,
+        flush_interval=flush_interval,
+    )  # fmt: skip
     if profile is not None or topology is not None:
         mix = list(workload.get("mix") or [{}])
         entry = dict(mix[0]) if len(mix) == 1 else {}
@@ -209,22 +127,6 @@ def run(
         data["targets"] = parse_targets(target, engine or [], dialect, model, api_key_env, api_key_file)
     elif engine:
         parse_targets([], engine, dialect, model, api_key_env, api_key_file)
-    if output is not None:
-        data["output_dir"] = output
-    if record_text:
-        data["record_text"] = True
-    if executor is not None:
-        data["executor"] = executor
-    if workers is not None:
-        data["workers"] = workers
-    if address is not None:
-        data["address"] = address
-    if ray_timeout is not None:
-        data["ray_timeout_s"] = ray_timeout
-    if worker_writes:
-        data["worker_writes"] = True
-    if emulator_arg:
-        data["emulator_args"] = list(emulator_arg)
     source = f"{spec} (with flags)" if spec is not None else "flags"
     code = run_command(data, show_progress=progress and not json_out, json_out=json_out, source=source)
     if code:

@@ -70,7 +70,11 @@ class EngineClient(Protocol):
     dialect: str
     model: str
 
-    async def send(self, request: EngineRequest) -> RequestRecord: ...
+    def encode(self, request: EngineRequest) -> bytes:
+        """The request's body, built ahead of its send (``send`` takes it as ``payload``)."""
+        ...
+
+    async def send(self, request: EngineRequest, payload: bytes | None = None) -> RequestRecord: ...
 
 
 #: ``open_transport`` kinds: ``auto`` is swarm's HTTP/1.1 client for http:// and aiohttp for https://

@@ -127,10 +127,11 @@ class RayExecutor:
 
         self._connect()
         target, sink, stats = run.target, run.sink, run.stats
-        n = max(1, min(self.workers or self.default_workers(), run.source.session_count()))
+        wanted = max(1, min(self.workers or self.default_workers(), run.source.session_count()))
+        parts = run.source.split(wanted)  # fewer when a cap cannot be shared by that many
+        n = len(parts)
         total_cpus = float(ray.cluster_resources().get("CPU", 1.0))
         cpus_each = min(1.0, total_cpus / n)
-        parts = run.source.split(n)
         if self.worker_writes and run.storage is None:
             raise InputError("--worker-writes needs a run folder")
         payloads = [

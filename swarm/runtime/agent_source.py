@@ -11,7 +11,7 @@ agent ids: a Ray worker rebuilds the identical Workload from them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from swarm.runtime.agent import AgentEnv, AgentRun
@@ -28,31 +28,40 @@ def _rebuild(
     profiles: dict[str, AgentProfile],
     topologies: dict[str, TopologyTemplate],
     agent_ids: list[int],
+    limits: SendLimits,
 ) -> AgentSource:
-    return AgentSource(Workload(spec, Catalog.preloaded(profiles, topologies)), agent_ids)
+    return AgentSource(Workload(spec, Catalog.preloaded(profiles, topologies)), agent_ids, limits)
 
 
 class AgentSource:
     kind = "agents"
 
-    def __init__(self, workload: Workload, agent_ids: Sequence[int] | None = None) -> None:
+    def __init__(
+        self, workload: Workload, agent_ids: Sequence[int] | None = None, limits: SendLimits | None = None
+    ) -> None:
         self.workload = workload
         self.agent_ids = list(range(workload.n_agents)) if agent_ids is None else list(agent_ids)
         spec = workload.spec
-        self.limits = SendLimits(spec.max_in_flight, spec.max_requests, spec.duration_s)
+        #: the workload's limits, or this part's share of them
+        self.limits = limits or SendLimits(spec.max_in_flight, spec.max_requests, spec.duration_s)
 
     def __reduce__(self) -> tuple[Any, ...]:
         profiles, topologies = self.workload.catalog.loaded()
-        return (_rebuild, (self.workload.spec, profiles, topologies, self.agent_ids))
+        return (_rebuild, (self.workload.spec, profiles, topologies, self.agent_ids, self.limits))
 
     def session_count(self) -> int:
         return len(self.agent_ids)
 
     def split(self, parts: int) -> list[AgentSource]:
+        """Agents dealt round-robin by id, each part with its share of the limits (fewer parts
+        than asked when the in-flight cap is smaller)."""
+        parts = self.limits.usable_parts(parts)
         chosen = set(self.agent_ids)
         return [
-            AgentSource(self.workload, [i for i in group if i in chosen])
-            for group in partition(self.workload.n_agents, parts)
+            AgentSource(self.workload, [i for i in group if i in chosen], limits)
+            for group, limits in zip(
+                partition(self.workload.n_agents, parts), self.limits.split(parts), strict=True
+            )
         ]
 
     def shared_prefixes(self) -> list[list[object]]:
@@ -83,7 +92,7 @@ class _AgentsRun:
         order = sorted(source.agent_ids, key=lambda i: (offsets[i], i))
         self.schedule = [Scheduled(int(offsets[i] * 1e9), self._starter(i)) for i in order]
 
-    def _starter(self, agent_id: int) -> Any:
+    def _starter(self, agent_id: int) -> Callable[[Outgoing | None, int], Coroutine[Any, Any, None]]:
         async def start(_out: Outgoing | None, due_perf_ns: int) -> None:
             self.d.session_started()
             agent = AgentRun(self.workload.agent(agent_id), self.env)

@@ -39,14 +39,36 @@ class ResolvedTarget:
 @dataclass(frozen=True)
 class SendLimits:
     """Limits on one target's sending that a source carries with it (a workload's spec, or
-    the replay's flags)."""
+    the replay's flags). They hold for the whole target: a source split over workers gives
+    each part its share (``split``)."""
 
     #: requests in flight at once; 0: no cap
     max_in_flight: int = 0
-    #: requests sent at most (over all workers: each worker gets its share)
+    #: requests sent at most
     max_requests: int | None = None
     #: no request is sent later than this after the start, seconds
     duration_s: float | None = None
+
+    def usable_parts(self, parts: int) -> int:
+        """How many parts the limits can be shared by: an in-flight cap of C cannot be split
+        over more than C workers (each needs a slot)."""
+        return max(1, min(parts, self.max_in_flight) if self.max_in_flight > 0 else parts)
+
+    def split(self, parts: int) -> list[SendLimits]:
+        """Each of ``parts`` parts' share: the caps divided as evenly as whole numbers allow."""
+        return [
+            SendLimits(
+                max_in_flight=share(self.max_in_flight, parts, i) if self.max_in_flight > 0 else 0,
+                max_requests=None if self.max_requests is None else share(self.max_requests, parts, i),
+                duration_s=self.duration_s,
+            )
+            for i in range(parts)
+        ]
+
+
+def share(total: int, parts: int, i: int) -> int:
+    """Part ``i``'s share of ``total`` over ``parts`` parts (the first ones get the remainder)."""
+    return total // parts + (1 if i < total % parts else 0)
 
 
 @dataclass

@@ -7,8 +7,8 @@ Dispatcher owns the rest:
 
 - **Timing.** Scheduled entries are released by one loop at their due times, all that are due
   at once (a timer per entry would not do: asyncio polls in whole milliseconds, so each of
-  several timers microseconds apart costs a 1 ms wait). It wakes ``DISPATCH_SPIN_NS`` early and
-  yields until the instant. Entries with a ``prepare`` step (a replayed prompt of tens of
+  several timers microseconds apart costs a 1 ms wait). For a timed schedule it wakes
+  ``DISPATCH_SPIN_NS`` early and yields until the instant. Entries with a ``prepare`` step (a replayed prompt of tens of
   thousands of tokens takes milliseconds to build) are prepared in due order,
   ``PREPARE_LEAD_NS`` ahead, never just before a send is due, and those due in the first
   ``PREPARE_LEAD_NS`` before the clock starts.
@@ -20,9 +20,12 @@ Dispatcher owns the rest:
   circuit breaker); a sink that cannot write halts the run.
 - **Stopping** (``StopConditions``): a soft stop ends releases and sends; a hard stop also
   cancels every task in flight (the client records its request as ``cancelled``).
-- **Garbage collection**: young passes only in quiet stretches while timed releases are
-  pending (``QuietCollector``), what was alive at the start frozen, and a full pass once a
-  minute (``AgentRunCollector``), also in a quiet stretch when releases are pending.
+- **Garbage collection** (``gc_policy``), by the kind of schedule: a *timed* schedule (entries
+  built ahead: a timed replay) has automatic collection off while releases are pending, with
+  collections run in quiet stretches (``QuietCollector``), and its releases are precise; any
+  other schedule (agent starts, a dependent replay's roots) is released with plain sleeps while
+  ``AgentRunCollector`` freezes what was alive at the start, makes young passes rarer and runs a
+  full pass once a minute.
 
 Clocks are injectable (``clock_ns``, ``sleep``) so the release logic runs on a virtual clock
 in tests.
@@ -31,15 +34,15 @@ in tests.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from swarm.clients.client import HttpEngineClient
 from swarm.record import RequestRecord, Status
 from swarm.request import EngineRequest
 from swarm.runtime.gc_policy import AgentRunCollector, QuietCollector
@@ -48,6 +51,9 @@ from swarm.runtime.retry import is_retryable, retry_delay_s
 from swarm.runtime.stop import StopConditions
 from swarm.trace.sink import TraceSink, TraceWriteError
 from swarm.workload.prefix import PrefixIndex
+
+if TYPE_CHECKING:
+    from swarm.clients.client import EngineClient
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +112,7 @@ class _PrepareCost:
 class Dispatcher:
     def __init__(
         self,
-        client: HttpEngineClient,
+        client: EngineClient,
         sink: TraceSink,
         stop: StopConditions,
         *,
@@ -134,7 +140,6 @@ class Dispatcher:
         self._tasks: set[asyncio.Task[None]] = set()
         self._releasing = False
         self._idle: asyncio.Event | None = None
-        self._full_pass_due = False
         self._collector = AgentRunCollector()
 
     # -- for sources ---------------------------------------------------------------------------
@@ -254,7 +259,10 @@ class Dispatcher:
         first second's entries are prepared."""
         loop = asyncio.get_running_loop()
         self._idle = asyncio.Event()
-        self._collector.start()
+        # a timed schedule (built ahead) keeps its own collections off the send instants
+        timed = any(entry.prepare is not None for entry in schedule)
+        if not timed:
+            self._collector.start()
         prepared: dict[int, Outgoing] = {}
         ready: dict[int, asyncio.Event] = {}
         released: dict[int, asyncio.Event] = {}
@@ -320,20 +328,24 @@ class Dispatcher:
             await entry.run(out, due)
 
         async def releaser() -> None:
-            with QuietCollector() as collector:
+            quiet = QuietCollector() if timed else None
+            spin_ns = DISPATCH_SPIN_NS if timed else 0
+            with quiet or contextlib.nullcontext():
                 while next_release[0] < len(schedule):
                     due = self.start_perf_ns + schedule[next_release[0]].due_ns
-                    while (wake := due - DISPATCH_SPIN_NS - self.clock_ns()) > 0:
+                    while (wake := due - spin_ns - self.clock_ns()) > 0:
+                        if self.stop.stopped_now():  # a soft stop ends the releases at once
+                            return
                         # garbage is collected in quiet stretches, never just before a release
-                        if wake > GC_QUIET_NS and self._full_pass_due:
-                            self._full_collection()
-                        collector.collect_if_due(quiet=wake > GC_QUIET_NS)
+                        if quiet is not None:
+                            quiet.collect_if_due(quiet=wake > GC_QUIET_NS)
                         await self._sleep(min(wake, DISPATCH_SLICE_NS) / 1e9)
-                    collector.collect_if_due(quiet=False)
+                    if quiet is not None:
+                        quiet.collect_if_due(quiet=False)
                     while self.clock_ns() < due:  # the last stretch: the loop keeps turning
                         await self._sleep(0)
-                    if self.stop.expired():
-                        break
+                    if self.stop.stopped_now():
+                        return
                     now = self.clock_ns()
                     while next_release[0] < len(schedule):
                         j = next_release[0]
@@ -351,14 +363,12 @@ class Dispatcher:
             while True:
                 self.stats.in_flight = self.in_flight
                 await asyncio.sleep(SAMPLE_EVERY_S)
-                if time.monotonic() - last_full >= self._collector.full_every_s:
+                if not timed and time.monotonic() - last_full >= self._collector.full_every_s:
                     last_full = time.monotonic()
-                    if self._releasing:
-                        self._full_pass_due = True  # the releaser runs it in a quiet stretch
-                    else:
-                        self._full_collection()
+                    self._collector.full_collection()
 
         helpers = [loop.create_task(preparer()), loop.create_task(sampler())]
+        helpers[0].add_done_callback(self._helper_done)
         release = loop.create_task(releaser())
         self._releasing = True
         release.add_done_callback(self._release_done)
@@ -377,7 +387,8 @@ class Dispatcher:
         finally:
             for t in (*helpers, hard, idle, release):
                 t.cancel()
-            self._collector.stop()
+            if not timed:
+                self._collector.stop()
             self.stats.in_flight = 0
             self.stats.finished = True
         if self.prepared_late:
@@ -389,9 +400,10 @@ class Dispatcher:
         if release.done() and not release.cancelled() and release.exception() is not None:
             raise release.exception()  # type: ignore[misc]
 
-    def _full_collection(self) -> None:
-        self._full_pass_due = False
-        self._collector.full_collection()
+    def _helper_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("preparing requests failed", exc_info=exc)
+            self.stop.halt(f"internal error preparing requests: {exc!r}")
 
     def _release_done(self, task: asyncio.Task[None]) -> None:
         self._releasing = False
@@ -400,7 +412,10 @@ class Dispatcher:
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and (exc := task.exception()) is not None:
-            log.error("a session's task failed: %s", exc, exc_info=exc)
+            # a bug of ours: the run stops with it as its reason rather than hang or go on
+            # with a session half sent
+            log.error("a session's task failed", exc_info=exc)
+            self.stop.halt(f"internal error in a session: {exc!r}")
         self._check_idle()
 
     def _check_idle(self) -> None:

@@ -23,23 +23,26 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import hashlib
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from swarm.record import Status
-from swarm.replay.blocktext import prompt_words
+from swarm.replay.blocktext import block_words, prompt_words
 from swarm.replay.plan import ReplayItem, ReplayPlan
 from swarm.request import ChatMessage, EngineRequest
-from swarm.runtime.context import Placement, SendLimits, TargetRun
+from swarm.runtime.context import Placement, SendLimits, TargetRun, share
 from swarm.runtime.dispatcher import Dispatcher, Outgoing, Scheduled
 from swarm.runtime.retry import retry_request_id
 from swarm.workload.prefix import block_hashes
 from swarm.workload.tokenizer import Tokenizer, WordTokenizer
 
 MODES = ("timed", "dependent")
-#: Copy k of an item has index ``k * stride + index`` (stride: above every index of the plan).
-_COPY_MARK = "[session copy {k}]"
+#: What copy k (> 0) of a session puts before its first non-system message, so that its content
+#: is its own: one word naming the copy and the session (no two copies share it). Copy k of an
+#: item has index ``k * stride + index``, stride above every index of the plan.
+_COPY_MARK = "[copy-{k}-{session}]"
 
 
 def item_messages(item: ReplayItem) -> tuple[ChatMessage, ...]:
@@ -103,7 +106,7 @@ def group_sessions(items: Sequence[ReplayItem]) -> list[ReplaySession]:
 def copy_session(session: ReplaySession, k: int, stride: int, shared_blocks: frozenset[int]) -> ReplaySession:
     """Copy ``k`` (> 0) of a session: new indices and ids, its own user content, the shared
     system prompts and shared blocks kept."""
-    mark = _COPY_MARK.format(k=k)
+    mark = _COPY_MARK.format(k=k, session=hashlib.blake2b(session.key.encode(), digest_size=4).hexdigest())
     out = []
     for it in session.items:
         parts = it.prompt_parts
@@ -122,7 +125,8 @@ def copy_session(session: ReplaySession, k: int, stride: int, shared_blocks: fro
                 prompt_parts=parts,
                 identity=dataclasses.replace(
                     ident,
-                    session_id=f"{ident.session_id}#{k}" if ident.session_id else f"copy{k}",
+                    # a request without a session stays without one (its request id says the copy)
+                    session_id=f"{ident.session_id}#{k}" if ident.session_id else "",
                     request_id=f"{ident.request_id}#{k}",
                 ),
             )
@@ -147,6 +151,15 @@ def shared_block_ids(sessions: Iterable[ReplaySession]) -> frozenset[int]:
     return frozenset(shared)
 
 
+@dataclass(frozen=True, slots=True)
+class SharedContent:
+    """What a replay's sessions share by design: system messages (texts, in order) and leading
+    runs of block ids that several sessions use (ids, block length in tokens)."""
+
+    system_texts: list[tuple[str, ...]]
+    block_leads: list[tuple[tuple[int, ...], int]]
+
+
 class ReplaySource:
     """A ReplayPlan's sessions (``copies`` times over) as a RequestSource."""
 
@@ -165,6 +178,7 @@ class ReplaySource:
         retries: int = 0,
         retry_backoff_s: float = 0.5,
         sessions: Sequence[ReplaySession] | None = None,
+        shared: SharedContent | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}")
@@ -184,15 +198,16 @@ class ReplaySource:
         if sessions is None:
             base = group_sessions(plan.items)
             stride = max((it.index for it in plan.items), default=0) + 1
-            shared = shared_block_ids(base) if copies > 1 else frozenset()
+            shared_blocks = shared_block_ids(base) if copies > 1 else frozenset()
             expanded = list(base)
             for k in range(1, copies):
-                expanded += [copy_session(s, k, stride, shared) for s in base]
+                expanded += [copy_session(s, k, stride, shared_blocks) for s in base]
             expanded.sort(key=lambda s: s.first_offset_s)  # stable: copy 0 first at equal offsets
             sessions = expanded
         # the plan's items are not kept: a part shipped to a worker carries only its sessions
         self.plan = dataclasses.replace(plan, items=[])
         self.sessions = list(sessions)
+        self._shared: SharedContent | None = shared
 
     @property
     def requests(self) -> int:
@@ -202,36 +217,71 @@ class ReplaySource:
         return len(self.sessions)
 
     def split(self, parts: int) -> list[ReplaySource]:
-        """Sessions dealt round-robin in start order; each part runs on one worker."""
-        return [self._part(self.sessions[w::parts], self._share(parts, w)) for w in range(parts)]
+        """Sessions dealt round-robin in start order; each part runs on one worker with its
+        share of the in-flight cap and of ``max_sessions`` (fewer parts than asked when either
+        is smaller: each part needs at least one of each)."""
+        parts = self.limits.usable_parts(parts)
+        if self.max_sessions > 0:
+            parts = min(parts, self.max_sessions)
+        limits = self.limits.split(parts)
+        self.shared_content()  # over all sessions, before they are dealt
+        return [
+            self._part(
+                self.sessions[w::parts],
+                share(self.max_sessions, parts, w) if self.max_sessions > 0 else 0,
+                limits[w].max_in_flight,
+            )
+            for w in range(parts)
+        ]
 
-    def _part(self, sessions: Sequence[ReplaySession], max_sessions: int) -> ReplaySource:
+    def _part(self, sessions: Sequence[ReplaySession], max_sessions: int, max_in_flight: int) -> ReplaySource:
         return ReplaySource(
             self.plan, mode=self.mode, speed=self.speed, max_sessions=max_sessions,
-            max_in_flight=self.limits.max_in_flight, tokenizer=self.tokenizer, retries=self.retries,
-            retry_backoff_s=self.retry_backoff_s, sessions=sessions,
+            max_in_flight=max_in_flight, tokenizer=self.tokenizer, retries=self.retries,
+            retry_backoff_s=self.retry_backoff_s, sessions=sessions, shared=self._shared,
         )  # fmt: skip
 
-    def _share(self, parts: int, w: int) -> int:
-        if self.max_sessions <= 0:
-            return 0
-        return max(1, self.max_sessions // parts + (1 if w < self.max_sessions % parts else 0))
+    def shared_content(self) -> SharedContent:
+        """What sessions share by design, worked out over all sessions before a split (a part
+        keeps the whole source's): each prompt's system messages, and for block-id prompts the
+        leading whole blocks that several sessions use (kept as ids: small to ship)."""
+        if self._shared is None:
+            systems: dict[tuple[str, ...], None] = {}
+            leads: dict[tuple[tuple[int, ...], int], None] = {}
+            shared_blocks = shared_block_ids(self.sessions)
+            for s in self.sessions:
+                for it in s.items:
+                    if it.prompt_parts is not None:
+                        roles = it.prompt_roles or ()
+                        texts = tuple(
+                            t for r, t in zip(roles, it.prompt_parts, strict=False) if r == "system"
+                        )
+                        if texts and roles[: len(texts)] == ("system",) * len(texts):
+                            systems.setdefault(texts, None)
+                        continue
+                    lead = 0
+                    while (
+                        lead < len(it.block_ids)
+                        and it.block_ids[lead] in shared_blocks
+                        and (lead + 1) * it.block_tokens <= it.prompt_tokens
+                    ):
+                        lead += 1
+                    if lead:
+                        leads.setdefault((it.block_ids[:lead], it.block_tokens), None)
+            self._shared = SharedContent(list(systems), list(leads))
+        return self._shared
 
     def shared_prefixes(self) -> list[list[object]]:
-        """Prompts' system messages (what sessions share by design), for a worker's ideal index."""
-        out: dict[tuple[object, ...], None] = {}
-        for s in self.sessions:
-            for it in s.items:
-                if it.prompt_parts is None or not it.prompt_roles:
-                    continue
-                tokens: list[object] = []
-                for role, text in zip(it.prompt_roles, it.prompt_parts, strict=False):
-                    if role != "system":
-                        break
-                    tokens.extend(self.tokenizer.encode(text))
-                if tokens:
-                    out.setdefault(tuple(tokens), None)
-        return [list(t) for t in out]
+        """``shared_content`` as token prefixes, for a worker's ideal index."""
+        shared = self.shared_content()
+        words_are_tokens = isinstance(self.tokenizer, WordTokenizer)
+        out: list[list[object]] = []
+        for texts in shared.system_texts:
+            out.append([t for text in texts for t in self.tokenizer.encode(text)])
+        for ids, block_tokens in shared.block_leads:
+            words = [w for bid in ids for w in block_words(bid, block_tokens)]
+            out.append(list(words) if words_are_tokens else list(self.tokenizer.encode(" ".join(words))))
+        return out
 
     def start(self, d: Dispatcher, run: TargetRun, placement: Placement) -> _ReplayRun:
         return _ReplayRun(self, d, run, placement.worker)
@@ -247,7 +297,7 @@ class _ReplayRun:
         self.run = run
         self.speed = source.speed
         self.word_tokens = isinstance(source.tokenizer, WordTokenizer)
-        self.end_perf: dict[int, int] = {}
+        self.end_perf_ns: dict[int, int] = {}
         self.waiting_parents: dict[int, int] = {}
         self.children: dict[int, list[ReplayItem]] = {}
         self.session_of: dict[int, int] = {}
@@ -333,79 +383,78 @@ class _ReplayRun:
         entries.sort(key=lambda e: (e[0], e[1]))
         return [
             Scheduled(
-                due, self._fixed_runner(it), prepare=self._preparer(it), prepare_tokens=it.prompt_tokens
+                due_ns, self._fixed_runner(it), prepare=self._preparer(it), prepare_tokens=it.prompt_tokens
             )
-            for due, _, it in entries
+            for due_ns, _, it in entries
         ]
 
     def _preparer(self, item: ReplayItem) -> Callable[[int], Outgoing]:
-        return lambda due: self.build(item, due)
+        return lambda due_ns: self.build(item, due_ns)
 
     def _fixed_runner(self, item: ReplayItem) -> Callable[[Outgoing | None, int], Coroutine[Any, Any, None]]:
-        async def run(out: Outgoing | None, due: int) -> None:
-            await self._send(item, due, out)
+        async def run(out: Outgoing | None, due_ns: int) -> None:
+            await self._send(item, due_ns, out)
 
         return run
 
-    async def _session_pool(self, _out: Outgoing | None, start: int) -> None:
+    async def _session_pool(self, _out: Outgoing | None, start_ns: int) -> None:
         pool = asyncio.Semaphore(self.source.max_sessions)
-        first = min((s.first_offset_s for s in self.source.sessions), default=0.0)
+        first_s = min((s.first_offset_s for s in self.source.sessions), default=0.0)
         for s_i, s in enumerate(self.source.sessions):
             await pool.acquire()
             if self.d.stop.stopped:
                 pool.release()
                 break
-            s_start = max(self.d.clock_ns(), start + int((s.first_offset_s - first) / self.speed * 1e9))
-            await self.d.sleep_until(s_start)
-            self.d.spawn(self._closed_session(s_i, s_start, pool))
+            offset_ns = int((s.first_offset_s - first_s) / self.speed * 1e9)
+            session_start_ns = max(self.d.clock_ns(), start_ns + offset_ns)
+            await self.d.sleep_until(session_start_ns)
+            self.d.spawn(self._closed_session(s_i, session_start_ns, pool))
 
-    async def _closed_session(self, s_i: int, s_start: int, pool: asyncio.Semaphore) -> None:
+    async def _closed_session(self, s_i: int, session_start_ns: int, pool: asyncio.Semaphore) -> None:
         session = self.source.sessions[s_i]
         done = self._done_events[s_i] = asyncio.Event()
-        base = session.first_offset_s
+        base_s = session.first_offset_s
         for it in self.roots.get(s_i, ()):
-            due = s_start + int((it.offset_s - base) / self.speed * 1e9)
-            self.d.spawn(self._timed_in_session(it, due))
+            due_ns = session_start_ns + int((it.offset_s - base_s) / self.speed * 1e9)
+            self.d.spawn(self._send(it, due_ns, None))
         try:
             await done.wait()
         finally:
             pool.release()
 
-    async def _timed_in_session(self, item: ReplayItem, due: int) -> None:
-        await self.d.sleep_until(due)
-        await self._send(item, due, self.build(item, due))
-
     # -- sending --------------------------------------------------------------------------------
 
-    async def _send(self, item: ReplayItem, due: int, out: Outgoing | None) -> None:
+    async def _send(self, item: ReplayItem, due_ns: int, out: Outgoing | None) -> None:
+        """Send ``item`` at ``due_ns`` (built now unless ``out`` was built ahead), with the
+        source's retries; whatever happens, the item counts as finished (its children go on)."""
         s_i = self.session_of[item.index]
-        ok = False
+        sent = False
         try:
-            if not self.started[s_i]:
-                self.started[s_i] = True
-                self.d.session_started()
+            if out is None:
+                out = self.build(item, due_ns)
+            await self.d.sleep_until(due_ns)
             record, _ = await self.d.send_retrying(
-                functools.partial(self._attempt, item), due, retries=self.source.retries,
+                functools.partial(self._attempt, item), due_ns, retries=self.source.retries,
                 backoff_s=self.source.retry_backoff_s, first=out,
             )  # fmt: skip
-            ok = record is not None and record.status is not Status.CANCELLED
+            if record is not None and not self.started[s_i]:  # a session starts with its first send
+                self.started[s_i] = True
+                self.d.session_started()
+            sent = record is not None and record.status is not Status.CANCELLED
         finally:
-            self._finished(item, ok)
+            self._finished(item, sent)
 
     async def _send_dependent(self, item: ReplayItem) -> None:
-        parent_end = max(
-            (self.end_perf[p] for p in item.parents if p in self.end_perf), default=self.d.start_perf_ns
+        parent_end_ns = max(
+            (self.end_perf_ns[p] for p in item.parents if p in self.end_perf_ns), default=self.d.start_perf_ns
         )
-        due = parent_end + int(item.gap_s / self.speed * 1e9)
-        out = self.build(item, due)
-        await self.d.sleep_until(due)
-        await self._send(item, due, out)
+        await self._send(item, parent_end_ns + int(item.gap_s / self.speed * 1e9), None)
 
-    def _attempt(self, item: ReplayItem, attempt: int, due: int, slot_wait_ns: int) -> Outgoing:
-        return self.build(item, due, attempt, slot_wait_ns)
+    def _attempt(self, item: ReplayItem, attempt: int, due_ns: int, slot_wait_ns: int) -> Outgoing:
+        return self.build(item, due_ns, attempt, slot_wait_ns)
 
     def _finished(self, item: ReplayItem, sent: bool) -> None:
-        self.end_perf[item.index] = self.d.clock_ns()
+        self.end_perf_ns[item.index] = self.d.clock_ns()
         s_i = self.session_of[item.index]
         if not sent:
             self.cut[s_i] = True

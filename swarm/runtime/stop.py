@@ -69,15 +69,16 @@ class StopConditions:
             if self._event is not None:
                 self._event.set()
 
-    def expired(self) -> bool:
-        """The duration is reached (a soft stop, recorded as such)."""
+    def stopped_now(self) -> bool:
+        """Whether the run has stopped, for any reason, checking the duration first (a reached
+        duration is a soft stop, recorded as such)."""
         if self.deadline_s is not None and self._clock() >= self.deadline_s:
             self._stop(DURATION_REACHED, hard=False)
         return self.stopped
 
     def may_send(self) -> bool:
         """Whether a send may start now; a reached duration or request limit stops the run."""
-        if self.expired():
+        if self.stopped_now():
             return False
         if self.max_requests is not None and self.issued >= self.max_requests:
             self._stop(REQUEST_LIMIT_REACHED, hard=False)

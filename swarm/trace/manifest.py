@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from swarm.errors import InputError
-from swarm.record import SCHEMA_VERSION
+from swarm.trace.schema import SCHEMA_VERSION
 from swarm.trace.storage import RunStorage
 
 MANIFEST_NAME = "manifest.json"

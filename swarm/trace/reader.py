@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from swarm.errors import InputError
-from swarm.record import TRACE_SCHEMA
+from swarm.trace.schema import TRACE_SCHEMA
 from swarm.trace.sink import INPROGRESS_SUFFIX, PART_SUFFIX, REQUESTS_DIR
 from swarm.trace.storage import RunStorage
 

@@ -21,12 +21,8 @@ from typing import Any, Protocol
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from swarm.record import (
-    IDENTITY_COLUMNS,
-    RECORD_COLUMNS,
-    TRACE_SCHEMA,
-    RequestRecord,
-)
+from swarm.record import IDENTITY_COLUMNS, RECORD_COLUMNS, RequestRecord
+from swarm.trace.schema import TRACE_SCHEMA
 from swarm.trace.storage import RunStorage
 
 log = logging.getLogger(__name__)
