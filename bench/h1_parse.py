@@ -11,7 +11,7 @@ chat completion: an aiohttp response head, then a chunked SSE body of one chunk 
 Each side does what the client needs from a response: status, lower-case headers (repeated ones
 joined), keep-alive, and one body bytes object per read handed to a consumer (the SSE reader
 wants a read's events together, with the read's time). The httptools side is the client's own
-``H1Exchange`` (``engines/h1_parse.py``: llhttp and swarm's checks around it) fed by a stand-in
+``H1Exchange`` (``clients/h1_parse.py``: llhttp and swarm's checks around it) fed by a stand-in
 connection; the baseline is ``_PreviousExchange`` below, a copy of the hand-written parser the
 client used before, kept in this file only for this comparison. Both must hand over the same
 body bytes. The figure is CPU microseconds per response, best of ``REPEATS`` (the machine is
@@ -105,7 +105,7 @@ class _Connection:
 
 class _PreviousExchange:
     """THE PREVIOUS PARSER, kept only for this comparison: swarm's hand-written ``H1Exchange``
-    (``engines/h1.py`` up to the switch to httptools), its construction and ``feed`` path byte
+    (``clients/h1.py``, then ``engines/h1.py``, up to the switch to httptools), its construction and ``feed`` path byte
     for byte; the awaiting side (``headers``, ``stream``, ``read``, ``connection_lost``) left
     out, the bench not using it."""
 

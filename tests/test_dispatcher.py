@@ -297,3 +297,39 @@ def test_a_stopped_run_sends_nothing_more(stopped_before: bool) -> None:
     d, _ = dispatcher(clock, client, stop)
     asyncio.run(d.run(sends(d, [("a", 0), ("b", 10)])))
     assert (len(client.sent) == 0) is stopped_before
+
+
+def test_a_reached_duration_ends_the_run_without_waiting_for_the_next_release() -> None:
+    clock = VirtualClock()
+    client = FakeClient(clock, answer_ms=5)
+    stop = StopConditions(deadline_s=clock.monotonic() + 0.1, clock=clock.monotonic)
+    d, sink = dispatcher(clock, client, stop)
+    asyncio.run(d.run(sends(d, [("a", 0), ("later", 3_600_000)])))
+    assert [r.identity.request_id for r in sink.records] == ["a"]
+    assert clock.now_ns - d.start_perf_ns < 200 * MS  # not an hour
+
+
+@pytest.mark.parametrize("where", ["session", "preparation"])
+def test_a_bug_in_a_source_halts_the_run_with_its_reason(where: str) -> None:
+    clock = VirtualClock()
+    client = FakeClient(clock, answer_ms=1_000)
+    stop = StopConditions(clock=clock.monotonic)
+    d, sink = dispatcher(clock, client, stop)
+
+    def broken(_due: int) -> Outgoing:
+        raise ValueError("cannot build")
+
+    async def run_broken(_out: Outgoing | None, _due: int) -> None:
+        raise ValueError("cannot build")
+
+    async def send_it(out: Outgoing | None, _due: int) -> None:
+        await d.send(out or request("x"))
+
+    schedule = [*sends(d, [("a", 0)])]
+    if where == "session":
+        schedule.append(Scheduled(10 * MS, run_broken))
+    else:
+        schedule.append(Scheduled(1_500 * MS, send_it, prepare=broken))
+    asyncio.run(d.run(schedule))
+    assert stop.halt_reason is not None and "cannot build" in stop.halt_reason
+    assert [(r.identity.request_id, r.status) for r in sink.records] == [("a", Status.CANCELLED)]

@@ -24,6 +24,7 @@ from swarm.record import RequestIdentity
 from swarm.replay.from_run import plan_from_run
 from swarm.replay.importers import Filters, import_trace
 from swarm.replay.plan import ReplayItem, ReplayPlan
+from swarm.runtime.agent_source import AgentSource
 from swarm.runtime.context import ResolvedTarget
 from swarm.runtime.live_stats import RunStats
 from swarm.runtime.replay_source import ReplaySource, copy_session, group_sessions, shared_block_ids
@@ -32,7 +33,7 @@ from swarm.trace.manifest import RunManifest
 from swarm.trace.reader import read_requests
 from swarm.trace.storage import RunStorage
 from swarm.workload.arrival import ArrivalSpec
-from swarm.workload.workload import MixEntry, WorkloadSpec
+from swarm.workload.workload import MixEntry, Workload, WorkloadSpec
 
 MOONCAKE = Path(__file__).parent / "data" / "mooncake_conversation_first300.jsonl"
 
@@ -154,6 +155,9 @@ def test_copies_of_hash_id_sessions_rename_only_their_private_blocks() -> None:
         kept = [a == b for a, b in zip(item.block_ids, copied.block_ids, strict=True)]
         assert kept == [b in shared for b in item.block_ids]
         assert copied.index == stride + item.index and copied.prompt_tokens == item.prompt_tokens
+        # a request without a session stays without one; its request id names the copy
+        assert copied.identity.session_id == item.identity.session_id == ""
+        assert copied.identity.request_id == f"{item.identity.request_id}#1"
 
 
 def chain_plan(sessions: int, gap_s: float = 0.0) -> ReplayPlan:
@@ -306,6 +310,21 @@ def test_bad_replay_flags_name_the_flag(recorded_run: str) -> None:
             timeout=60,
         )
         assert done.returncode != 0 and word in done.stderr, done.stderr
+
+
+def test_caps_are_shared_by_the_parts_of_a_split_source() -> None:
+    limits = ReplaySource(chain_plan(6), max_in_flight=3, max_sessions=2).split(4)
+    assert len(limits) == 2  # two sessions at once cannot be shared by more than two workers
+    assert [p.max_sessions for p in limits] == [1, 1] and [p.limits.max_in_flight for p in limits] == [2, 1]
+    spec = WorkloadSpec(
+        agents=10, mix=[MixEntry(profile="math_reasoner", topology="chain")], max_in_flight=3, max_requests=7
+    )
+    parts = AgentSource(Workload(spec)).split(4)
+    assert [p.limits.max_in_flight for p in parts] == [1, 1, 1]  # three slots: three workers
+    assert [p.limits.max_requests for p in parts] == [3, 2, 2]
+    assert sorted(i for p in parts for i in p.agent_ids) == list(range(10))
+    unlimited = AgentSource(Workload(spec.model_copy(update={"max_in_flight": 0, "max_requests": None})))
+    assert [(p.limits.max_in_flight, p.limits.max_requests) for p in unlimited.split(4)] == [(0, None)] * 4
 
 
 def test_replay_source_splits_sessions_whole() -> None:

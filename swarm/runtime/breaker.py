@@ -1,7 +1,7 @@
 """CircuitBreaker: stops a run that only measures a dead or broken server.
 
 Place in the map (docs/architecture.md, "Runtime"): fed with the status of every finished request of a
-target (by the in-process runner, or by the Ray driver as batches arrive); when the share of
+target (by the Dispatcher in process, or by the Ray driver as batches arrive); when the share of
 failures among the last ``window`` requests reaches ``max_error_rate`` it trips once, with a
 reason that names the rate and the commonest failures. The run then stops sending to that
 target, and the reason goes to the manifest. Cancelled requests (a run stopping) are not

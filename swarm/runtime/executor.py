@@ -14,7 +14,7 @@ import signal
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
-from swarm.runtime.context import TargetOutcome, TargetRun
+from swarm.runtime.context import Placement, TargetOutcome, TargetRun
 from swarm.runtime.loop import drive, stop_conditions_for
 
 T = TypeVar("T")
@@ -41,8 +41,6 @@ class InProcessExecutor:
         return None
 
     def run_target(self, run: TargetRun) -> TargetOutcome:
-        from swarm.runtime.context import Placement
-
         placement = Placement()
         stop = stop_conditions_for(run, placement)
         outcome: TargetOutcome = run_with_signals(lambda: drive(run, placement, stop=stop), stop.interrupt)

@@ -1,8 +1,9 @@
 """QuietCollector: Python's cyclic garbage collector, run only where it cannot delay a send.
 
-Place in the map (docs/architecture.md, "Runtime"): a runner that knows when its next send is due
-(the replay dispatcher) turns automatic collection off and calls ``collect_if_due`` whenever
-it has a quiet stretch ahead. A collection walks every container object that is still
+Place in the map (docs/architecture.md, "Runtime"): the Dispatcher picks one of the two policies here
+by the kind of schedule. For a timed schedule (a timed replay) it knows when its next send is
+due: it turns automatic collection off and calls ``collect_if_due`` whenever it has a quiet
+stretch ahead. A collection walks every container object that is still
 tracked; with prompts of tens of thousands of tokens in flight one pass took 2-5 ms for the
 youngest generation and about 20 ms for the oldest (measured during a Mooncake replay), long
 enough to make a whole burst of sends late.
@@ -72,7 +73,7 @@ class AgentRunCollector:
     """The collector's policy while thousands of agents stream: young passes as usual (a bit
     rarer), and the full pass, which walks every coroutine, task and future in flight (130-190
     ms measured at 2,000 agents, ten times in ten seconds, each a stall of every stream), only
-    once a minute, called by the runner. What was alive when the run began is frozen (left out
+    once a minute, called by the Dispatcher's sampler. What was alive when the run began is frozen (left out
     of every pass) and put back at the end; the thresholds are restored too."""
 
     def __init__(self, full_every_s: float = FULL_COLLECTION_EVERY_S) -> None:
@@ -97,6 +98,6 @@ class AgentRunCollector:
         self.stop()
 
     def full_collection(self) -> None:
-        """One full pass (the runner calls this every ``full_every_s``)."""
+        """One full pass (the Dispatcher calls this every ``full_every_s``)."""
         gc.collect()
         self.full_collections += 1

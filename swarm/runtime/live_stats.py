@@ -1,6 +1,6 @@
 """Live run statistics: bounded, mergeable counters for the progress display.
 
-Place in the map (docs/architecture.md, "Runtime"): fed by the runner with every record, read by the CLI's live view
+Place in the map (docs/architecture.md, "Runtime"): fed by the Dispatcher with every record, read by the CLI's live view
 (and, on a cluster, merged from all workers). They are approximate views for watching a run;
 the figures that count are computed afterwards from the trace. Latencies go into a log-bucket
 histogram (buckets 5% wide from 10 us to ~1 h), so percentiles are within one bucket.

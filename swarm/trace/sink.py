@@ -1,6 +1,6 @@
 """TraceSink: streams RequestRecords into Parquet parts in bounded batches.
 
-Place in the map (docs/architecture.md, "The trace"): the TraceSink seam, fed by the runner (or, on a cluster, by the
+Place in the map (docs/architecture.md, "The trace"): the TraceSink seam, fed by the Dispatcher (or, on a cluster, by the
 driver with batches from workers). Memory stays flat however long the run: records are
 appended column by column into a buffer of at most ``batch_rows`` rows, which is turned into
 one Arrow record batch (one Parquet row group) and written out. A part file is written under
