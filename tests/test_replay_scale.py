@@ -160,14 +160,15 @@ def test_copies_of_hash_id_sessions_rename_only_their_private_blocks() -> None:
         assert copied.identity.request_id == f"{item.identity.request_id}#1"
 
 
-def chain_plan(sessions: int, gap_s: float = 0.0) -> ReplayPlan:
+def chain_plan(sessions: int, gap_s: float = 0.0, every_s: float = 0.0) -> ReplayPlan:
+    """Sessions of two requests, the second after the first; session s starts at s * every_s."""
     items = []
     for s in range(sessions):
         for n in range(2):
             items.append(
                 ReplayItem(
                     index=len(items),
-                    offset_s=0.0,
+                    offset_s=s * every_s,
                     prompt_tokens=40,
                     max_tokens=4,
                     block_ids=(1000, 10 * s + n + 1),
@@ -220,7 +221,8 @@ def test_a_worker_lost_mid_replay_leaves_the_rest_going(
 
     emu = emulator(engine="sglang", timing="fixed", first_token_ms=40, token_ms=20)
     executor = RayExecutor(workers=2, poll_s=0.2)
-    plan = chain_plan(20, gap_s=0.1)
+    # sessions start over 10 s: the lost worker has sessions still to come whenever it dies
+    plan = chain_plan(20, gap_s=0.1, every_s=0.5)
 
     def kill_when_busy(stats: RunStats) -> None:
         deadline = time.monotonic() + 60
@@ -256,6 +258,7 @@ def test_ctrl_c_ends_a_replay_on_ray_with_an_interrupted_manifest(
         [
             sys.executable, "-m", "swarm", "replay", recorded_run, "--target", f"t={emu.url}",  # type: ignore[attr-defined]
             "--executor", "ray", "--workers", "2", "--sessions", "4", "--output", str(out), "--no-progress",
+            "--flush-interval", "1",  # parts close every second: one exists once requests are answered
         ],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
