@@ -13,6 +13,7 @@ Prometheus endpoint (see ``swarm.runtime.metrics_scraper`` for the file) and der
   ``vllm:num_requests_waiting``, ``trtllm_num_requests_waiting``,
   ``llamacpp:requests_deferred``): mean and max over scrapes, and its timeline
 - ``running``: the running-requests gauge, likewise
+- ``window_means``: KV usage, queue and running gauges averaged over a window (sweeps)
 - ``emulator``: for swarm's emulator only, whether it kept its step-time model
   (``emulator_figures``)
 
@@ -43,6 +44,11 @@ CACHE_GAUGES = ("trtllm_kv_cache_hit_rate",)
 QUEUE_GAUGES = (
     "sglang:num_queue_reqs", "vllm:num_requests_waiting", "trtllm_num_requests_waiting",
     "llamacpp:requests_deferred",
+)  # fmt: skip
+#: share of the KV cache in use (SGLang's token usage, TensorRT-LLM's utilization, vLLM, llama.cpp)
+KV_USAGE_GAUGES = (
+    "sglang:token_usage", "trtllm_kv_cache_utilization", "vllm:kv_cache_usage_perc",
+    "vllm:gpu_cache_usage_perc", "llamacpp:kv_cache_usage_ratio",
 )  # fmt: skip
 RUNNING_GAUGES = (
     "sglang:num_running_reqs", "vllm:num_requests_running", "trtllm_num_requests_running",
@@ -120,6 +126,24 @@ def target_figures(table: pa.Table, start_ns: int | None = None) -> dict[str, An
             "t_s": ((t - origin) / 1e9).tolist(),
             "values": v.tolist(),
         }
+    return out
+
+
+def window_means(table: pa.Table, start_ns: int, end_ns: int) -> dict[str, Any]:
+    """Gauges averaged over the scrapes in ``[start_ns, end_ns]`` (wall clock): ``kv_usage``
+    (share of the KV cache in use), ``queue`` and ``running`` (requests), each the plain mean
+    of its samples there (scrapes are evenly spaced), None where the engine has no such gauge or
+    no scrape fell in the window; ``*_metric`` names the gauge read."""
+    out: dict[str, Any] = {}
+    for key, names in (("kv_usage", KV_USAGE_GAUGES), ("queue", QUEUE_GAUGES), ("running", RUNNING_GAUGES)):
+        name = _first_present(table, names) if table.num_rows else None
+        out[key], out[f"{key}_metric"] = None, name
+        if name is None:
+            continue
+        t, v = _series(table, name)
+        inside = (t >= start_ns) & (t <= end_ns)
+        if inside.any():
+            out[key] = float(v[inside].mean())
     return out
 
 

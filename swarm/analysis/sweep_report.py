@@ -1,0 +1,285 @@
+"""A sweep's report: every point's figures per target, the fronts, capacity at SLO, the cliff.
+
+Place in the map (docs/architecture.md, "Analysis"): reads a sweep folder (``sweep.json`` and
+its run folders, see ``trace.sweep_manifest``) and builds one JSON-ready dict that
+``swarm report SWEEP_DIR`` prints, writes as ``--json`` or draws as ``--html``
+(``sweep_html``), and that ``swarm compare SWEEP_A SWEEP_B`` sets side by side. Per point: the
+steady-window figures (``sweep.point_figures``), the whole-run figures beside them, validity,
+and the engine's gauges averaged over the window (``engine_metrics.window_means``). Over points
+(``sweep_curves``): the Pareto fronts, capacity at SLO (with the ratio between targets), the
+eviction cliff with the KV usage there, the cliff predicted from the working set against the
+KV budget (``working_set``), and crossovers.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+
+from swarm.analysis import metrics as m
+from swarm.analysis import sweep_curves as sc
+from swarm.analysis.engine_metrics import read_server_metrics, window_means
+from swarm.analysis.sweep import (
+    PointFigures,
+    Validity,
+    point_figures,
+    point_validity,
+    steady_window,
+    whole_run_window,
+)
+from swarm.analysis.working_set import WorkingSet, predicted_cliff_load, working_set
+from swarm.trace.manifest import RunManifest
+from swarm.trace.reader import read_requests_tolerant
+from swarm.trace.sweep_manifest import PointRun, SweepManifest
+
+log = logging.getLogger(__name__)
+
+#: the two Pareto fronts: (name, x goal, y goal)
+FRONTS = (
+    ("throughput_vs_interactivity", sc.Goal("interactivity_tokens_per_s", "higher"), sc.Goal("output_tokens_per_s", "higher")),
+    ("tasks_vs_completion_time", sc.Goal("tasks.completion_ms.p50", "lower"), sc.Goal("tasks.per_hour", "higher")),
+)  # fmt: skip
+#: the figures of the whole run kept beside the window's
+WHOLE_RUN_FIGURES = (
+    "requests_per_s", "output_tokens_per_s", "tasks.per_hour", "ttft_ms.p99", "hit_vs_ideal", "error_rate",
+)  # fmt: skip
+#: knobs whose load is the number of live sessions (the working-set prediction applies)
+SESSION_KNOBS = ("agents", "sessions")
+
+
+def slo_bounds(slo: m.SLO, percentile: str) -> list[sc.SloBound]:
+    """Each SLO as a bound on that percentile of its figure (``"ttft_ms.p99" <= 500``)."""
+    return [
+        sc.SloBound(f"{name}.{percentile}", limit)
+        for name, limit in slo.__dict__.items()
+        if limit is not None
+    ]
+
+
+@dataclass(frozen=True)
+class PointResult:
+    """One target at one load: figures in the steady window and over the whole run."""
+
+    index: int
+    load: float
+    target: str
+    run_dir: str
+    figures: PointFigures
+    whole: PointFigures
+    validity: Validity
+    engine: dict[str, Any]
+    working: WorkingSet | None
+
+    def sweep_point(self) -> sc.SweepPoint:
+        flat = self.figures.flat()
+        for key in ("kv_usage", "queue", "running"):
+            if self.engine.get(key) is not None:
+                flat[f"engine.{key}"] = float(self.engine[key])
+        return sc.SweepPoint(self.load, flat, self.validity.valid, self.validity.reason)
+
+    def as_dict(self) -> dict[str, Any]:
+        whole = self.whole.flat()
+        return {
+            "index": self.index,
+            "load": self.load,
+            "run_dir": self.run_dir,
+            "valid": self.validity.valid,
+            "reasons": list(self.validity.reasons),
+            "window": self.figures.window.as_dict(),
+            "figures": self.figures.flat(),
+            "whole_run": {k: whole.get(k) for k in WHOLE_RUN_FIGURES},
+            "engine": self.engine,
+            "working_set": self.working.as_dict() if self.working else None,
+        }
+
+
+def point_result(
+    run_dir: str | Path,
+    *,
+    index: int,
+    load: float,
+    target: str,
+    slo: m.SLO | None,
+    steady_fraction: float,
+    max_error_rate: float,
+) -> PointResult:
+    """The figures of ``target``'s rows in one point's run folder."""
+    table, _bad = read_requests_tolerant(str(run_dir))
+    if table.num_rows and "target" in table.column_names:
+        table = table.filter(pc.equal(table["target"], target))
+    window = steady_window(table, steady_fraction) if table.num_rows else whole_run_window(table)
+    figures = point_figures(table, window, slo)
+    engine: dict[str, Any] = {}
+    samples = read_server_metrics(str(run_dir))
+    if samples is not None and samples.num_rows:
+        mine = samples.filter(pc.equal(samples["target"], target))
+        engine = window_means(mine, window.start_ns, window.end_ns)
+    return PointResult(
+        index=index, load=load, target=target, run_dir=str(run_dir), figures=figures,
+        whole=point_figures(table, whole_run_window(table), slo),
+        validity=point_validity(figures, max_error_rate=max_error_rate), engine=engine,
+        working=working_set(table) if table.num_rows else None,
+    )  # fmt: skip
+
+
+def _slo_of(manifest: SweepManifest) -> m.SLO | None:
+    return m.parse_slos(manifest.slos) if manifest.slos else None
+
+
+def load_points(folder: str | Path, manifest: SweepManifest) -> dict[str, list[PointResult]]:
+    """Every done point of the sweep, per target in the manifest's order."""
+    slo = _slo_of(manifest)
+    max_error_rate = float(manifest.stop_rules.get("max_error_rate", 0.05))
+    out: dict[str, list[PointResult]] = {name: [] for name in manifest.targets}
+    for run in manifest.done_runs():
+        out.setdefault(run.target, []).append(
+            point_result(
+                Path(folder) / run.run_dir,
+                index=run.index,
+                load=run.load,
+                target=run.target,
+                slo=slo,
+                steady_fraction=manifest.steady_fraction,
+                max_error_rate=max_error_rate,
+            )
+        )
+    return out
+
+
+def _engine_of(folder: str | Path, runs: list[PointRun], target: str) -> str | None:
+    for run in runs:
+        if run.target == target:
+            try:
+                info = RunManifest.read(Path(folder) / run.run_dir).targets
+            except (OSError, ValueError):
+                continue
+            return next((t.engine for t in info if t.name == target), None)
+    return None
+
+
+def _cliff_entry(points: list[PointResult], fraction: float) -> dict[str, Any] | None:
+    cliff = sc.eviction_cliff([p.sweep_point() for p in points], fraction)
+    if cliff is None:
+        return None
+    out = cliff.as_dict()
+    below = next((p for p in points if p.load == cliff.between[1]), None)
+    out["kv_usage_there"] = below.engine.get("kv_usage") if below else None
+    return out
+
+
+def _predicted(points: list[PointResult], budget: int | None, knob: str) -> dict[str, Any] | None:
+    """The cliff predicted from the working set at the lowest valid point against the budget."""
+    if budget is None or knob not in SESSION_KNOBS:
+        return None
+    base = next((p for p in points if p.validity.valid and p.working is not None), None)
+    if base is None or base.working is None:
+        return None
+    load = predicted_cliff_load(base.working, budget)
+    return {"load": load, "budget_tokens": budget, "from_load": base.load, **base.working.as_dict()}
+
+
+def build_sweep_report(folder: str | Path) -> dict[str, Any]:
+    """The whole report of a sweep folder as a JSON-ready dict (see the module docstring)."""
+    manifest = SweepManifest.read(str(folder))
+    points = load_points(folder, manifest)
+    slo = _slo_of(manifest)
+    percentile = str(manifest.definition.get("sweep", {}).get("slo_percentile", "p99"))
+    bounds = slo_bounds(slo, percentile) if slo else []
+    targets: dict[str, Any] = {}
+    for name, pts in points.items():
+        curve = [p.sweep_point() for p in pts]
+        fronts = {key: [p.load for p in sc.pareto_front(curve, x, y)] for key, x, y in FRONTS}
+        capacity = sc.capacity_at_slo(curve, bounds).as_dict() if bounds else None
+        targets[name] = {
+            "engine": _engine_of(folder, manifest.points, name),
+            "points": [p.as_dict() for p in pts],
+            "fronts": fronts,
+            "capacity": capacity,
+            "cliff": _cliff_entry(pts, manifest.cliff_fraction),
+            "predicted_cliff": _predicted(pts, manifest.kv_budget_tokens, manifest.knob),
+            "stopped_by": manifest.stopped_by.get(name),
+        }
+    names = list(targets)
+    crossings: list[dict[str, Any]] = []
+    ratios: dict[str, Any] = {}
+    figure = "goodput.per_s" if slo else "output_tokens_per_s"
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            for c in sc.crossovers(
+                a, [p.sweep_point() for p in points[a]], b, [p.sweep_point() for p in points[b]], figure
+            ):
+                crossings.append({"targets": [a, b], **c.as_dict()})
+    if bounds and len(names) >= 2:
+        caps: dict[str, float | None] = {n: (targets[n]["capacity"] or {}).get("load") for n in names}
+        first = names[0]
+        for n in names[1:]:
+            base, other = caps[first], caps[n]
+            if base and other:
+                ratios[f"{n} / {first}"] = other / base
+    invalid = [
+        f"{name} at {p['load']:g}: {'; '.join(p['reasons'])}"
+        for name, t in targets.items()
+        for p in t["points"]
+        if not p["valid"]
+    ]
+    return {
+        "sweep": {
+            "folder": str(folder),
+            "sweep_id": manifest.sweep_id,
+            "kind": manifest.kind,
+            "knob": manifest.knob,
+            "status": manifest.status,
+            "status_reason": manifest.status_reason,
+            "seed": manifest.seed,
+            "slos": manifest.slos,
+            "slo_percentile": percentile,
+            "steady_rule": steady_rule_text(manifest.steady_fraction),
+            "cliff_fraction": manifest.cliff_fraction,
+            "kv_budget_tokens": manifest.kv_budget_tokens,
+            "loads": sorted({p.load for pts in points.values() for p in pts}),
+        },
+        "targets": targets,
+        "crossover_figure": figure,
+        "crossovers": crossings,
+        "capacity_ratios": ratios,
+        "invalid_points": invalid,
+    }
+
+
+def steady_rule_text(fraction: float) -> str:
+    return (
+        f"from the first time requests in flight reach {fraction:g} x their time-weighted median "
+        f"to the last time they are at or above it (requests sent in between)"
+    )
+
+
+#: the headline columns of the terminal table: (column, figure name in ``figures``)
+HEADLINE = (
+    ("req/s", "requests_per_s"), ("out tok/s", "output_tokens_per_s"), ("tasks/h", "tasks.per_hour"),
+    ("task p50 s", "tasks.completion_ms.p50"), ("TTFT p50", "ttft_ms.p50"), ("TTFT p99", "ttft_ms.p99"),
+    ("ITL p50", "itl_ms.p50"), ("TPOT p99", "tpot_ms.p99"), ("tok/s/stream", "interactivity_tokens_per_s"),
+    ("hit", "hit_ratio"), ("ideal", "ideal_hit_ratio"), ("hit/ideal", "hit_vs_ideal"),
+    ("lost", "misses.lost_share"), ("goodput/s", "goodput.per_s"),
+)  # fmt: skip
+
+
+def headline_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per (target, load) with the headline figures (None where absent), the KV usage
+    and validity: what the terminal table prints."""
+    rows: list[dict[str, Any]] = []
+    for name, t in report["targets"].items():
+        for p in t["points"]:
+            row: dict[str, Any] = {"target": name, "load": p["load"]}
+            for column, figure in HEADLINE:
+                value = p["figures"].get(figure)
+                row[column] = (
+                    value / 1000 if value is not None and figure == "tasks.completion_ms.p50" else value
+                )
+            row["KV use"] = p["engine"].get("kv_usage")
+            row["valid"] = "yes" if p["valid"] else "NO: " + "; ".join(p["reasons"])
+            rows.append(row)
+    return rows

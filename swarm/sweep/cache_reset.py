@@ -1,0 +1,54 @@
+"""Emptying a target's prefix cache between sweep points, where the engine has a way.
+
+Place in the map (docs/architecture.md, "Sweeps"): every point sends the same seeded traffic, so
+without a reset an engine would reuse the previous point's prompts and its hit rate would
+count work it never did at this load. The way per engine: the profile's ``flush_path``
+(SGLang ``POST /flush_cache``, vLLM ``POST /reset_prefix_cache``); swarm's emulator accepts
+``POST /flush_cache`` in both profiles; llama.cpp erases each slot (``POST
+/slots/<id>?action=erase``, the slots listed by ``GET /slots``). TensorRT-LLM's server has none:
+the point records ``none`` and the report says reuse from an earlier point may count there.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.error
+import urllib.request
+
+from swarm.clients.client import read_api_key, redact_url
+from swarm.clients.engine_profiles import get_profile
+from swarm.runtime.context import ResolvedTarget
+
+log = logging.getLogger(__name__)
+
+
+def _call(url: str, method: str, key: str | None, timeout_s: float) -> bytes:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    request = urllib.request.Request(
+        url, method=method, headers=headers, data=b"" if method == "POST" else None
+    )
+    with urllib.request.urlopen(request, timeout=timeout_s) as resp:
+        return bytes(resp.read())
+
+
+def reset_prefix_cache(target: ResolvedTarget, timeout_s: float = 30.0) -> str:
+    """Empty ``target``'s prefix cache; returns what was done (``"POST /flush_cache"``), or
+    ``"none"`` when the engine has no way, or ``"failed: ..."`` (logged as a warning)."""
+    base = target.url.rstrip("/")
+    key = read_api_key(target.api_key_env, target.api_key_file)
+    path = "/flush_cache" if target.emulated else get_profile(target.engine).flush_path
+    try:
+        if path:
+            _call(base + path, "POST", key, timeout_s)
+            return f"POST {path}"
+        if target.engine == "llamacpp":
+            slots = json.loads(_call(base + "/slots", "GET", key, timeout_s))
+            ids = [int(s["id"]) for s in slots if isinstance(s, dict) and "id" in s]
+            for slot in ids:
+                _call(f"{base}/slots/{slot}?action=erase", "POST", key, timeout_s)
+            return f"POST /slots/<id>?action=erase ({len(ids)} slots)"
+    except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("could not empty the prefix cache of %s at %s: %s", target.name, redact_url(base), exc)
+        return f"failed: {type(exc).__name__}: {exc}"
+    return "none"

@@ -1,0 +1,142 @@
+"""What a sweep is: the load knob, its ladder (fixed, or grown until a stop rule fires), the SLOs.
+
+Place in the map (docs/architecture.md, "Sweeps"): the single source of truth of ``swarm sweep``'s
+settings; the CLI builds a ``SweepSpec`` and ``sweep.runner.execute_sweep`` runs it. The base
+of every point (the workload, or the replay) is the launcher's (``sweep.points``); this model
+says only how the load changes from point to point and how the curves are judged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Knob = Literal["agents", "max_in_flight", "rate", "sessions", "speed"]
+#: knobs for agent swarms, and for replays
+AGENT_KNOBS: tuple[str, ...] = ("agents", "max_in_flight", "rate")
+REPLAY_KNOBS: tuple[str, ...] = ("sessions", "max_in_flight", "speed")
+#: knobs that take whole numbers
+INTEGER_KNOBS: tuple[str, ...] = ("agents", "max_in_flight", "sessions")
+
+
+class AutoLadder(BaseModel):
+    """Grow the knob geometrically from ``start`` until every target meets a stop rule."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    start: float = Field(gt=0, description="the first load")
+    factor: float = Field(default=2.0, gt=1, description="each load is the last times this")
+    max_points: int = Field(default=8, ge=1, le=64, description="never more points than this")
+    max_load: float | None = Field(default=None, gt=0, description="never a load above this")
+
+    def load(self, index: int, integer: bool) -> float | None:
+        """The load of point ``index``, or None past the limits. Whole-number knobs round up
+        and always grow by at least one."""
+        if index >= self.max_points:
+            return None
+        value = self.start * self.factor**index
+        if integer:
+            value = float(max(math.ceil(self.start * self.factor**index - 1e-9), int(self.start) + index))
+        if self.max_load is not None and value > self.max_load * (1 + 1e-9):
+            return None
+        return value
+
+
+class StopRules(BaseModel):
+    """When an auto ladder stops climbing for a target (any rule; the first that fires is recorded)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_error_rate: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="the point's error share above this (also: the point is invalid)",
+    )
+    slo_factor: float = Field(default=2.0, ge=1, description="an SLO figure above its bound times this")
+    min_gain: float = Field(
+        default=0.05,
+        ge=0,
+        description="output tokens/s rose by less than this share over the best earlier point",
+    )
+    stop_when_behind: bool = Field(
+        default=True, description="the generator fell behind its schedule (the point is invalid)"
+    )
+
+
+class SweepSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    knob: Knob = Field(description="the load knob")
+    loads: list[float] = Field(default_factory=list, description="a fixed ladder, ascending")
+    auto: AutoLadder | None = Field(default=None, description="grow the knob until a stop rule fires")
+    stop: StopRules = Field(default_factory=StopRules)
+    slos: list[str] = Field(
+        default_factory=list, description='SLOs, NAME:VALUE ("ttft:500ms", "itl:50ms", "tpot:...", "e2e:...")'
+    )
+    slo_percentile: Literal["p50", "p90", "p99"] = Field(
+        default="p99", description="a point meets an SLO when this percentile is within it"
+    )
+    steady_fraction: float = Field(
+        default=0.8,
+        gt=0,
+        le=1,
+        description="steady window: from the first time requests in flight reach this fraction of "
+        "their time-weighted median to the last time they are at or above it",
+    )
+    cliff_fraction: float = Field(
+        default=0.5,
+        gt=0,
+        lt=1,
+        description="eviction cliff: realised/ideal hit below this share of its low-load value",
+    )
+    reset_cache: bool = Field(
+        default=True, description="empty each target's prefix cache before each point, where the engine can"
+    )
+    output: str | None = Field(
+        default=None, description="the sweep folder; default sweeps/sweep-<digest of the definition>"
+    )
+    kv_budget_tokens: int | None = Field(
+        default=None, ge=1, description="the targets' prefix-cache budget, for the predicted cliff"
+    )
+
+    @model_validator(mode="after")
+    def _one_ladder(self) -> SweepSpec:
+        if bool(self.loads) == (self.auto is not None):
+            raise ValueError("give either a fixed ladder (loads) or auto, not both and not neither")
+        if any(v <= 0 for v in self.loads):
+            raise ValueError(f"loads must be positive: {self.loads}")
+        if any(b <= a for a, b in zip(self.loads, self.loads[1:], strict=False)):
+            raise ValueError(f"loads must be strictly ascending: {self.loads}")
+        if self.knob in INTEGER_KNOBS and any(v != int(v) for v in self.loads):
+            raise ValueError(f"{self.knob} takes whole numbers: {self.loads}")
+        return self
+
+    @property
+    def integer(self) -> bool:
+        return self.knob in INTEGER_KNOBS
+
+    def load(self, index: int) -> float | None:
+        """The load of point ``index``, or None when the ladder has no such point."""
+        if self.auto is not None:
+            return self.auto.load(index, self.integer)
+        return self.loads[index] if index < len(self.loads) else None
+
+    def measured_part(self) -> dict[str, Any]:
+        """What changes the measurements (not where they are written)."""
+        return self.model_dump(mode="json", exclude={"output"})
+
+
+def definition_digest(definition: dict[str, Any]) -> str:
+    """A short digest of a sweep's definition (canonical JSON)."""
+    text = json.dumps(definition, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def format_load(value: float) -> str:
+    """A load as its folder and table label: whole numbers without a point."""
+    return str(int(value)) if value == int(value) else f"{value:g}"
