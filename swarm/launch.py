@@ -32,14 +32,17 @@ def make_executor(
     worker_writes: bool = False,
     ray_timeout_s: float = 60.0,
     flush_interval_s: float = 10.0,
+    keep_workers: bool = False,
 ) -> Executor:
+    """The executor ``kind`` names; ``keep_workers``: Ray workers live from one target run to the
+    next (a sweep's points) instead of one set per run."""
     if kind == "inprocess":
         return InProcessExecutor()
     from swarm.cluster.executor import RayExecutor
 
     return RayExecutor(
         workers=workers, address=address, worker_writes=worker_writes,
-        connect_timeout_s=ray_timeout_s, flush_interval_s=flush_interval_s,
+        connect_timeout_s=ray_timeout_s, flush_interval_s=flush_interval_s, keep_workers=keep_workers,
     )  # fmt: skip
 
 

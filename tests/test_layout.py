@@ -28,6 +28,7 @@ SECTIONS = {
     "runtime": "Runtime",
     "cluster": "Ray",
     "launch": "Launch",
+    "sweep": "Sweeps",
     "cli": "CLI",
 }
 #: third-party packages only some parts may import

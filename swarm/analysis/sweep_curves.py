@@ -240,6 +240,7 @@ def crossovers(
     b_name: str,
     b_points: Iterable[SweepPoint],
     figure: str = "goodput.per_s",
+    tie_within: float = 0.0,
 ) -> list[Crossover]:
     """Every load at which the lead on ``figure`` changes hands, in load order (empty: one
     target leads, or ties, throughout).
@@ -248,7 +249,8 @@ def crossovers(
     crossover lies between consecutive loads whose ``d`` have opposite signs, at the load where
     the line between them reaches 0: ``L1 + d1 / (d1 − d2) × (L2 − L1)``. A tie (``d = 0``) at
     a load is skipped over: the crossover is the tie's load when the signs either side
-    differ."""
+    differ. With ``tie_within`` > 0, a difference of at most that share of the larger value
+    (``|a − b| ≤ tie_within × max(|a|, |b|)``) is a tie: noise between equals is no crossover."""
     b_at = {p.load: p for p in _in_order(b_points, figure)}
     diffs: list[tuple[float, float]] = []
     for p in _in_order(a_points, figure):
@@ -256,7 +258,10 @@ def crossovers(
         if q is not None:
             va, vb = p.value(figure), q.value(figure)
             assert va is not None and vb is not None
-            diffs.append((p.load, va - vb))
+            d = va - vb
+            if abs(d) <= tie_within * max(abs(va), abs(vb)):
+                d = 0.0
+            diffs.append((p.load, d))
     out: list[Crossover] = []
     prev: tuple[float, float] | None = None  # the last load with d != 0
     tie: float | None = None  # the first tie since then

@@ -47,6 +47,8 @@ FRONTS = (
 WHOLE_RUN_FIGURES = (
     "requests_per_s", "output_tokens_per_s", "tasks.per_hour", "ttft_ms.p99", "hit_vs_ideal", "error_rate",
 )  # fmt: skip
+#: a lead smaller than this share of the larger value is a tie, not a crossover (as ``swarm compare``)
+CROSSOVER_TIE = 0.02
 #: knobs whose load is the number of live sessions (the working-set prediction applies)
 SESSION_KNOBS = ("agents", "sessions")
 
@@ -210,7 +212,12 @@ def build_sweep_report(folder: str | Path) -> dict[str, Any]:
     for i, a in enumerate(names):
         for b in names[i + 1 :]:
             for c in sc.crossovers(
-                a, [p.sweep_point() for p in points[a]], b, [p.sweep_point() for p in points[b]], figure
+                a,
+                [p.sweep_point() for p in points[a]],
+                b,
+                [p.sweep_point() for p in points[b]],
+                figure,
+                tie_within=CROSSOVER_TIE,
             ):
                 crossings.append({"targets": [a, b], **c.as_dict()})
     if bounds and len(names) >= 2:
@@ -244,6 +251,7 @@ def build_sweep_report(folder: str | Path) -> dict[str, Any]:
         },
         "targets": targets,
         "crossover_figure": figure,
+        "crossover_tie_within": CROSSOVER_TIE,
         "crossovers": crossings,
         "capacity_ratios": ratios,
         "invalid_points": invalid,

@@ -129,6 +129,28 @@ def detect_format(source: str) -> str:
     raise InputError(f"{source}: cannot tell the trace format; pass --format swarm|mooncake|azure|burstgpt")
 
 
+def build_plan(
+    source: str, fmt: str | None, *, limit: int | None = None, window: str | None = None,
+    sample: float | None = None, seed: int = 0, skip_bad_lines: bool = False, source_target: str | None = None,
+) -> tuple[Any, dict[str, Any]]:  # fmt: skip
+    """The replay plan of ``source`` (a run folder or a trace file) and the filters applied."""
+    from swarm.replay.importers import Filters, import_trace, parse_window
+
+    fmt = fmt or detect_format(source)
+    filters: dict[str, Any] = {"limit": limit, "window": window, "sample": sample, "seed": seed}
+    if fmt == "swarm":
+        if limit or window or sample:
+            raise InputError("--limit, --window and --sample apply to trace files, not to run folders")
+        from swarm.replay.from_run import plan_from_run
+
+        return plan_from_run(source, source_target), filters
+    plan = import_trace(
+        source, fmt, Filters(limit=limit, window=parse_window(window), sample=sample, seed=seed),
+        skip_bad_lines=skip_bad_lines,
+    )  # fmt: skip
+    return plan, filters
+
+
 def replay_command(
     *, source: str, fmt: str | None, mode: str | None, speed: float, limit: int | None, window: str | None,
     sample: float | None, seed: int, skip_bad_lines: bool, source_target: str | None, targets: list[str],
@@ -145,7 +167,6 @@ def replay_command(
     from swarm.cli.live import LiveDisplay, LiveView
     from swarm.cli.report import summary_table
     from swarm.launch import execute_replay, summary_rows
-    from swarm.replay.importers import Filters, import_trace, parse_window
     from swarm.runtime.context import ResolvedTarget
     from swarm.runtime.live_stats import RunStats
     from swarm.runtime.replay_source import MODES, group_sessions
@@ -176,19 +197,10 @@ def replay_command(
         raise InputError("--retries and --retry-backoff must not be negative")
     spec = validate(RunSpec, settings, "replay flags")
     chosen_tokenizer = get_tokenizer(tokenizer)
-    fmt = fmt or detect_format(source)
-    filters: dict[str, Any] = {"limit": limit, "window": window, "sample": sample, "seed": seed}
-    if fmt == "swarm":
-        if limit or window or sample:
-            raise InputError("--limit, --window and --sample apply to trace files, not to run folders")
-        from swarm.replay.from_run import plan_from_run
-
-        plan = plan_from_run(source, source_target)
-    else:
-        plan = import_trace(
-            source, fmt, Filters(limit=limit, window=parse_window(window), sample=sample, seed=seed),
-            skip_bad_lines=skip_bad_lines,
-        )  # fmt: skip
+    plan, filters = build_plan(
+        source, fmt, limit=limit, window=window, sample=sample, seed=seed,
+        skip_bad_lines=skip_bad_lines, source_target=source_target,
+    )  # fmt: skip
     target_specs = [
         TargetSpec(**t) for t in parse_targets(targets, engines, dialect, model, api_key_env, api_key_file)
     ]

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 @app.command()
 def report(
-    run_dir: Annotated[str, typer.Argument(help="a run folder")],
+    run_dir: Annotated[str, typer.Argument(help="a run folder, or a sweep folder (swarm sweep)")],
     html: Annotated[
         Path | None, typer.Option("--html", help="also write a self-contained HTML report with plots")
     ] = None,
@@ -36,14 +36,25 @@ def report(
         list[str] | None, typer.Option(help="an SLO for goodput, e.g. --slo ttft:200ms --slo itl:50ms")
     ] = None,
 ) -> None:
-    """Every figure of a run, per target, from its trace (terminal tables, --html, --json)."""
+    """Every figure of a run, per target, from its trace (terminal tables, --html, --json); for a
+    sweep folder, its points, fronts, capacity at SLO and eviction cliff."""
+    from swarm.trace.sweep_manifest import is_sweep_folder
 
+    if is_sweep_folder(run_dir):
+        from swarm.cli.sweep_view import print_sweep_report
+
+        if slo:
+            raise InputError("--slo: a sweep's SLOs are set when it runs (swarm sweep --slo)")
+        print_sweep_report(run_dir, html, json_out)
+        return
     report_command(run_dir, html, json_out, slo or [])
 
 
 @app.command()
 def compare(
-    run_dirs: Annotated[list[str], typer.Argument(help="run folders (or one run with several targets)")],
+    run_dirs: Annotated[
+        list[str], typer.Argument(help="run folders (or one run with several targets), or sweep folders")
+    ],
     json_out: Annotated[bool, typer.Option("--json", help="print the matrix as JSON")] = False,
     slo: Annotated[list[str] | None, typer.Option(help="an SLO for goodput, e.g. --slo ttft:200ms")] = None,
     force: Annotated[bool, typer.Option(help="compare runs whose workloads differ (seed, spec)")] = False,
@@ -51,8 +62,18 @@ def compare(
         float, typer.Option(min=0, help="a lead smaller than this share is a tie (0.02: 2 %)")
     ] = 0.02,
 ) -> None:
-    """Targets side by side: one row per dimension, a column per target, who leads and by how much."""
+    """Targets side by side: one row per dimension, a column per target, who leads and by how much;
+    sweeps side by side: capacity, cliffs, crossovers and figures per load."""
+    from swarm.trace.sweep_manifest import is_sweep_folder
 
+    sweeps = [is_sweep_folder(d) for d in run_dirs]
+    if any(sweeps):
+        if not all(sweeps):
+            raise InputError("compare sweep folders with sweep folders, run folders with run folders")
+        from swarm.cli.sweep_view import print_sweep_comparison
+
+        print_sweep_comparison(run_dirs, json_out)
+        return
     compare_command(run_dirs, json_out, slo or [], force, tie_within)
 
 

@@ -83,6 +83,7 @@ class RayExecutor:
         poll_s: float = 0.5,
         connect_timeout_s: float = DEFAULT_TIMEOUT_S,
         flush_interval_s: float = 10.0,
+        keep_workers: bool = False,
     ) -> None:
         if workers is not None and workers < 1:
             raise InputError("--workers must be at least 1")
@@ -94,6 +95,9 @@ class RayExecutor:
         #: how often workers that write their own parts close them (``--flush-interval``)
         self.flush_interval_s = flush_interval_s
         self._connection: RayConnection | None = None
+        #: workers live from one ``run_target`` to the next (a sweep) and end at ``__exit__``
+        self.keep_workers = keep_workers
+        self._pool: list[Any] = []
         #: live actor handles of the target being run (tests kill one through this)
         self.actors: list[Any] = []
 
@@ -102,6 +106,12 @@ class RayExecutor:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._pool:
+            import ray
+
+            for actor in self._pool:
+                ray.kill(actor)
+            self._pool = []
         if self._connection is not None:
             self._connection.close()
             self._connection = None
@@ -153,7 +163,13 @@ class RayExecutor:
         actor_cls: Any = remote_cls.options(
             num_cpus=cpus_each, scheduling_strategy="SPREAD", max_concurrency=64
         )
-        actors: list[Any] = [actor_cls.remote(i, payloads[i]) for i in range(n)]
+        if self.keep_workers:
+            reused = self._pool[:n]
+            ray.get([a.load.remote(i, payloads[i]) for i, a in enumerate(reused)])
+            self._pool += [actor_cls.remote(i, payloads[i]) for i in range(len(reused), n)]
+            actors: list[Any] = self._pool[:n]
+        else:
+            actors = [actor_cls.remote(i, payloads[i]) for i in range(n)]
         self.actors = actors
         key = read_api_key(target.api_key_env, target.api_key_file)
         ray.get([a.set_api_key.remote(key) for a in actors])
@@ -232,8 +248,15 @@ class RayExecutor:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            for a in actors:
-                ray.kill(a)
+            if self.keep_workers:  # the dead leave the pool; the rest wait for the next run
+                dead = {id(actors[i]) for i in range(n) if i not in alive}
+                for a in actors:
+                    if id(a) in dead:
+                        ray.kill(a)
+                self._pool = [a for a in self._pool if id(a) not in dead]
+            else:
+                for a in actors:
+                    ray.kill(a)
             self.actors = []
         for i, out in outcomes.items():
             infos[i]["peak_rss_bytes"] = int(out.get("peak_rss_bytes", 0))

@@ -79,6 +79,15 @@ def peak_rss_bytes() -> int:
 
 class SwarmWorker:
     def __init__(self, index: int, payload: WorkerPayload) -> None:
+        self._api_key: str | None = None
+        self._setup(index, payload)
+
+    async def load(self, index: int, payload: WorkerPayload) -> None:
+        """Take a new part to run (a sweep's next point): the worker starts afresh, its
+        process (imports, warm pools of the interpreter) kept."""
+        self._setup(index, payload)
+
+    def _setup(self, index: int, payload: WorkerPayload) -> None:
         self.index = index
         self.payload = payload
         self.stats = RunStats()
@@ -99,7 +108,6 @@ class SwarmWorker:
         )  # fmt: skip
         # made now, so a stop that arrives before ``run`` is not lost
         self._stop = StopConditions()
-        self._api_key: str | None = None
         self.sessions = payload.source.session_count()
 
     async def describe(self) -> dict[str, Any]:

@@ -116,6 +116,9 @@ COMMON_ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/models", "models"),
     Route("GET", "/health", "health"),
     Route("GET", "/swarm/faults", "fault_counts"),
+    # the emulator's own way to empty its prefix cache in both profiles (sweeps start each
+    # point cold); SGLang's /flush_cache is also served by the sglang profile
+    Route("POST", "/swarm/flush_cache", "flush_cache"),
 )
 
 

@@ -2,7 +2,7 @@
 
 Place in the map (docs/architecture.md, "The emulator"): a separate program (``swarm emulate``) that
 serves chat and completions (both profiles), SGLang's native ``/generate`` (sglang profile),
-``/v1/models``, ``/health``, ``/flush_cache``, ``/get_server_info`` / ``/server_info``
+``/v1/models``, ``/health``, ``/swarm/flush_cache`` (both; ``/flush_cache`` for sglang), ``/get_server_info`` / ``/server_info``
 (sglang) or ``/version`` (trtllm), and Prometheus metrics. Every response carries a
 ``Server: swarm-emulator`` header and the info endpoints say ``"emulator": true``, so
 figures from it are never mistaken for an engine's.

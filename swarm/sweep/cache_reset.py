@@ -4,7 +4,7 @@ Place in the map (docs/architecture.md, "Sweeps"): every point sends the same se
 without a reset an engine would reuse the previous point's prompts and its hit rate would
 count work it never did at this load. The way per engine: the profile's ``flush_path``
 (SGLang ``POST /flush_cache``, vLLM ``POST /reset_prefix_cache``); swarm's emulator accepts
-``POST /flush_cache`` in both profiles; llama.cpp erases each slot (``POST
+``POST /swarm/flush_cache`` in both profiles; llama.cpp erases each slot (``POST
 /slots/<id>?action=erase``, the slots listed by ``GET /slots``). TensorRT-LLM's server has none:
 the point records ``none`` and the report says reuse from an earlier point may count there.
 """
@@ -33,11 +33,11 @@ def _call(url: str, method: str, key: str | None, timeout_s: float) -> bytes:
 
 
 def reset_prefix_cache(target: ResolvedTarget, timeout_s: float = 30.0) -> str:
-    """Empty ``target``'s prefix cache; returns what was done (``"POST /flush_cache"``), or
+    """Empty ``target``'s prefix cache; returns what was done (``"POST /swarm/flush_cache"``), or
     ``"none"`` when the engine has no way, or ``"failed: ..."`` (logged as a warning)."""
     base = target.url.rstrip("/")
     key = read_api_key(target.api_key_env, target.api_key_file)
-    path = "/flush_cache" if target.emulated else get_profile(target.engine).flush_path
+    path = "/swarm/flush_cache" if target.emulated else get_profile(target.engine).flush_path
     try:
         if path:
             _call(base + path, "POST", key, timeout_s)

@@ -1,0 +1,178 @@
+"""A sweep on the terminal: the points table per target, the verdicts; sweeps side by side.
+
+Place in the map (docs/architecture.md, "CLI"): renders ``analysis.sweep_report`` and
+``analysis.sweep_compare`` dicts for ``swarm sweep``, ``swarm report SWEEP_DIR`` and ``swarm
+compare SWEEP_A SWEEP_B`` (``--json`` prints the dict, ``--html`` writes ``sweep_html``'s page).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from swarm.analysis.rows import fmt
+
+_SPECS = {"hit": ".1%", "ideal": ".1%", "hit/ideal": ".2f", "lost": ".0%", "KV use": ".1%"}
+
+
+def sweep_tables(report: dict[str, Any]) -> list[Table]:
+    """One table per target: a row per load with the headline figures."""
+    from swarm.analysis.sweep_report import headline_rows
+
+    rows = headline_rows(report)
+    knob = report["sweep"]["knob"]
+    tables = []
+    for name, target in report["targets"].items():
+        engine = target.get("engine") or "?"
+        table = Table(title=f"{name} ({engine}): steady-window figures by {knob}")
+        columns = [c for c in rows[0] if c not in ("target",)] if rows else ["load"]
+        for c in columns:
+            table.add_column(c, justify="left" if c == "valid" else "right")
+        for r in rows:
+            if r["target"] != name:
+                continue
+            table.add_row(*[_cell(c, r[c]) for c in columns])
+        tables.append(table)
+    return tables
+
+
+def _cell(column: str, value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if column == "load":
+        return fmt(value, "g")
+    return fmt(value, _SPECS.get(column, ",.1f"))
+
+
+def verdict_lines(report: dict[str, Any]) -> list[str]:
+    """Capacity at SLO, cliffs (found and predicted), crossovers, invalid points, in words."""
+    knob = report["sweep"]["knob"]
+    out = []
+    for name, t in report["targets"].items():
+        if t.get("capacity"):
+            out.append(
+                f"{name}: capacity at SLO ({', '.join(report['sweep']['slos'])}): {t['capacity']['text']}"
+            )
+        cliff, predicted = t.get("cliff"), t.get("predicted_cliff")
+        if cliff:
+            kv = cliff.get("kv_usage_there")
+            out.append(
+                f"{name}: eviction cliff at {knob} ~{cliff['load']:.3g} (hit/ideal below "
+                f"{cliff['fraction']:g} x {cliff['base']:.2f}, between {cliff['between'][0]:g} and "
+                f"{cliff['between'][1]:g}; KV usage there {fmt(kv, '.1%')})"
+            )
+        else:
+            out.append(f"{name}: no eviction cliff in the ladder")
+        if predicted and predicted.get("load") is not None:
+            out.append(
+                f"{name}: predicted cliff at {knob} ~{predicted['load']:.3g} (budget {predicted['budget_tokens']:,} "
+                f"tokens; {predicted['shared_tokens']:,.0f} shared + {predicted['per_session_tokens']:,.0f} "
+                f"per live session, measured at {knob}={predicted['from_load']:g})"
+            )
+        if t.get("stopped_by"):
+            out.append(f"{name}: stopped climbing {t['stopped_by']}")
+    for label, ratio in report.get("capacity_ratios", {}).items():
+        out.append(f"capacity ratio {label}: {ratio:.2f}x")
+    for c in report.get("crossovers", []):
+        out.append(
+            f"crossover on {c['figure']} at {knob} ~{c['load']:.3g}: {c['leader_after']} overtakes {c['leader_before']}"
+        )
+    for item in report.get("invalid_points", []):
+        out.append(f"invalid point (left out of the curves): {item}")
+    return out
+
+
+def print_sweep_report(folder: str, html: Path | None, as_json: bool) -> None:
+    """The sweep's report: JSON on stdout, or tables and verdicts; ``html`` also writes the page."""
+    from swarm.analysis.sweep_report import build_sweep_report
+
+    report = build_sweep_report(folder)
+    if html is not None:
+        from swarm.analysis.sweep_html import render_sweep_html
+
+        html.write_text(render_sweep_html(report), encoding="utf-8")
+        print(f"wrote {html}", file=sys.stderr)
+    if as_json:
+        print(json.dumps(report, indent=2, default=str))
+        return
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    s = report["sweep"]
+    console.print(
+        f"sweep {s['sweep_id']} ({s['kind']}, knob {s['knob']}, status {s['status']}): {s['folder']}",
+        highlight=False,
+    )
+    console.print(f"[dim]steady window: {s['steady_rule']}[/dim]", highlight=False, soft_wrap=True)
+    for table in sweep_tables(report):
+        console.print(table)
+    for line in verdict_lines(report):
+        console.print(line, highlight=False, soft_wrap=True)
+    if any(name.startswith("emulator-") for name in report["targets"]):
+        console.print(
+            "[dim]figures from swarm's engine emulator, a model of an engine - not measurements of one[/dim]"
+        )
+
+
+def print_sweep_comparison(folders: list[str], as_json: bool) -> None:
+    from swarm.analysis.sweep_compare import compare_sweeps
+    from swarm.analysis.sweep_report import build_sweep_report
+
+    reports = [build_sweep_report(f) for f in folders]
+    labels = [Path(f).name or f for f in folders]
+    if len(set(labels)) < len(labels):
+        labels = [f"{i + 1}-{label}" for i, label in enumerate(labels)]
+    result = compare_sweeps(reports, labels)
+    if as_json:
+        print(json.dumps(result, indent=2, default=str))
+        return
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    for warning in result["warnings"]:
+        console.print(f"[bold red]warning:[/] {warning}", soft_wrap=True, highlight=False)
+    verdicts = Table(title=f"sweeps compared (knob {result['knob']})")
+    for col in (
+        "series",
+        "engine",
+        "capacity at SLO",
+        "cliff",
+        "predicted cliff",
+        "peak out tok/s",
+        "peak tasks/h",
+    ):
+        verdicts.add_column(
+            col, justify="left" if col in ("series", "engine", "capacity at SLO") else "right"
+        )
+    for key, s in result["series"].items():
+        verdicts.add_row(
+            key, s["engine"] or "?", (s["capacity"] or {}).get("text", "-"),
+            fmt((s["cliff"] or {}).get("load"), ".3g"), fmt((s["predicted_cliff"] or {}).get("load"), ".3g"),
+            fmt(s["peak_output_tokens_per_s"], ",.0f"), fmt(s["peak_tasks_per_hour"], ",.0f"),
+        )  # fmt: skip
+    console.print(verdicts)
+    keys = list(result["series"])
+    by_load = Table(title=f"by {result['knob']}: output tok/s | TTFT p99 ms | hit/ideal")
+    by_load.add_column("load", justify="right")
+    for key in keys:
+        by_load.add_column(key, justify="right")
+    for row in result["by_load"]:
+        cells = []
+        for key in keys:
+            v = row["series"].get(key)
+            cells.append(
+                "-"
+                if v is None
+                else f"{fmt(v['output_tokens_per_s'], ',.0f')} | {fmt(v['ttft_ms.p99'], ',.0f')} | "
+                f"{fmt(v['hit_vs_ideal'], '.2f')}" + ("" if v["valid"] else " (invalid)")
+            )
+        by_load.add_row(fmt(row["load"], "g"), *cells)
+    console.print(by_load)
+    for label, ratio in result["capacity_ratios"].items():
+        console.print(f"capacity ratio {label}: {ratio:.2f}x", highlight=False)
+    for c in result["crossovers"]:
+        console.print(
+            f"crossover on {c['figure']} at ~{c['load']:.3g}: {c['leader_after']} overtakes {c['leader_before']}",
+            highlight=False,
+        )
