@@ -349,3 +349,21 @@ def test_a_point_without_requests_is_invalid() -> None:
     assert (window.start_ns, window.end_ns, window.requests) == (0, 0, 0)
     v = point_validity(point_figures(table, window), max_error_rate=0.05)
     assert not v.valid and v.reason == "no request was sent in the steady window"
+
+
+def test_the_cliff_keeps_points_late_only_and_drops_points_with_errors() -> None:
+    """hit/ideal 1.0, 0.9, 0.3 at loads 2, 4, 8. The point at 8 is invalid because the
+    generator fell behind: its hit ratio is the engine's count all the same, so the cliff (below
+    0.5) lies between 4 and 8: 4 + (0.9 - 0.5) / (0.9 - 0.3) x 4 = 6.67. Invalid for errors, it
+    is left out, and no cliff is found."""
+    late = [
+        SweepPoint(2, {"hit_vs_ideal": 1.0}),
+        SweepPoint(4, {"hit_vs_ideal": 0.9}),
+        SweepPoint(8, {"hit_vs_ideal": 0.3}, valid=False, reason="behind", late_only=True),
+    ]
+    cliff = eviction_cliff(late)
+    assert cliff is not None and cliff.load == pytest.approx(4 + 0.4 / 0.6 * 4)
+    errors = [*late[:2], SweepPoint(8, {"hit_vs_ideal": 0.3}, valid=False, reason="errors")]
+    assert eviction_cliff(errors) is None
+    # the timing curves leave a late point out all the same
+    assert [p.load for p in pareto_front(late, Goal("hit_vs_ideal"), Goal("hit_vs_ideal"))] == [2]

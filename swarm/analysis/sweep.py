@@ -366,13 +366,15 @@ class Validity:
 
     valid: bool
     reasons: tuple[str, ...] = ()
+    #: the only reason is that the generator fell behind its schedule
+    late_only: bool = False
 
     @property
     def reason(self) -> str | None:
         return "; ".join(self.reasons) or None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"valid": self.valid, "reasons": list(self.reasons)}
+        return {"valid": self.valid, "reasons": list(self.reasons), "late_only": self.late_only}
 
 
 def point_validity(figures: PointFigures, *, max_error_rate: float) -> Validity:
@@ -384,10 +386,11 @@ def point_validity(figures: PointFigures, *, max_error_rate: float) -> Validity:
     if figures.requests == 0:
         reasons.append("no request was sent in the steady window")
     lag_p99 = figures.lag_ms.p99
-    if lag_p99 is not None and lag_p99 > LATE_NS / 1e6:
+    late = lag_p99 is not None and lag_p99 > LATE_NS / 1e6
+    if late:
         reasons.append(
             f"the generator fell behind its schedule: dispatch lag p99 {lag_p99:g} ms > {LATE_NS / 1e6:g} ms"
         )
     if figures.error_rate is not None and figures.error_rate > max_error_rate:
         reasons.append(f"error share {figures.error_rate:.1%} above the bound {max_error_rate:.1%}")
-    return Validity(valid=not reasons, reasons=tuple(reasons))
+    return Validity(valid=not reasons, reasons=tuple(reasons), late_only=late and len(reasons) == 1)

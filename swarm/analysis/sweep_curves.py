@@ -34,10 +34,16 @@ class SweepPoint:
     figures: Mapping[str, float] = field(default_factory=dict)
     valid: bool = True
     reason: str | None = None
+    #: invalid only because the generator fell behind: its cache figures still stand (the
+    #: engine counts cached tokens whatever the pace), so the eviction cliff keeps it
+    late_only: bool = False
 
     @classmethod
     def of(cls, load: float, figures: PointFigures, validity: Validity) -> SweepPoint:
-        return cls(load=load, figures=figures.flat(), valid=validity.valid, reason=validity.reason)
+        return cls(
+            load=load, figures=figures.flat(), valid=validity.valid, reason=validity.reason,
+            late_only=validity.late_only,
+        )  # fmt: skip
 
     def value(self, figure: str) -> float | None:
         return self.figures.get(figure)
@@ -75,10 +81,15 @@ class SloBound:
         return f"{self.figure} {'<=' if self.better == 'lower' else '>='} {self.limit:g}"
 
 
-def _in_order(points: Iterable[SweepPoint], *figures: str) -> list[SweepPoint]:
-    """Valid points that have every named figure, by increasing load."""
+def _in_order(points: Iterable[SweepPoint], *figures: str, keep_late: bool = False) -> list[SweepPoint]:
+    """Valid points (and with ``keep_late`` those invalid only for lateness) that have every
+    named figure, by increasing load."""
     return sorted(
-        (p for p in points if p.valid and all(p.value(f) is not None for f in figures)),
+        (
+            p
+            for p in points
+            if (p.valid or (keep_late and p.late_only)) and all(p.value(f) is not None for f in figures)
+        ),
         key=lambda p: p.load,
     )
 
@@ -199,8 +210,13 @@ def eviction_cliff(
     """The load at which ``figure`` (by default realised hit / ideal hit) first falls below
     ``fraction × base``, ``base`` being its value at the lowest valid load; interpolated
     between the point before and the first point below (``_at``). None when it never does, or
-    when there are fewer than two points or the base is not positive."""
-    pts = _in_order(points, figure)
+    when there are fewer than two points or the base is not positive.
+
+    Unlike the timing curves, it keeps points that are invalid only because the generator fell
+    behind its schedule (``SweepPoint.late_only``): hit ratios are the engine's counts of cached
+    tokens, which a late generator does not distort (it lowers the pace, not which contexts are
+    live). Points invalid for any other reason are left out."""
+    pts = _in_order(points, figure, keep_late=True)
     if len(pts) < 2:
         return None
     base = pts[0].value(figure)

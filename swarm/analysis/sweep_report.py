@@ -81,7 +81,9 @@ class PointResult:
         for key in ("kv_usage", "queue", "running"):
             if self.engine.get(key) is not None:
                 flat[f"engine.{key}"] = float(self.engine[key])
-        return sc.SweepPoint(self.load, flat, self.validity.valid, self.validity.reason)
+        return sc.SweepPoint(
+            self.load, flat, self.validity.valid, self.validity.reason, late_only=self.validity.late_only
+        )
 
     def as_dict(self) -> dict[str, Any]:
         whole = self.whole.flat()
@@ -91,6 +93,7 @@ class PointResult:
             "run_dir": self.run_dir,
             "valid": self.validity.valid,
             "reasons": list(self.validity.reasons),
+            "late_only": self.validity.late_only,
             "window": self.figures.window.as_dict(),
             "figures": self.figures.flat(),
             "whole_run": {k: whole.get(k) for k in WHOLE_RUN_FIGURES},
@@ -174,10 +177,13 @@ def _cliff_entry(points: list[PointResult], fraction: float) -> dict[str, Any] |
 
 
 def _predicted(points: list[PointResult], budget: int | None, knob: str) -> dict[str, Any] | None:
-    """The cliff predicted from the working set at the lowest valid point against the budget."""
+    """The cliff predicted from the working set at the lowest point (valid, or late only: token
+    counts do not depend on the pace) against the budget."""
     if budget is None or knob not in SESSION_KNOBS:
         return None
-    base = next((p for p in points if p.validity.valid and p.working is not None), None)
+    base = next(
+        (p for p in points if (p.validity.valid or p.validity.late_only) and p.working is not None), None
+    )
     if base is None or base.working is None:
         return None
     load = predicted_cliff_load(base.working, budget)
