@@ -108,10 +108,18 @@ def _result(load: float, ttft_ms: float, tokens: int, lag_ms: float = 0.0, statu
     """One point of 10 requests, one per second, each ``tokens`` long with the given TTFT."""
     rows = [
         _streamed(
-            i, ttft_ms, [5.0] * (tokens - 1), tokens, status=status, queue_ns=int(lag_ms * 1e6),
-            session_id=f"s{i}", prompt_tokens=10, cached_tokens=0, prompt_tokens_est=10,
+            i,
+            ttft_ms,
+            [5.0] * (tokens - 1),
+            tokens,
+            status=status,
+            queue_ns=int(lag_ms * 1e6),
+            session_id=f"s{i}",
+            prompt_tokens=10,
+            cached_tokens=0,
+            prompt_tokens_est=10,
             ideal_cached_tokens_est=0,
-        )  # fmt: skip
+        )
         for i in range(10)
     ]
     table = _table(rows)
@@ -165,7 +173,9 @@ def test_working_set_and_predicted_cliff_from_a_hand_built_trace() -> None:
 
 @pytest.fixture
 def sglang(emulator: Callable[..., EmulatorThread]) -> TargetSpec:
-    return TargetSpec(name="emu", url=emulator(engine="sglang", timing="fixed", first_token_ms=5, token_ms=2).url)
+    return TargetSpec(
+        name="emu", url=emulator(engine="sglang", timing="fixed", first_token_ms=5, token_ms=2).url
+    )
 
 
 def test_sweep_runs_every_load_with_one_seed_and_resumes_without_rerunning(
@@ -174,7 +184,9 @@ def test_sweep_runs_every_load_with_one_seed_and_resumes_without_rerunning(
     spec = _spec(tmp_path, seed=7)
     out = tmp_path / "sweep"
     events: list[SweepEvent] = []
-    result = execute_sweep(_sweep(out, [1, 2]), AgentPoints(spec), [sglang], InProcessExecutor(), on_event=events.append)
+    result = execute_sweep(
+        _sweep(out, [1, 2]), AgentPoints(spec), [sglang], InProcessExecutor(), on_event=events.append
+    )
     manifest = SweepManifest.read(str(out))
     assert manifest.status == "complete" and manifest.knob == "agents" and manifest.seed == 7
     runs = manifest.done_runs()
@@ -190,7 +202,9 @@ def test_sweep_runs_every_load_with_one_seed_and_resumes_without_rerunning(
 
     # the same command again: nothing runs, every point is read back
     again: list[SweepEvent] = []
-    execute_sweep(_sweep(out, [1, 2]), AgentPoints(spec), [sglang], InProcessExecutor(), on_event=again.append)
+    execute_sweep(
+        _sweep(out, [1, 2]), AgentPoints(spec), [sglang], InProcessExecutor(), on_event=again.append
+    )
     assert [e.kind for e in again] == ["skip", "skip"]
     assert len(SweepManifest.read(str(out)).points) == 2
 
@@ -217,11 +231,18 @@ def test_sweep_over_replayed_sessions_sets_the_closed_loop_per_point(
     plan = plan_from_run(recorded.run_dir)
     out = tmp_path / "replay-sweep"
     launcher = ReplayPoints(plan, {"mode": "dependent"})
-    execute_sweep(SweepSpec(knob="sessions", loads=[1, 2], output=str(out)), launcher, [sglang], InProcessExecutor())
+    execute_sweep(
+        SweepSpec(knob="sessions", loads=[1, 2], output=str(out)), launcher, [sglang], InProcessExecutor()
+    )
     runs = SweepManifest.read(str(out)).done_runs()
     assert [RunManifest.read(out / r.run_dir).replay_of["max_sessions"] for r in runs] == [1, 2]  # type: ignore[index]
     with pytest.raises(InputError, match="replay sweep's knob"):
-        execute_sweep(SweepSpec(knob="agents", loads=[1], output=str(tmp_path / "x")), launcher, [sglang], InProcessExecutor())
+        execute_sweep(
+            SweepSpec(knob="agents", loads=[1], output=str(tmp_path / "x")),
+            launcher,
+            [sglang],
+            InProcessExecutor(),
+        )
 
 
 def test_ray_workers_are_started_once_for_the_whole_sweep(
@@ -296,7 +317,9 @@ def test_a_killed_sweep_resumes_with_only_its_missing_points(
     assert [p["load"] for p in report["targets"]["emu"]["points"]] == [1.0, 2.0, 3.0]
 
 
-def test_report_and_compare_read_sweep_folders(emulator: Callable[..., EmulatorThread], tmp_path: Path) -> None:
+def test_report_and_compare_read_sweep_folders(
+    emulator: Callable[..., EmulatorThread], tmp_path: Path
+) -> None:
     a_url = emulator(engine="sglang", timing="fixed", first_token_ms=5, token_ms=2).url
     b_url = emulator(engine="trtllm", timing="fixed", first_token_ms=5, token_ms=2).url
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
@@ -314,19 +337,26 @@ def test_report_and_compare_read_sweep_folders(emulator: Callable[..., EmulatorT
     assert "steady-window figures by agents" in shown.stdout and "capacity at SLO" in shown.stdout
     html = tmp_path / "sweep.html"
     as_json = subprocess.run(
-        [*SWARM, "report", folders[0], "--json", "--html", str(html)], capture_output=True, text=True, timeout=120
+        [*SWARM, "report", folders[0], "--json", "--html", str(html)],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     report = json.loads(as_json.stdout)
     assert report["sweep"]["slos"] == ["ttft:5s"]
     assert report["targets"]["emu"]["capacity"]["at_least"] is True  # no point fails a 5 s TTFT
     assert "<svg" in html.read_text()
-    compared = subprocess.run([*SWARM, "compare", *folders, "--json"], capture_output=True, text=True, timeout=120)
+    compared = subprocess.run(
+        [*SWARM, "compare", *folders, "--json"], capture_output=True, text=True, timeout=120
+    )
     assert compared.returncode == 0, compared.stderr
     result = json.loads(compared.stdout)
     assert list(result["series"]) == ["sweep-a:emu", "sweep-b:emu"]
     assert [row["load"] for row in result["by_load"]] == [1.0, 2.0]
     assert "sweep-b:emu / sweep-a:emu" in result["capacity_ratios"]
-    mixed = subprocess.run([*SWARM, "compare", folders[0], str(tmp_path)], capture_output=True, text=True, timeout=60)
+    mixed = subprocess.run(
+        [*SWARM, "compare", folders[0], str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
     assert mixed.returncode == 2 and "sweep folders with sweep folders" in mixed.stderr
 
 
@@ -358,6 +388,8 @@ def test_emulator_cliff_lies_within_one_ladder_step_of_the_working_set_predictio
         assert cliff is not None, f"{name}: no cliff in {hits}"
         assert predicted is not None and predicted["load"] is not None
         steps = abs(math.log2(cliff["load"] / predicted["load"]))
-        assert steps <= 1.0, f"{name}: cliff {cliff['load']:.3g} vs predicted {predicted['load']:.3g} ({hits})"
+        assert steps <= 1.0, (
+            f"{name}: cliff {cliff['load']:.3g} vs predicted {predicted['load']:.3g} ({hits})"
+        )
         lowest = target["points"][0]["figures"]
         assert lowest["hit_vs_ideal"] > 0.9  # below the budget, the engine reuses what the ideal does
