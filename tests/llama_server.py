@@ -46,13 +46,20 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def llama_server(
-    binary: str, model: Path, log_path: Path, *, parallel: int = 8, ctx: int = 8192
+    binary: str,
+    model: Path,
+    log_path: Path,
+    *,
+    parallel: int = 8,
+    ctx: int = 8192,
+    extra: tuple[str, ...] = (),
 ) -> Iterator[str]:
-    """Start ``llama-server`` on a free loopback port, wait for ``/health``, yield its URL, stop it."""
+    """Start ``llama-server`` on a free loopback port, wait for ``/health``, yield its URL, stop it.
+    ``extra``: more of its flags."""
     port = _free_port()
     args = [
         binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", str(ctx),
-        "--parallel", str(parallel), "--cont-batching", "-t", "2", "--metrics", "--no-webui",
+        "--parallel", str(parallel), "--cont-batching", "-t", "2", "--metrics", "--no-webui", *extra,
     ]  # fmt: skip
     with log_path.open("wb") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

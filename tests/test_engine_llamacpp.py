@@ -151,3 +151,59 @@ def test_report_on_the_real_run(swarm_run: str, tmp_path: Path) -> None:
     assert server["cache_hit_ratio"] == pytest.approx(report["figures"]["cache"]["hit_ratio"], abs=0.02)
     assert server["queue"]["metric"] == "llamacpp:requests_deferred"
     assert (tmp_path / "r.html").stat().st_size > 5_000
+
+
+# --- a sweep against the real engine (issue 16) --------------------------------------------
+
+#: a short shared prompt and a long private task, so an agent's own context is most of what
+#: its next call can reuse
+LONG_TASK = """\
+name: long_task
+description: 100-token shared prompt, 300-token task, 16-token turns
+system_prompt: {style: prose, tokens: 100}
+task_tokens: {dist: constant, value: 300}
+instruction_tokens: {dist: constant, value: 10}
+output_tokens:
+  default: {dist: constant, value: 16}
+think_time_s: {dist: constant, value: 0}
+"""
+
+
+def test_sweep_shows_the_slot_cache_giving_way_past_its_slots(
+    llama: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Agents 1, 2 and 6 (chains of 3 calls, all at once) against a llama-server with 2 slots
+    and no host-memory prompt cache (``--cache-ram 0``): a slot keeps one prompt, so with more
+    agents than slots an agent's next call mostly lands on a slot another agent overwrote and
+    reuses only the shared prompt, while the ideal reuses its whole context. The sweep empties
+    the slots between points (``--slot-save-path`` enables the erase action) and its report shows
+    realised / ideal hit falling away."""
+    found = locate()
+    assert not isinstance(found, str)  # the module's fixture has skipped already otherwise
+    binary, model = found
+    folder = tmp_path_factory.mktemp("sweep")
+    (folder / "long_task.yaml").write_text(LONG_TASK)
+    slots = folder / "slots"
+    slots.mkdir()
+    extra = ("--cache-ram", "0", "--slot-save-path", str(slots))
+    with llama_server(binary, model, folder / "server.log", parallel=2, ctx=4096, extra=extra) as url:
+        out = subprocess.run(
+            [
+                *SWARM, "sweep", "--target", f"llama={url}", "--engine", "llamacpp", "--agents", "1,2,6",
+                "--profile", str(folder / "long_task.yaml"), "--topology", "chain", "--arrival", "all_at_once",
+                "--output", str(folder / "sweep"), "--json",
+            ],
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout)
+    points = report["targets"]["llama"]["points"]
+    assert [p["load"] for p in points] == [1.0, 2.0, 6.0]
+    alone, crowded = points[0]["figures"], points[-1]["figures"]
+    assert alone["hit_vs_ideal"] > 0.8, alone
+    assert crowded["hit_vs_ideal"] < 0.7 * alone["hit_vs_ideal"], (alone, crowded)
+    assert crowded["misses.lost_share"] > alone["misses.lost_share"]
+    manifest = json.loads((folder / "sweep" / "sweep.json").read_text())
+    assert all(
+        p["cache_reset"].startswith("POST /slots/<id>?action=erase (2 slots)") for p in manifest["points"]
+    )
