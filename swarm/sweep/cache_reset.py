@@ -49,6 +49,9 @@ def reset_prefix_cache(target: ResolvedTarget, timeout_s: float = 30.0) -> str:
                 _call(f"{base}/slots/{slot}?action=erase", "POST", key, timeout_s)
             return f"POST /slots/<id>?action=erase ({len(ids)} slots)"
     except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError) as exc:
-        log.warning("could not empty the prefix cache of %s at %s: %s", target.name, redact_url(base), exc)
-        return f"failed: {type(exc).__name__}: {exc}"
+        hint = ""
+        if target.engine == "llamacpp" and isinstance(exc, urllib.error.HTTPError) and exc.code == 501:
+            hint = " (llama-server erases slots only when started with --slot-save-path)"
+        log.warning("could not empty the prefix cache of %s at %s: %s%s", target.name, redact_url(base), exc, hint)
+        return f"failed: {type(exc).__name__}: {exc}{hint}"
     return "none"
