@@ -159,20 +159,27 @@ def test_report_on_the_real_run(swarm_run: str, tmp_path: Path) -> None:
 #: its next call can reuse
 LONG_TASK = """\
 name: long_task
-description: 100-token shared prompt, 300-token task, 16-token turns
-system_prompt: {style: prose, tokens: 100}
-task_tokens: {dist: constant, value: 300}
+description: 60-token shared prompt, 200-token task, 8-token turns
+system_prompt: {style: prose, tokens: 60}
+task_tokens: {dist: constant, value: 200}
 instruction_tokens: {dist: constant, value: 10}
 output_tokens:
-  default: {dist: constant, value: 16}
+  default: {dist: constant, value: 8}
 think_time_s: {dist: constant, value: 0}
+"""
+
+CHAIN3 = """\
+name: chain3
+description: three calls in sequence, each sees the turns before it
+generator: chain
+params: {length: 3}
 """
 
 
 def test_sweep_shows_the_slot_cache_giving_way_past_its_slots(
     llama: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """Agents 1, 2 and 6 (chains of 3 calls, all at once) against a llama-server with 2 slots
+    """Agents 1, 2 and 5 (chains of 3 calls, all at once) against a llama-server with 2 slots
     and no host-memory prompt cache (``--cache-ram 0``): a slot keeps one prompt, so with more
     agents than slots an agent's next call mostly lands on a slot another agent overwrote and
     reuses only the shared prompt, while the ideal reuses its whole context. The sweep empties
@@ -183,14 +190,15 @@ def test_sweep_shows_the_slot_cache_giving_way_past_its_slots(
     binary, model = found
     folder = tmp_path_factory.mktemp("sweep")
     (folder / "long_task.yaml").write_text(LONG_TASK)
+    (folder / "chain3.yaml").write_text(CHAIN3)
     slots = folder / "slots"
     slots.mkdir()
     extra = ("--cache-ram", "0", "--slot-save-path", str(slots))
     with llama_server(binary, model, folder / "server.log", parallel=2, ctx=4096, extra=extra) as url:
         out = subprocess.run(
             [
-                *SWARM, "sweep", "--target", f"llama={url}", "--engine", "llamacpp", "--agents", "1,2,6",
-                "--profile", str(folder / "long_task.yaml"), "--topology", "chain", "--arrival", "all_at_once",
+                *SWARM, "sweep", "--target", f"llama={url}", "--engine", "llamacpp", "--agents", "1,2,5",
+                "--profile", str(folder / "long_task.yaml"), "--topology", str(folder / "chain3.yaml"), "--arrival", "all_at_once",
                 "--output", str(folder / "sweep"), "--json",
             ],
             capture_output=True, text=True, timeout=600,
@@ -198,7 +206,7 @@ def test_sweep_shows_the_slot_cache_giving_way_past_its_slots(
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout)
     points = report["targets"]["llama"]["points"]
-    assert [p["load"] for p in points] == [1.0, 2.0, 6.0]
+    assert [p["load"] for p in points] == [1.0, 2.0, 5.0]
     alone, crowded = points[0]["figures"], points[-1]["figures"]
     assert alone["hit_vs_ideal"] > 0.8, alone
     assert crowded["hit_vs_ideal"] < 0.7 * alone["hit_vs_ideal"], (alone, crowded)

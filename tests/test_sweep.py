@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -232,7 +233,7 @@ def test_sweep_over_replayed_sessions_sets_the_closed_loop_per_point(
     out = tmp_path / "replay-sweep"
     launcher = ReplayPoints(plan, {"mode": "dependent"})
     execute_sweep(
-        SweepSpec(knob="sessions", loads=[1, 2], output=str(out)), launcher, [sglang], InProcessExecutor()
+        SweepSpec(knob="max_sessions", loads=[1, 2], output=str(out)), launcher, [sglang], InProcessExecutor()
     )
     runs = SweepManifest.read(str(out)).done_runs()
     assert [RunManifest.read(out / r.run_dir).replay_of["max_sessions"] for r in runs] == [1, 2]  # type: ignore[index]
@@ -364,7 +365,7 @@ def test_report_and_compare_read_sweep_folders(
 
 
 def test_emulator_cliff_lies_within_one_ladder_step_of_the_working_set_prediction(tmp_path: Path) -> None:
-    """Both emulator profiles with a 6,000-token prefix cache, agents 2 to 32 (factor 2).
+    """Both emulator profiles with a 6,000-token prefix cache, agents 2 to 16 (factor 2).
 
     Each agent: a 200-token shared prompt, then 4 react steps whose context grows by its
     output and a 250-token observation. The report predicts the cliff from the working set at
@@ -376,7 +377,7 @@ def test_emulator_cliff_lies_within_one_ladder_step_of_the_working_set_predictio
     spec.workload.mix[0].topology = "react"
     out = tmp_path / "cliff"
     execute_sweep(
-        _sweep(out, [2, 4, 8, 16, 32]), AgentPoints(spec, Catalog()), [], InProcessExecutor(),
+        _sweep(out, [2, 4, 8, 16]), AgentPoints(spec, Catalog()), [], InProcessExecutor(),
         emulator_args=["--cache-tokens=6000"],
     )  # fmt: skip
     report = build_sweep_report(out)
@@ -393,3 +394,89 @@ def test_emulator_cliff_lies_within_one_ladder_step_of_the_working_set_predictio
         )
         lowest = target["points"][0]["figures"]
         assert lowest["hit_vs_ideal"] > 0.9  # below the budget, the engine reuses what the ideal does
+
+
+def test_a_target_that_fails_stops_alone_and_the_report_says_so(
+    emulator: Callable[..., EmulatorThread], tmp_path: Path
+) -> None:
+    """Two targets; the second stops answering after the first point. The sweep goes on with the
+    first, records the second as failed at the next load, ends ``stopped``, and its report
+    warns; a run folder deleted afterwards is a warning too, not a crash."""
+    good = TargetSpec(
+        name="good", url=emulator(engine="sglang", timing="fixed", first_token_ms=5, token_ms=2).url
+    )
+    dying = emulator(engine="sglang", timing="fixed", first_token_ms=5, token_ms=2)
+    bad = TargetSpec(name="dying", url=dying.url, engine="sglang")
+    out = tmp_path / "sweep"
+
+    def on_event(event: SweepEvent) -> None:
+        if event.kind == "done" and event.target == "dying":
+            dying.stop()  # gone before the next point
+
+    result = execute_sweep(
+        _sweep(out, [1, 2]), AgentPoints(_spec(tmp_path)), [good, bad], InProcessExecutor(), on_event=on_event
+    )
+    manifest = SweepManifest.read(str(out))
+    assert manifest.status == "stopped" and "dying failed at agents=2" in (manifest.status_reason or "")
+    assert [(r.index, r.target) for r in manifest.done_runs()] == [(0, "good"), (0, "dying"), (1, "good")]
+    assert manifest.latest(1, "dying").status == "failed"  # type: ignore[union-attr]
+    assert len(result.results["good"]) == 2
+    report = build_sweep_report(out)
+    assert any("dying at 2: the point failed" in w for w in report["warnings"])
+    shutil.rmtree(out / manifest.done_runs()[0].run_dir)
+    report = build_sweep_report(out)
+    assert [p["load"] for p in report["targets"]["good"]["points"]] == [2.0]
+    assert any("is gone" in w for w in report["warnings"])
+
+
+def test_sweep_json_holds_no_credentials(sglang: TargetSpec, tmp_path: Path) -> None:
+    """A target URL with a user and password is written to the sweep manifest without them (the
+    run manifests redact it too)."""
+    secret = TargetSpec(
+        name="emu", url=sglang.url.replace("http://", "http://alice:hunter2@"), engine="sglang"
+    )
+    out = tmp_path / "s"
+    try:
+        execute_sweep(_sweep(out, [1]), AgentPoints(_spec(tmp_path)), [secret], InProcessExecutor())
+    except InputError:
+        pass  # whether the target takes credentials in its URL is not the point here
+    text = (out / "sweep.json").read_text()
+    assert "hunter2" not in text and "127.0.0.1" in text
+
+
+def test_sweep_command_line_refuses_flags_that_do_not_apply_and_reads_spec_targets(
+    emulator: Callable[..., EmulatorThread], tmp_path: Path
+) -> None:
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+
+    def sweep(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*SWARM, "sweep", *args], capture_output=True, text=True, env=env, timeout=300)
+
+    refused = sweep("--replay", str(tmp_path), "--max-sessions", "1", "--seed", "3")
+    assert refused.returncode == 2 and "--seed apply to agent swarms" in refused.stderr
+    refused = sweep("--copies", "2")
+    assert refused.returncode == 2 and "--copies apply with --replay only" in refused.stderr
+    refused = sweep("--agents", "1,2", "--max-in-flight", "2")
+    assert refused.returncode == 2 and "give one load knob" in refused.stderr
+
+    url = emulator(engine="sglang", timing="fixed", first_token_ms=5, token_ms=2).url
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(
+        f"targets: [{{name: emu, url: '{url}', engine: sglang}}]\n"
+        f"workload: {{mix: [{{profile: '{tmp_path / 'tiny.yaml'}', topology: chain}}], arrival: {{process: all_at_once}}}}\n"
+    )
+    done = sweep("--spec", str(spec_file), "--agents", "1", "--output", str(tmp_path / "from-spec"), "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    manifest = SweepManifest.read(str(tmp_path / "from-spec"))
+    assert manifest.targets == ["emu"]  # the spec's target, not the emulated showdown
+
+    # a rate ladder without --arrival gets arrivals with a rate (the default is all at once)
+    done = sweep(
+        "--target", f"emu={url}", "--engine", "sglang", "--rate", "5", "--profile", str(tmp_path / "tiny.yaml"),
+        "--topology", "chain", "--duration", "1", "--output", str(tmp_path / "rate"), "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    (run,) = SweepManifest.read(str(tmp_path / "rate")).done_runs()
+    arrival = RunManifest.read(tmp_path / "rate" / run.run_dir).spec["workload"]["arrival"]
+    assert (arrival["process"], arrival["rate"]) == ("poisson", 5.0)

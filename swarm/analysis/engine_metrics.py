@@ -50,6 +50,8 @@ KV_USAGE_GAUGES = (
     "sglang:token_usage", "trtllm_kv_cache_utilization", "vllm:kv_cache_usage_perc",
     "vllm:gpu_cache_usage_perc", "llamacpp:kv_cache_usage_ratio",
 )  # fmt: skip
+#: swarm's emulator only: how full its prefix cache is (its KV gauge counts running sequences)
+CACHE_USAGE_GAUGES = ("swarm_emulator_prefix_cache_usage",)
 RUNNING_GAUGES = (
     "sglang:num_running_reqs", "vllm:num_requests_running", "trtllm_num_requests_running",
     "llamacpp:requests_processing",
@@ -131,11 +133,15 @@ def target_figures(table: pa.Table, start_ns: int | None = None) -> dict[str, An
 
 def window_means(table: pa.Table, start_ns: int, end_ns: int) -> dict[str, Any]:
     """Gauges averaged over the scrapes in ``[start_ns, end_ns]`` (wall clock): ``kv_usage``
-    (share of the KV cache in use), ``queue`` and ``running`` (requests), each the plain mean
+    (share of the KV cache in use), ``cache_usage`` (the emulator's prefix cache, full share),
+    ``queue`` and ``running`` (requests), each the plain mean
     of its samples there (scrapes are evenly spaced), None where the engine has no such gauge or
     no scrape fell in the window; ``*_metric`` names the gauge read."""
     out: dict[str, Any] = {}
-    for key, names in (("kv_usage", KV_USAGE_GAUGES), ("queue", QUEUE_GAUGES), ("running", RUNNING_GAUGES)):
+    for key, names in (
+        ("kv_usage", KV_USAGE_GAUGES), ("cache_usage", CACHE_USAGE_GAUGES), ("queue", QUEUE_GAUGES),
+        ("running", RUNNING_GAUGES),
+    ):  # fmt: skip
         name = _first_present(table, names) if table.num_rows else None
         out[key], out[f"{key}_metric"] = None, name
         if name is None:

@@ -50,6 +50,13 @@ def compare_sweeps(reports: list[dict[str, Any]], labels: list[str]) -> dict[str
     kinds = {r["sweep"]["kind"] for r in reports}
     if len(kinds) > 1:
         warnings.append(f"the sweeps send different kinds of traffic: {', '.join(sorted(kinds))}")
+    bases = {r["sweep"].get("base_digest") for r in reports}
+    if len(bases) > 1:
+        warnings.append(
+            "the sweeps send different workloads (base digests "
+            + ", ".join(str(r["sweep"].get("base_digest")) for r in reports)
+            + "): their differences are not only the engines'"
+        )
     seeds = {r["sweep"].get("seed") for r in reports}
     if len(seeds) > 1:
         warnings.append(f"the sweeps' workloads have different seeds: {sorted(map(str, seeds))}")

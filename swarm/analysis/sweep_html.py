@@ -447,9 +447,9 @@ def _verdicts(report: Mapping[str, Any], targets: dict[str, dict[str, Any]]) -> 
                 f"{_fmt(pred.get('budget_tokens'), ',')} tokens)"
             )
         elif pred:
-            predicted = "not predicted: the working set never fills the KV budget"
+            predicted = "not predicted: a session adds no context of its own"
         else:
-            predicted = "not predicted (needs a KV budget and a knob of agents or sessions)"
+            predicted = "not predicted (needs a KV budget and a knob of agents or max_sessions)"
         out.append(f"<li>{_e(name)}: {found}; {predicted}</li>")
     out.append("</ul>")
     figure = _e(report.get("crossover_figure") or MISSING)
@@ -472,6 +472,10 @@ def _verdicts(report: Mapping[str, Any], targets: dict[str, dict[str, Any]]) -> 
         out.append('<ul class="invalid">' + "".join(f"<li>{_e(i)}</li>" for i in invalid) + "</ul>")
     else:
         out.append('<p class="note">None.</p>')
+    warnings = report.get("warnings") or []
+    if warnings:
+        out.append("<h3>Warnings</h3>")
+        out.append('<ul class="invalid">' + "".join(f"<li>{_e(w)}</li>" for w in warnings) + "</ul>")
     return "".join(out)
 
 

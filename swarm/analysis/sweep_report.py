@@ -13,8 +13,10 @@ KV budget (``working_set``), and crossovers.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ from swarm.analysis.sweep import (
     whole_run_window,
 )
 from swarm.analysis.working_set import WorkingSet, predicted_cliff_load, working_set
+from swarm.errors import InputError
 from swarm.trace.manifest import RunManifest
 from swarm.trace.reader import read_requests_tolerant
 from swarm.trace.sweep_manifest import PointRun, SweepManifest
@@ -75,10 +78,12 @@ class PointResult:
     validity: Validity
     engine: dict[str, Any]
     working: WorkingSet | None
+    #: how the target's prefix cache was emptied before the point (the sweep manifest's record)
+    cache_reset: str | None = None
 
     def sweep_point(self) -> sc.SweepPoint:
         flat = self.figures.flat()
-        for key in ("kv_usage", "queue", "running"):
+        for key in ("kv_usage", "cache_usage", "queue", "running"):
             if self.engine.get(key) is not None:
                 flat[f"engine.{key}"] = float(self.engine[key])
         return sc.SweepPoint(
@@ -99,6 +104,7 @@ class PointResult:
             "whole_run": {k: whole.get(k) for k in WHOLE_RUN_FIGURES},
             "engine": self.engine,
             "working_set": self.working.as_dict() if self.working else None,
+            "cache_reset": self.cache_reset,
         }
 
 
@@ -131,28 +137,57 @@ def point_result(
     )  # fmt: skip
 
 
-def _slo_of(manifest: SweepManifest) -> m.SLO | None:
-    return m.parse_slos(manifest.slos) if manifest.slos else None
+def _slo_of(slos: list[str]) -> m.SLO | None:
+    try:
+        return m.parse_slos(slos) if slos else None
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
 
 
-def load_points(folder: str | Path, manifest: SweepManifest) -> dict[str, list[PointResult]]:
-    """Every done point of the sweep, per target in the manifest's order."""
-    slo = _slo_of(manifest)
+def load_points(
+    folder: str | Path, manifest: SweepManifest, slo: m.SLO | None, warnings: list[str] | None = None
+) -> dict[str, list[PointResult]]:
+    """Every done point of the sweep whose run folder is there, per target in the manifest's
+    order; a done point whose folder is gone is left out with a line in ``warnings``."""
     max_error_rate = float(manifest.stop_rules.get("max_error_rate", 0.05))
     out: dict[str, list[PointResult]] = {name: [] for name in manifest.targets}
     for run in manifest.done_runs():
-        out.setdefault(run.target, []).append(
-            point_result(
-                Path(folder) / run.run_dir,
-                index=run.index,
-                load=run.load,
-                target=run.target,
-                slo=slo,
-                steady_fraction=manifest.steady_fraction,
-                max_error_rate=max_error_rate,
-            )
-        )
+        where = Path(folder) / run.run_dir
+        if not (where / "manifest.json").exists():
+            if warnings is not None:
+                warnings.append(
+                    f"{run.target} at {run.load:g}: its run folder {where} is gone (re-run the sweep)"
+                )
+            continue
+        result = point_result(
+            where, index=run.index, load=run.load, target=run.target, slo=slo,
+            steady_fraction=manifest.steady_fraction, max_error_rate=max_error_rate,
+        )  # fmt: skip
+        out.setdefault(run.target, []).append(replace(result, cache_reset=run.cache_reset))
     return out
+
+
+def _manifest_warnings(manifest: SweepManifest) -> list[str]:
+    """Points that failed (and were not run again since) and points that started warm."""
+    out: list[str] = []
+    done = {(p.index, p.target) for p in manifest.done_runs()}
+    for p in manifest.points:
+        if p.status == "failed" and (p.index, p.target) not in done:
+            out.append(f"{p.target} at {p.load:g}: the point failed: {p.status_reason}")
+    warm = [p for p in manifest.done_runs() if p.cache_reset == "none" or p.cache_reset.startswith("failed")]
+    for p in warm:
+        how = "the engine has no way to empty its prefix cache" if p.cache_reset == "none" else p.cache_reset
+        if p.index > 0:
+            out.append(
+                f"{p.target} at {p.load:g}: started warm ({how}); reuse of the earlier point's prompts may count"
+            )
+    return out
+
+
+def base_digest(manifest: SweepManifest) -> str:
+    """A digest of what every point of the sweep sends (its base workload or replay)."""
+    text = json.dumps(manifest.definition.get("base"), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def _engine_of(folder: str | Path, runs: list[PointRun], target: str) -> str | None:
@@ -160,7 +195,7 @@ def _engine_of(folder: str | Path, runs: list[PointRun], target: str) -> str | N
         if run.target == target:
             try:
                 info = RunManifest.read(Path(folder) / run.run_dir).targets
-            except (OSError, ValueError):
+            except (OSError, ValueError, InputError):
                 continue
             return next((t.engine for t in info if t.name == target), None)
     return None
@@ -173,6 +208,7 @@ def _cliff_entry(points: list[PointResult], fraction: float) -> dict[str, Any] |
     out = cliff.as_dict()
     below = next((p for p in points if p.load == cliff.between[1]), None)
     out["kv_usage_there"] = below.engine.get("kv_usage") if below else None
+    out["cache_usage_there"] = below.engine.get("cache_usage") if below else None
     return out
 
 
@@ -187,15 +223,24 @@ def _predicted(points: list[PointResult], budget: int | None, knob: str) -> dict
     if base is None or base.working is None:
         return None
     load = predicted_cliff_load(base.working, budget)
-    return {"load": load, "budget_tokens": budget, "from_load": base.load, **base.working.as_dict()}
+    return {
+        "load": load, "budget_tokens": budget, "from_load": base.load, **base.working.as_dict(),
+        "assumes": f"every one of the {knob} live at once (arrivals spread over time keep fewer live)",
+    }  # fmt: skip
 
 
-def build_sweep_report(folder: str | Path) -> dict[str, Any]:
-    """The whole report of a sweep folder as a JSON-ready dict (see the module docstring)."""
+def build_sweep_report(folder: str | Path, slos: list[str] | None = None) -> dict[str, Any]:
+    """The whole report of a sweep folder as a JSON-ready dict (see the module docstring).
+    ``slos`` judge the points instead of the sweep's own (for a fixed ladder they decide
+    nothing about which points ran)."""
     manifest = SweepManifest.read(str(folder))
-    points = load_points(folder, manifest)
-    slo = _slo_of(manifest)
-    percentile = str(manifest.definition.get("sweep", {}).get("slo_percentile", "p99"))
+    if slos is not None:
+        manifest.slos = list(slos)
+    slo = _slo_of(manifest.slos)
+    warnings = _manifest_warnings(manifest)
+    points = load_points(folder, manifest, slo, warnings)
+    analysis = manifest.definition.get("analysis") or manifest.definition.get("sweep") or {}
+    percentile = str(analysis.get("slo_percentile", "p99"))
     bounds = slo_bounds(slo, percentile) if slo else []
     targets: dict[str, Any] = {}
     for name, pts in points.items():
@@ -253,6 +298,7 @@ def build_sweep_report(folder: str | Path) -> dict[str, Any]:
             "steady_rule": steady_rule_text(manifest.steady_fraction),
             "cliff_fraction": manifest.cliff_fraction,
             "kv_budget_tokens": manifest.kv_budget_tokens,
+            "base_digest": base_digest(manifest),
             "loads": sorted({p.load for pts in points.values() for p in pts}),
         },
         "targets": targets,
@@ -261,6 +307,7 @@ def build_sweep_report(folder: str | Path) -> dict[str, Any]:
         "crossovers": crossings,
         "capacity_ratios": ratios,
         "invalid_points": invalid,
+        "warnings": warnings,
     }
 
 
@@ -294,6 +341,8 @@ def headline_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
                     value / 1000 if value is not None and figure == "tasks.completion_ms.p50" else value
                 )
             row["KV use"] = p["engine"].get("kv_usage")
+            if p["engine"].get("cache_usage") is not None:
+                row["cache use"] = p["engine"]["cache_usage"]
             row["valid"] = "yes" if p["valid"] else "NO: " + "; ".join(p["reasons"])
             rows.append(row)
     return rows

@@ -43,9 +43,7 @@ def report(
     if is_sweep_folder(run_dir):
         from swarm.cli.sweep_view import print_sweep_report
 
-        if slo:
-            raise InputError("--slo: a sweep's SLOs are set when it runs (swarm sweep --slo)")
-        print_sweep_report(run_dir, html, json_out)
+        print_sweep_report(run_dir, html, json_out, slo or None)
         return
     report_command(run_dir, html, json_out, slo or [])
 

@@ -46,8 +46,11 @@ def sweep(
     ] = None,
     max_in_flight: Annotated[str | None, typer.Option(help="ladder of in-flight caps")] = None,
     rate: Annotated[str | None, typer.Option(help="ladder of agent arrival rates (per second)")] = None,
-    sessions: Annotated[
-        str | None, typer.Option(help="replays: ladder of concurrent sessions (a closed loop)")
+    max_sessions: Annotated[
+        str | None,
+        typer.Option(
+            help="replays: ladder of sessions in progress at once (a closed loop, as swarm replay's)"
+        ),
     ] = None,
     speed: Annotated[str | None, typer.Option(help="replays: ladder of time compressions")] = None,
     auto: Annotated[
@@ -132,17 +135,31 @@ def sweep(
             ("agents", agents),
             ("max_in_flight", max_in_flight),
             ("rate", rate),
-            ("sessions", sessions),
+            ("max_sessions", max_sessions),
             ("speed", speed),
         )
         if v is not None
     }
     if len(ladders) > 1:
         raise InputError(f"give one load knob, not {', '.join('--' + k.replace('_', '-') for k in ladders)}")
-    showdown = not ladders and spec is None and replay is None and not target
+    workload_flags = {
+        "profile": profile, "topology": topology, "system_prompts": system_prompts, "seed": seed,
+        "arrival": arrival, "duration_s": duration,
+    }  # fmt: skip
+    replay_flags = {"format": format, "mode": mode, "limit": limit, "copies": copies if copies != 1 else None}
+    if replay is not None:
+        given = [k for k, v in workload_flags.items() if v is not None]
+        if given:
+            raise InputError(
+                f"--replay sends the recorded traffic: {', '.join(_flag(k) for k in given)} apply to agent swarms"
+            )
+    else:
+        given = [k for k, v in replay_flags.items() if v is not None]
+        if given:
+            raise InputError(f"{', '.join(_flag(k) for k in given)} apply with --replay only")
     if not ladders:
         if replay is not None:
-            raise InputError("--replay: give a ladder with --sessions, --max-in-flight or --speed")
+            raise InputError("--replay: give a ladder with --max-sessions, --max-in-flight or --speed")
         ladders = {"agents": SHOWDOWN_LADDER}
     knob, text = next(iter(ladders.items()))
     values = _loads(knob.replace("_", "-"), text)
@@ -175,7 +192,7 @@ def sweep(
             raise InputError(f"{spec}: expected a mapping at the top level")
         data = loaded
     emulator_args = list(emulator_arg or [])
-    if not target and not emulator_args and not data.get("emulator_args"):
+    if not target and not data.get("targets") and not emulator_args and not data.get("emulator_args"):
         emulator_args = [f"--cache-tokens={SHOWDOWN_CACHE_TOKENS}"]
     data = opt.sending_settings(
         data, output=None, record_text=False, executor=executor, workers=workers, address=address,
@@ -192,16 +209,19 @@ def sweep(
         from swarm.cli.run import parse_targets
 
         targets_data = parse_targets(target, engine or [], dialect, model, api_key_env, api_key_file)
+    if knob == "rate" and arrival is None and "arrival" not in (data.get("workload") or {}):
+        workload_flags["arrival"] = "poisson:1"  # a rate knob needs arrivals with a rate; each point sets it
     code = sweep_command(
-        sweep_spec, data, targets_data, replay=replay, replay_options={
-            "format": format, "mode": mode, "limit": limit, "copies": copies,
-        }, workload_flags={
-            "profile": profile, "topology": topology, "system_prompts": system_prompts, "seed": seed,
-            "arrival": arrival, "duration_s": duration,
-        }, showdown=showdown or spec is None, html=html, json_out=json_out,
+        sweep_spec, data, targets_data, replay=replay, replay_options={**replay_flags, "copies": copies},
+        workload_flags=workload_flags, showdown=spec is None, html=html, json_out=json_out,
+        source=f"{spec} (with flags)" if spec is not None else "sweep flags",
     )  # fmt: skip
     if code:
         raise typer.Exit(code)
+
+
+def _flag(name: str) -> str:
+    return "--" + {"duration_s": "duration"}.get(name, name).replace("_", "-")
 
 
 def _workload(data: dict[str, Any], flags: dict[str, Any], showdown_defaults: bool) -> dict[str, Any]:
@@ -236,6 +256,7 @@ def sweep_command(
     showdown: bool,
     html: Path | None,
     json_out: bool,
+    source: str = "sweep flags",
 ) -> int:
     """Build the launcher, run the sweep with progress lines, print its report; the exit code."""
     from swarm.launch import make_executor
@@ -249,12 +270,12 @@ def sweep_command(
     launcher: PointLauncher
     if replay is None:
         data = {**data, "workload": _workload(data, workload_flags, showdown)}
-        run_spec = validate(RunSpec, data, "sweep flags")
-        launcher = AgentPoints(run_spec, source="sweep flags")
+        run_spec = validate(RunSpec, data, source)
+        launcher = AgentPoints(run_spec, source=source)
     else:
         from swarm.cli.replay import build_plan
 
-        run_spec = validate(RunSpec, data, "sweep flags")
+        run_spec = validate(RunSpec, data, source)
         plan, filters = build_plan(replay, replay_options["format"], limit=replay_options["limit"])
         launcher = ReplayPoints(
             plan,
@@ -267,7 +288,7 @@ def sweep_command(
         run_spec.executor, workers=run_spec.workers, address=run_spec.address,
         ray_timeout_s=run_spec.ray_timeout_s, flush_interval_s=run_spec.flush_interval_s, keep_workers=True,
     )  # fmt: skip
-    targets = [TargetSpec(**t) for t in targets_data]
+    targets = [TargetSpec(**t) for t in targets_data] or list(run_spec.targets)
 
     def on_event(event: SweepEvent) -> None:
         where = f"{sweep_spec.knob}={format_load(event.load)} {event.target}"

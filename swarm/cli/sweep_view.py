@@ -17,7 +17,14 @@ from rich.table import Table
 
 from swarm.analysis.rows import fmt
 
-_SPECS = {"hit": ".1%", "ideal": ".1%", "hit/ideal": ".2f", "lost": ".0%", "KV use": ".1%"}
+_SPECS = {
+    "hit": ".1%",
+    "ideal": ".1%",
+    "hit/ideal": ".2f",
+    "lost": ".0%",
+    "KV use": ".1%",
+    "cache use": ".0%",
+}
 
 
 def sweep_tables(report: dict[str, Any]) -> list[Table]:
@@ -30,13 +37,17 @@ def sweep_tables(report: dict[str, Any]) -> list[Table]:
     for name, target in report["targets"].items():
         engine = target.get("engine") or "?"
         table = Table(title=f"{name} ({engine}): steady-window figures by {knob}")
-        columns = [c for c in rows[0] if c not in ("target",)] if rows else ["load"]
+        columns = list(dict.fromkeys(c for r in rows if r["target"] == name for c in r if c != "target")) or [
+            "load"
+        ]
+        if "valid" in columns:  # last, as it is the widest
+            columns = [c for c in columns if c != "valid"] + ["valid"]
         for c in columns:
             table.add_column(c, justify="left" if c == "valid" else "right")
         for r in rows:
             if r["target"] != name:
                 continue
-            table.add_row(*[_cell(c, r[c]) for c in columns])
+            table.add_row(*[_cell(c, r.get(c)) for c in columns])
         tables.append(table)
     return tables
 
@@ -64,7 +75,13 @@ def verdict_lines(report: dict[str, Any]) -> list[str]:
             out.append(
                 f"{name}: eviction cliff at {knob} ~{cliff['load']:.3g} (hit/ideal below "
                 f"{cliff['fraction']:g} x {cliff['base']:.2f}, between {cliff['between'][0]:g} and "
-                f"{cliff['between'][1]:g}; KV usage there {fmt(kv, '.1%')})"
+                f"{cliff['between'][1]:g}; KV usage there {fmt(kv, '.1%')}"
+                + (
+                    f", prefix cache {fmt(cliff['cache_usage_there'], '.0%')} full"
+                    if cliff.get("cache_usage_there") is not None
+                    else ""
+                )
+                + ")"
             )
         else:
             out.append(f"{name}: no eviction cliff in the ladder")
@@ -87,11 +104,12 @@ def verdict_lines(report: dict[str, Any]) -> list[str]:
     return out
 
 
-def print_sweep_report(folder: str, html: Path | None, as_json: bool) -> None:
-    """The sweep's report: JSON on stdout, or tables and verdicts; ``html`` also writes the page."""
+def print_sweep_report(folder: str, html: Path | None, as_json: bool, slos: list[str] | None = None) -> None:
+    """The sweep's report: JSON on stdout, or tables and verdicts; ``html`` also writes the page.
+    ``slos`` judge the points instead of the sweep's own."""
     from swarm.analysis.sweep_report import build_sweep_report
 
-    report = build_sweep_report(folder)
+    report = build_sweep_report(folder, slos)
     if html is not None:
         from swarm.analysis.sweep_html import render_sweep_html
 
@@ -111,6 +129,8 @@ def print_sweep_report(folder: str, html: Path | None, as_json: bool) -> None:
         console.print(table)
     for line in verdict_lines(report):
         console.print(line, highlight=False, soft_wrap=True)
+    for warning in report.get("warnings", []):
+        console.print(f"[bold yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
     if any(name.startswith("emulator-") for name in report["targets"]):
         console.print(
             "[dim]figures from swarm's engine emulator, a model of an engine - not measurements of one[/dim]"

@@ -141,7 +141,10 @@ class RayExecutor:
         parts = run.source.split(wanted)  # fewer when a cap cannot be shared by that many
         n = len(parts)
         total_cpus = float(ray.cluster_resources().get("CPU", 1.0))
-        cpus_each = min(1.0, total_cpus / n)
+        # kept workers are sized for the most a run may ask (--workers), so a later run that
+        # wants more of them still fits beside the ones already placed
+        most = max(n, self.workers or self.default_workers()) if self.keep_workers else n
+        cpus_each = min(1.0, total_cpus / most)
         if self.worker_writes and run.storage is None:
             raise InputError("--worker-writes needs a run folder")
         payloads = [
@@ -164,9 +167,14 @@ class RayExecutor:
             num_cpus=cpus_each, scheduling_strategy="SPREAD", max_concurrency=64
         )
         if self.keep_workers:
-            reused = self._pool[:n]
-            ray.get([a.load.remote(i, payloads[i]) for i, a in enumerate(reused)])
-            self._pool += [actor_cls.remote(i, payloads[i]) for i in range(len(reused), n)]
+            for i, actor in enumerate(self._pool[:n]):
+                try:
+                    ray.get(actor.load.remote(i, payloads[i]), timeout=60)
+                except (RayActorError, GetTimeoutError) as exc:  # gone since the last run: replace it
+                    log.warning("kept worker %d is gone (%s): starting another", i, type(exc).__name__)
+                    ray.kill(actor)
+                    self._pool[i] = actor_cls.remote(i, payloads[i])
+            self._pool += [actor_cls.remote(i, payloads[i]) for i in range(len(self._pool), n)]
             actors: list[Any] = self._pool[:n]
         else:
             actors = [actor_cls.remote(i, payloads[i]) for i in range(n)]

@@ -91,6 +91,13 @@ def prometheus_text(config: EmulatorConfig, model: EngineModel) -> str:
     # the emulator's own, in both profiles: whether it kept its step-time model
     for name, value, help_text in emulator_step_metrics(st):
         metric(name, "counter", value, help_text)
+    # and how full its prefix cache is (the engines' KV gauges count running sequences only)
+    used = model.cache.size_tokens
+    share = used / config.cache_capacity_tokens if config.cache_capacity_tokens else 0.0
+    metric(
+        "swarm_emulator_prefix_cache_usage", "gauge", share,
+        "Tokens held by the prefix cache over its capacity (swarm emulator; 0 when unbounded).",
+    )  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

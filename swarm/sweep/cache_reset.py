@@ -6,13 +6,15 @@ count work it never did at this load. The way per engine: the profile's ``flush_
 (SGLang ``POST /flush_cache``, vLLM ``POST /reset_prefix_cache``); swarm's emulator accepts
 ``POST /swarm/flush_cache`` in both profiles; llama.cpp erases each slot (``POST
 /slots/<id>?action=erase``, the slots listed by ``GET /slots``). TensorRT-LLM's server has none:
-the point records ``none`` and the report says reuse from an earlier point may count there.
+the point records ``none``, and the report warns that reuse from an earlier point may count
+there (as it does for a reset that failed).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 import urllib.error
 import urllib.request
 
@@ -32,15 +34,31 @@ def _call(url: str, method: str, key: str | None, timeout_s: float) -> bytes:
         return bytes(resp.read())
 
 
-def reset_prefix_cache(target: ResolvedTarget, timeout_s: float = 30.0) -> str:
+def _flush(url: str, key: str | None, timeout_s: float, retry_s: float) -> None:
+    """POST ``url``; while the engine refuses because requests are still running (SGLang and the
+    emulator answer 400 then; the previous point's cut requests may still be finishing), try
+    again every 0.5 s for up to ``retry_s``."""
+    deadline = time.monotonic() + retry_s
+    while True:
+        try:
+            _call(url, "POST", key, timeout_s)
+            return
+        except urllib.error.HTTPError as exc:
+            if exc.code not in (400, 503) or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.5)
+
+
+def reset_prefix_cache(target: ResolvedTarget, timeout_s: float = 30.0, retry_s: float = 15.0) -> str:
     """Empty ``target``'s prefix cache; returns what was done (``"POST /swarm/flush_cache"``), or
-    ``"none"`` when the engine has no way, or ``"failed: ..."`` (logged as a warning)."""
+    ``"none"`` when the engine has no way, or ``"failed: ..."`` (logged as a warning; the report
+    lists the point)."""
     base = target.url.rstrip("/")
     key = read_api_key(target.api_key_env, target.api_key_file)
     path = "/swarm/flush_cache" if target.emulated else get_profile(target.engine).flush_path
     try:
         if path:
-            _call(base + path, "POST", key, timeout_s)
+            _flush(base + path, key, timeout_s, retry_s)
             return f"POST {path}"
         if target.engine == "llamacpp":
             slots = json.loads(_call(base + "/slots", "GET", key, timeout_s))
@@ -52,6 +70,8 @@ def reset_prefix_cache(target: ResolvedTarget, timeout_s: float = 30.0) -> str:
         hint = ""
         if target.engine == "llamacpp" and isinstance(exc, urllib.error.HTTPError) and exc.code == 501:
             hint = " (llama-server erases slots only when started with --slot-save-path)"
-        log.warning("could not empty the prefix cache of %s at %s: %s%s", target.name, redact_url(base), exc, hint)
+        log.warning(
+            "could not empty the prefix cache of %s at %s: %s%s", target.name, redact_url(base), exc, hint
+        )
         return f"failed: {type(exc).__name__}: {exc}{hint}"
     return "none"

@@ -12,11 +12,13 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Protocol
 
+from swarm.clients.client import redact_url
 from swarm.errors import InputError
 from swarm.launch import execute_replay, execute_run
 from swarm.replay.plan import ReplayPlan
 from swarm.runtime.executor import Executor
 from swarm.runtime.frame import RunResult
+from swarm.runtime.replay_source import group_sessions
 from swarm.runtime.specs import RunSpec, TargetSpec
 from swarm.sweep.spec import AGENT_KNOBS, INTEGER_KNOBS, REPLAY_KNOBS
 from swarm.workload.catalog import Catalog
@@ -36,6 +38,10 @@ class PointLauncher(Protocol):
 
     def definition(self) -> dict[str, Any]:
         """What every point sends (for the sweep's digest: a re-run must send the same)."""
+        ...
+
+    def check_knob(self, knob: str, loads: list[float]) -> None:
+        """An InputError when ``knob`` (or a load of a fixed ladder) cannot vary this base."""
         ...
 
     def run_point(
@@ -63,7 +69,7 @@ class AgentPoints:
         self.seed: int | None = spec.workload.seed
         self._digests = Workload(spec.workload, catalog).content_digests()
 
-    def check_knob(self, knob: str) -> None:
+    def check_knob(self, knob: str, loads: list[float] | None = None) -> None:
         if knob not in self.knobs:
             raise InputError(f"an agent sweep's knob is one of {', '.join(self.knobs)}, not {knob}")
         if knob == "rate" and self.spec.workload.arrival.process == "all_at_once":
@@ -96,7 +102,7 @@ class AgentPoints:
 
 
 class ReplayPoints:
-    """Replays: concurrent ``sessions`` (a closed loop), ``max_in_flight`` or ``speed`` per point.
+    """Replays: ``max_sessions`` in progress (a closed loop), ``max_in_flight`` or ``speed`` per point.
 
     ``settings`` are ``execute_replay``'s keyword arguments (mode, speed, copies, retries, ...)
     other than the plan, targets, executor and output folder."""
@@ -109,9 +115,17 @@ class ReplayPoints:
         self.settings = dict(settings)
         self.seed = plan.source_seed
 
-    def check_knob(self, knob: str) -> None:
+    def check_knob(self, knob: str, loads: list[float] | None = None) -> None:
         if knob not in self.knobs:
             raise InputError(f"a replay sweep's knob is one of {', '.join(self.knobs)}, not {knob}")
+        if knob == "max_sessions" and loads:
+            sessions = len(group_sessions(self.plan.items)) * int(self.settings.get("copies", 1))
+            if max(loads) > sessions:
+                raise InputError(
+                    f"--max-sessions {max(loads):g}: the replay has {sessions} sessions"
+                    f"{' (with its copies)' if self.settings.get('copies', 1) > 1 else ''}; "
+                    "more in progress at once than that is the same load (--copies N plays each N times)"
+                )
 
     def definition(self) -> dict[str, Any]:
         h = hashlib.sha256()
@@ -126,7 +140,7 @@ class ReplayPoints:
             if k not in ("spec", "tokenizer", "on_target_start", "emulator_args", "record_text")
         }
         return {
-            "source": self.plan.source,
+            "source": redact_url(self.plan.source) if "://" in self.plan.source else self.plan.source,
             "format": self.plan.source_format,
             "requests": len(self.plan.items),
             "items_digest": h.hexdigest()[:16],
@@ -138,7 +152,7 @@ class ReplayPoints:
     ) -> RunResult:
         kwargs = dict(self.settings)
         value = _value(knob, load)
-        if knob == "sessions":
+        if knob == "max_sessions":
             kwargs["max_sessions"] = int(value)
         elif knob == "max_in_flight":
             kwargs["max_in_flight"] = int(value)

@@ -10,7 +10,10 @@ run is complete or stopped is skipped on a re-run; one that was killed or interr
 again in a new run folder (the old attempt stays listed).
 
 An auto ladder climbs until every target has met a stop rule (``stop_rule``) or the ladder's
-limits; a target that met one is not measured at higher loads.
+limits; a target that met one is not measured at higher loads. A target whose point fails (it
+cannot be reached, or its run failed) is recorded as failed at that load and not measured
+further; the others go on, and the sweep ends ``stopped`` saying which failed (a re-run tries
+the failed point again).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 from swarm import __version__
 from swarm.analysis import metrics as m
 from swarm.analysis.sweep_report import PointResult, point_result, slo_bounds
+from swarm.clients.client import redact_url
 from swarm.errors import InputError
 from swarm.runtime.context import TargetOutcome, TargetRun
 from swarm.runtime.executor import Executor
@@ -91,7 +95,7 @@ def stop_rule(history: list[PointResult], rules: StopRules, slo: m.SLO | None, p
     """The first stop rule the last point of ``history`` (one target, ascending load) meets:
     its error share above ``max_error_rate``; the generator behind its schedule; an SLO
     figure above its bound times ``slo_factor``; output tokens/s not above the best earlier
-    point's times ``1 + min_gain``. None when it meets none."""
+    valid point's times ``1 + min_gain``. None when it meets none."""
     if not history:
         return None
     last = history[-1]
@@ -107,7 +111,9 @@ def stop_rule(history: list[PointResult], rules: StopRules, slo: m.SLO | None, p
         if value is not None and value > bound.limit * rules.slo_factor:
             return f"{bound.figure} {value:.4g} above {rules.slo_factor:g} x its SLO {bound.limit:g}"
     earlier = [
-        p.figures.output_tokens_per_s for p in history[:-1] if p.figures.output_tokens_per_s is not None
+        p.figures.output_tokens_per_s
+        for p in history[:-1]
+        if p.validity.valid and p.figures.output_tokens_per_s is not None
     ]
     now = f.output_tokens_per_s
     if earlier and now is not None and now <= max(earlier) * (1 + rules.min_gain):
@@ -122,13 +128,15 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name) or "target"
 
 
-def _emulator_budget(args: list[str]) -> int:
+def _emulator_budget(args: list[str]) -> int | None:
+    """The emulators' prefix-cache size from their arguments; None when unbounded (0)."""
+    value: int = EMULATOR_DEFAULT_CACHE_TOKENS
     for i, arg in enumerate(args):
         if arg.startswith("--cache-tokens="):
-            return int(arg.split("=", 1)[1])
-        if arg == "--cache-tokens" and i + 1 < len(args):
-            return int(args[i + 1])
-    return EMULATOR_DEFAULT_CACHE_TOKENS
+            value = int(arg.split("=", 1)[1])
+        elif arg == "--cache-tokens" and i + 1 < len(args):
+            value = int(args[i + 1])
+    return value or None
 
 
 def default_folder(digest: str, output_root: str = "sweeps") -> str:
@@ -165,15 +173,16 @@ def execute_sweep(
     on_event: Callable[[SweepEvent], None] | None = None,
 ) -> SweepResult:
     """Run (or resume) the sweep; returns its folder, final manifest and every point's figures."""
-    check = getattr(launcher, "check_knob", None)
-    if check is not None:
-        check(spec.knob)
+    launcher.check_knob(spec.knob, list(spec.loads))
     args = list(emulator_args or [])
     definition = {
         "kind": launcher.kind,
         "sweep": spec.measured_part(),
         "base": launcher.definition(),
-        "targets": [t.model_dump(mode="json", exclude={"api_key_env", "api_key_file"}) for t in targets]
+        "targets": [
+            {**t.model_dump(mode="json", exclude={"api_key_env", "api_key_file"}), "url": redact_url(t.url)}
+            for t in targets
+        ]
         or {"emulators": args},
     }
     digest = definition_digest(definition)
@@ -210,29 +219,37 @@ def execute_sweep(
                 created_at=dt.datetime.now(dt.timezone.utc).isoformat(),
             ),
         )
+        # what only judges the points may change on a re-run: this run's settings stand
+        manifest.slos, manifest.steady_fraction = list(spec.slos), spec.steady_fraction
+        manifest.cliff_fraction, manifest.kv_budget_tokens = spec.cliff_fraction, budget
+        manifest.definition["analysis"] = {"slo_percentile": spec.slo_percentile}
         manifest.write(str(folder))
         held = _HeldExecutor(stack.enter_context(executor))
         result = SweepResult(folder=str(folder), manifest=manifest, results={n: [] for n in names})
         stopped: dict[str, str] = {}
+        failed: list[str] = []
         try:
             index = 0
             while (load := spec.load(index)) is not None and len(stopped) < len(names):
                 for target in specs:
                     if target.name in stopped:
                         continue
-                    outcome = _run_one(
-                        spec,
-                        launcher,
-                        folder,
-                        manifest,
-                        held,
-                        target,
-                        resolved[target.name],
-                        index,
-                        load,
-                        slo,
-                        emit,
-                    )
+                    try:
+                        outcome = _run_one(
+                            spec, launcher, folder, manifest, held, target, resolved[target.name], index,
+                            load, slo, emit,
+                        )  # fmt: skip
+                    except (InputError, OSError) as exc:  # this target failed here; the others go on
+                        why = f"failed at {spec.knob}={format_load(load)}: {exc}"
+                        log.error("target %s %s", target.name, why)
+                        latest = manifest.latest(index, target.name)
+                        if latest is not None and not latest.done:
+                            latest.status, latest.status_reason = RunStatus.FAILED.value, str(exc)
+                        stopped[target.name] = why
+                        failed.append(f"{target.name} {why}")
+                        emit(SweepEvent("stop", index, load, target.name, reason=why))
+                        manifest.write(str(folder))
+                        continue
                     if outcome is None:  # interrupted
                         manifest.status = RunStatus.INTERRUPTED.value
                         manifest.status_reason = (
@@ -250,7 +267,8 @@ def execute_sweep(
                             emit(SweepEvent("stop", index, load, target.name, outcome, reason))
                     manifest.write(str(folder))
                 index += 1
-            manifest.status = RunStatus.COMPLETE.value
+            manifest.status = RunStatus.STOPPED.value if failed else RunStatus.COMPLETE.value
+            manifest.status_reason = "; ".join(failed) or None
             if spec.auto is not None:
                 open_targets = [n for n in names if n not in stopped]
                 if open_targets:

@@ -15,12 +15,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Knob = Literal["agents", "max_in_flight", "rate", "sessions", "speed"]
+Knob = Literal["agents", "max_in_flight", "rate", "max_sessions", "speed"]
 #: knobs for agent swarms, and for replays
 AGENT_KNOBS: tuple[str, ...] = ("agents", "max_in_flight", "rate")
-REPLAY_KNOBS: tuple[str, ...] = ("sessions", "max_in_flight", "speed")
+REPLAY_KNOBS: tuple[str, ...] = ("max_sessions", "max_in_flight", "speed")
 #: knobs that take whole numbers
-INTEGER_KNOBS: tuple[str, ...] = ("agents", "max_in_flight", "sessions")
+INTEGER_KNOBS: tuple[str, ...] = ("agents", "max_in_flight", "max_sessions")
 
 
 class AutoLadder(BaseModel):
@@ -127,8 +127,14 @@ class SweepSpec(BaseModel):
         return self.loads[index] if index < len(self.loads) else None
 
     def measured_part(self) -> dict[str, Any]:
-        """What changes the measurements (not where they are written)."""
-        return self.model_dump(mode="json", exclude={"output"})
+        """What decides which points run and what they send: the knob, the ladder, and for an
+        auto ladder its stop rules, SLOs and percentile. Not where the sweep is written, nor
+        what only judges the points afterwards (the window and cliff fractions, the budget, and
+        a fixed ladder's SLOs): those can change on a re-run without measuring again."""
+        exclude = {"output", "steady_fraction", "cliff_fraction", "kv_budget_tokens"}
+        if self.auto is None:
+            exclude |= {"slos", "slo_percentile", "stop"}
+        return self.model_dump(mode="json", exclude=exclude)
 
 
 def definition_digest(definition: dict[str, Any]) -> str:
