@@ -54,7 +54,7 @@ figcaption { font-weight: 600; margin-bottom: 4px; }
 _PERCENT = {"hit_ratio", "ideal_hit_ratio", "hit_vs_ideal", "misses.lost_share", "misses.compulsory_share"}
 
 
-def _columns(with_goodput: bool) -> list[tuple[str, str, str]]:
+def _columns(with_goodput: bool, with_cache_use: bool = False) -> list[tuple[str, str, str]]:
     cols: list[tuple[str, str, str]] = []
     for heading, figure in HEADLINE:
         if figure == "goodput.per_s" and not with_goodput:
@@ -63,7 +63,10 @@ def _columns(with_goodput: bool) -> list[tuple[str, str, str]]:
         cols.append((heading, figure, spec))
         if figure == "misses.lost_share":
             cols.append(("compulsory", "misses.compulsory_share", ".1%"))
-    return [*cols, ("KV use", "engine.kv_usage", ".1%"), ("queue", "engine.queue", ".1f")]
+    cols.append(("KV use", "engine.kv_usage", ".1%"))
+    if with_cache_use:  # swarm's emulator: how full its prefix cache is
+        cols.append(("cache use", "engine.cache_usage", ".0%"))
+    return [*cols, ("queue", "engine.queue", ".1f")]
 
 
 def _num(value: Any) -> float | None:
@@ -176,7 +179,8 @@ def _cliff_rule(fraction: Any) -> str:
 
 
 def _points_table(name: str, target: Mapping[str, Any], with_goodput: bool) -> str:
-    cols = _columns(with_goodput)
+    with_cache_use = any((p.get("engine") or {}).get("cache_usage") is not None for p in _points(target))
+    cols = _columns(with_goodput, with_cache_use)
     head = "<tr><th>load</th><th>valid</th>" + "".join(f"<th>{_e(h)}</th>" for h, _, _ in cols) + "</tr>"
     body: list[str] = []
     for p in _points(target):
