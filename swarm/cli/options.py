@@ -109,6 +109,32 @@ SpecFile = Annotated[
 ]
 
 
+def workload_flags(
+    workload: dict[str, Any], *, profile: str | None, topology: str | None, arrival: str | None,
+    **fields: Any,
+) -> dict[str, Any]:  # fmt: skip
+    """``workload`` (WorkloadSpec fields) with the flags that were given: ``--profile`` and
+    ``--topology`` set the one mix entry, ``--arrival`` is parsed, other ``fields`` (by their
+    spec names) are set when not None."""
+    out = dict(workload)
+    for key, value in fields.items():
+        if value is not None:
+            out[key] = value
+    if profile is not None or topology is not None:
+        mix = list(out.get("mix") or [{}])
+        entry = dict(mix[0]) if len(mix) == 1 else {}
+        if profile is not None:
+            entry["profile"] = profile
+        if topology is not None:
+            entry["topology"] = topology
+        out["mix"] = [entry]
+    if arrival is not None:
+        from swarm.workload.arrival import parse_arrival
+
+        out["arrival"] = parse_arrival(arrival).model_dump()
+    return out
+
+
 def sending_settings(
     data: dict[str, Any],
     *,

@@ -94,15 +94,6 @@ def run(
         if not isinstance(loaded, dict):
             raise InputError(f"{spec}: expected a mapping at the top level")
         data = loaded
-    workload = dict(data.get("workload") or {})
-    for key, value in (
-        ("agents", agents), ("system_prompts", system_prompts), ("seed", seed), ("context", context),
-        ("max_in_flight", max_in_flight), ("duration_s", duration), ("max_requests", max_requests),
-        ("tokenizer", tokenizer), ("retries", retries), ("retry_backoff_s", retry_backoff),
-        ("on_failure", on_failure),
-    ):  # fmt: skip
-        if value is not None:
-            workload[key] = value
     data = opt.sending_settings(
         data, output=output, record_text=record_text, executor=executor, workers=workers, address=address,
         ray_timeout=ray_timeout, worker_writes=worker_writes, emulator_arg=emulator_arg,
@@ -110,18 +101,12 @@ def run(
         idle_timeout=idle_timeout, request_timeout=request_timeout, metrics_interval=metrics_interval,
         flush_interval=flush_interval,
     )  # fmt: skip
-    if profile is not None or topology is not None:
-        mix = list(workload.get("mix") or [{}])
-        entry = dict(mix[0]) if len(mix) == 1 else {}
-        if profile is not None:
-            entry["profile"] = profile
-        if topology is not None:
-            entry["topology"] = topology
-        workload["mix"] = [entry]
-    if arrival is not None:
-        from swarm.workload.arrival import parse_arrival
-
-        workload["arrival"] = parse_arrival(arrival).model_dump()
+    workload = opt.workload_flags(
+        data.get("workload") or {}, profile=profile, topology=topology, arrival=arrival, agents=agents,
+        system_prompts=system_prompts, seed=seed, context=context, max_in_flight=max_in_flight,
+        duration_s=duration, max_requests=max_requests, tokenizer=tokenizer, retries=retries,
+        retry_backoff_s=retry_backoff, on_failure=on_failure,
+    )  # fmt: skip
     data["workload"] = workload
     if target:
         data["targets"] = parse_targets(target, engine or [], dialect, model, api_key_env, api_key_file)

@@ -225,24 +225,8 @@ def _flag(name: str) -> str:
 
 
 def _workload(data: dict[str, Any], flags: dict[str, Any], showdown_defaults: bool) -> dict[str, Any]:
-    workload = dict(SHOWDOWN_WORKLOAD) if showdown_defaults else {}
-    workload.update(data.get("workload") or {})
-    for key in ("system_prompts", "seed", "duration_s"):
-        if flags.get(key) is not None:
-            workload[key] = flags[key]
-    if flags.get("profile") is not None or flags.get("topology") is not None:
-        mix = list(workload.get("mix") or [{}])
-        entry = dict(mix[0]) if len(mix) == 1 else {}
-        if flags.get("profile") is not None:
-            entry["profile"] = flags["profile"]
-        if flags.get("topology") is not None:
-            entry["topology"] = flags["topology"]
-        workload["mix"] = [entry]
-    if flags.get("arrival") is not None:
-        from swarm.workload.arrival import parse_arrival
-
-        workload["arrival"] = parse_arrival(flags["arrival"]).model_dump()
-    return workload
+    base = {**(SHOWDOWN_WORKLOAD if showdown_defaults else {}), **(data.get("workload") or {})}
+    return opt.workload_flags(base, **flags)
 
 
 def sweep_command(
