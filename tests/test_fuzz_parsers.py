@@ -143,3 +143,36 @@ def test_trace_importers_raise_only_input_errors(lines: list[str], fmt: str) -> 
                 import_trace(path, fmt, skip_bad_lines=skip)
             except InputError as exc:
                 assert "trace." in str(exc)
+
+
+EVENT_FIELDS = {
+    "event_type": st.sampled_from(
+        ["message", "tool_call", "parallel_start", "parallel_end", "drop_kv_cache", "x"]
+    ),
+    "branch_path": st.one_of(st.lists(st.integers(-1, 3), max_size=3), json_values),
+    "conversation_id": st.one_of(st.integers(-1, 3), json_values),
+    "message_index": st.one_of(st.integers(-1, 6), json_values),
+    "role": st.sampled_from(["system", "user", "assistant", "tool", "x"]),
+    "tokens": st.one_of(st.integers(-5, 50), json_values),
+    "completion_tokens": st.one_of(st.integers(-1, 20), json_values),
+    "reasoning_tokens": st.one_of(st.integers(-1, 30), json_values),
+    "duration_ms": st.one_of(st.floats(allow_nan=True), json_values),
+    "num_branches": st.one_of(st.integers(-1, 3), json_values),
+    "system_prompt_id": st.one_of(st.text(max_size=4), json_values),
+}
+trtllm_events = st.lists(st.fixed_dictionaries({}, optional=EVENT_FIELDS), max_size=12)
+
+
+@FUZZ
+@given(events=trtllm_events, wrap=st.booleans())
+def test_trtllm_traces_raise_only_input_errors(events: list[dict[str, Any]], wrap: bool) -> None:
+    """Random events (and random top levels) of TensorRT-LLM execution traces: a plan or an
+    InputError naming the file, nothing else."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "fuzz.trace.json"
+        doc: Any = {"trace_id": "f", "events": events} if wrap else events
+        path.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+        try:
+            import_trace(path, "trtllm")
+        except InputError as exc:
+            assert "fuzz.trace.json" in str(exc), str(exc)

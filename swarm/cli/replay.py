@@ -22,11 +22,16 @@ from swarm.errors import InputError
 @app.command()
 def replay(
     source: Annotated[
-        str, typer.Argument(help="a run folder, or a trace file (Mooncake .jsonl, Azure or BurstGPT .csv)")
+        str,
+        typer.Argument(
+            help="a run folder, or a trace file (Mooncake .jsonl, Azure or BurstGPT .csv, TensorRT-LLM .trace.json or a folder of them)"
+        ),
     ],
     format: Annotated[
         str | None,
-        typer.Option("--format", help="swarm, mooncake, azure or burstgpt (default: from the source)"),
+        typer.Option(
+            "--format", help="swarm, mooncake, azure, burstgpt or trtllm (default: from the source)"
+        ),
     ] = None,
     mode: Annotated[
         str | None,
@@ -113,8 +118,13 @@ def replay(
 
 
 def detect_format(source: str) -> str:
-    """swarm (a run folder), mooncake (.jsonl), azure or burstgpt (.csv, by header)."""
+    """swarm (a run folder), trtllm (``*.trace.json``, or a folder of them), mooncake (.jsonl),
+    azure or burstgpt (.csv, by header)."""
     path = Path(source)
+    if path.name.endswith(".trace.json"):
+        return "trtllm"
+    if path.is_dir() and not (path / "manifest.json").exists() and any(path.glob("*.trace.json")):
+        return "trtllm"
     if "://" in source or path.is_dir():
         return "swarm"
     if path.suffix in (".jsonl", ".json"):
@@ -126,7 +136,9 @@ def detect_format(source: str) -> str:
             return "azure"
         if "Request tokens" in header:
             return "burstgpt"
-    raise InputError(f"{source}: cannot tell the trace format; pass --format swarm|mooncake|azure|burstgpt")
+    raise InputError(
+        f"{source}: cannot tell the trace format; pass --format swarm|mooncake|azure|burstgpt|trtllm"
+    )
 
 
 def build_plan(

@@ -38,6 +38,17 @@ def block_words(block_id: int, block_tokens: int) -> tuple[str, ...]:
     return (f"b{block_id}", *_draw(f"block:{block_id}", block_tokens - 1))
 
 
+@lru_cache(maxsize=4096)
+def segment_words(key: str, tokens: int) -> tuple[str, ...]:
+    """``tokens`` words for one message of a structured trace: a word naming the segment (so two
+    segments differ from their first token), then words seeded by ``key``. The same key and
+    length always give the same words."""
+    if tokens <= 0:
+        return ()
+    name = "m" + hashlib.blake2b(key.encode(), digest_size=5).hexdigest()
+    return (name, *_draw(f"segment:{key}", tokens - 1))
+
+
 def prompt_words(block_ids: tuple[int, ...], block_tokens: int, length: int, tail_seed: str) -> list[str]:
     """``length`` words: the blocks in order (the last one cut), then unique filler if the
     ids do not cover the length (filler seeded by ``tail_seed``, never shared)."""

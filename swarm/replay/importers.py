@@ -8,6 +8,7 @@ Place in the map (docs/architecture.md, "Replay"). Formats:
   are date-times; no prefix information, so every prompt is unique).
 - ``burstgpt``: BurstGPT CSV with ``Timestamp`` (s), ``Request tokens``, ``Response tokens``
   and optionally ``Session ID`` (kept as the session; prompts unique).
+- ``trtllm``: TensorRT-LLM scaffolding execution traces, structure kept (``trtllm_trace``).
 
 Bad input (a malformed line, a missing column or field, a negative length, timestamps out
 of order, more hash ids than the input length allows) is an ``InputError`` naming the file
@@ -33,7 +34,8 @@ from swarm.record import RequestIdentity
 from swarm.replay.plan import ReplayItem, ReplayPlan
 
 MOONCAKE_BLOCK_TOKENS = 512
-FORMATS = ("mooncake", "azure", "burstgpt")
+#: flat traces read here, and structured ones read by their own modules (``trtllm_trace``)
+FORMATS = ("mooncake", "azure", "burstgpt", "trtllm")
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,14 @@ def import_trace(
     p = Path(path)
     if fmt not in FORMATS:
         raise InputError(f"unknown trace format {fmt!r} (known: {', '.join(FORMATS)})")
+    if fmt == "trtllm":
+        from swarm.replay.trtllm_trace import import_trtllm
+
+        if filters is not None and filters != Filters(seed=filters.seed):
+            raise InputError(
+                "--limit, --window and --sample apply to flat traces, not to agent execution traces"
+            )
+        return import_trtllm(p)
     if not p.is_file():
         raise InputError(f"{p}: no such file")
     filters = filters or Filters()
