@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow.compute as pc
 import pytest
@@ -197,7 +198,7 @@ def test_replay_tells_the_format_from_the_name_and_keeps_the_structure(
     from swarm.trace.reader import read_requests
 
     rows = read_requests(out["run_dir"]).to_pylist()
-    by_node = {}
+    by_node: dict[str, dict[str, dict[str, Any]]] = {}
     for r in rows:
         by_node.setdefault(r["session_id"], {})[r["node"]] = r
     for session in by_node.values():  # the join call went out after every branch call had ended
