@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from swarm.replay.plan import ReplayPlan
+from swarm.replay.plan import ReplayPlan, with_scaled_waits
 from swarm.runtime.agent_source import AgentSource
 from swarm.runtime.context import ResolvedTarget
 from swarm.runtime.executor import Executor, InProcessExecutor
@@ -109,10 +109,14 @@ def execute_replay(
     max_error_rate: float | None = None,
     error_window: int = 100,
     spec: RunSpec | None = None,
+    tool_time_scale: float = 1.0,
 ) -> RunResult:
     """Send ``plan`` to ``targets`` as a run of its own. ``spec`` (optional) gives the
     settings a run shares with replays: timeouts, metrics and flush intervals, and, when no
-    ``executor`` is passed, the executor (without a spec: in process)."""
+    ``executor`` is passed, the executor (without a spec: in process). ``tool_time_scale``
+    multiplies the recorded waits between calls (``replay.plan.with_scaled_waits``)."""
+    if tool_time_scale != 1.0:
+        plan = with_scaled_waits(plan, tool_time_scale)
     chosen_mode = mode or plan.default_mode
     if chosen_mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}")
@@ -145,6 +149,7 @@ def execute_replay(
                 "copies": copies,
                 "retries": retries,
                 "max_sessions": max_sessions,
+                "tool_time_scale": tool_time_scale,
                 "filters": filters or {},
                 "notes": plan.notes,
             },

@@ -207,3 +207,14 @@ def test_replay_tells_the_format_from_the_name_and_keeps_the_structure(
             branch = session[node]
             assert join["sent_ns"] >= branch["sent_ns"] + branch["e2e_ns"]
         assert join["parent_nodes"] == ["c1.m2", "c3.m2", "c4.m2"]
+
+
+def test_tool_time_scale_multiplies_the_waits() -> None:
+    from swarm.replay.plan import with_scaled_waits
+
+    plan = import_trtllm(PARALLEL)
+    half = with_scaled_waits(plan, 0.5)
+    assert [it.gap_s for it in half.items] == pytest.approx([0, 0.25, 0.375, 0, 0, 0])
+    assert [it.offset_s for it in half.items] == pytest.approx([0, 0.25, 0.375, 0.375, 0.375, 0.375])
+    assert [it.parents for it in half.items] == [it.parents for it in plan.items]
+    assert all(it.gap_s == 0 for it in with_scaled_waits(plan, 0).items)

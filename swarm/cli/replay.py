@@ -40,6 +40,10 @@ def replay(
         ),
     ] = None,
     speed: Annotated[float, typer.Option(help="time compression: 2 halves the gaps")] = 1.0,
+    tool_time_scale: Annotated[
+        float,
+        typer.Option(help="multiply the recorded tool and think waits between calls (0: none; agent traces)"),
+    ] = 1.0,
     limit: Annotated[int | None, typer.Option(help="trace files: replay the first N requests kept")] = None,
     window: Annotated[
         str | None, typer.Option(help="trace files: START:END seconds from the trace start")
@@ -106,7 +110,8 @@ def replay(
         flush_interval=flush_interval,
     )  # fmt: skip
     code = replay_command(
-        source=source, fmt=format, mode=mode, speed=speed, limit=limit, window=window, sample=sample, seed=seed,
+        source=source, fmt=format, mode=mode, speed=speed, tool_time_scale=tool_time_scale, limit=limit,
+        window=window, sample=sample, seed=seed,
         skip_bad_lines=skip_bad_lines, source_target=source_target, targets=target or [], engines=engine or [],
         dialect=dialect, model=model, api_key_env=api_key_env, api_key_file=api_key_file,
         max_in_flight=max_in_flight or 0, sessions=sessions, max_sessions=max_sessions, tokenizer=tokenizer,
@@ -165,6 +170,7 @@ def build_plan(
 
 def replay_command(
     *, source: str, fmt: str | None, mode: str | None, speed: float, limit: int | None, window: str | None,
+    tool_time_scale: float = 1.0,
     sample: float | None, seed: int, skip_bad_lines: bool, source_target: str | None, targets: list[str],
     engines: list[str], dialect: str | None, model: str | None, api_key_env: str | None,
     api_key_file: str | None = None, max_in_flight: int = 0, sessions: int = 1, max_sessions: int = 0,
@@ -190,6 +196,8 @@ def replay_command(
         raise InputError(f"--mode {mode!r}: expected timed or dependent")
     if speed <= 0:
         raise InputError("--speed must be positive")
+    if tool_time_scale < 0:
+        raise InputError("--tool-time-scale must not be negative")
     if sample is not None and not 0 < sample <= 1:
         raise InputError("--sample must be a fraction in (0, 1]")
     if limit is not None and limit < 1:
@@ -232,6 +240,7 @@ def replay_command(
             retry_backoff_s=retry_backoff_s, output_dir=spec.output_dir, record_text=spec.record_text,
             emulator_args=spec.emulator_args, filters=filters, on_target_start=on_target_start,
             max_error_rate=spec.max_error_rate, error_window=spec.error_window, spec=spec,
+            tool_time_scale=tool_time_scale,
         )  # fmt: skip
     finally:
         display.stop()

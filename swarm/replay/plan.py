@@ -8,6 +8,7 @@ so prompts that share leading ids share exactly that prefix, as in the source.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from swarm.record import RequestIdentity
@@ -41,3 +42,19 @@ class ReplayPlan:
     source_seed: int | None = None
     source_spec_hash: str | None = None
     source_digests: dict[str, str] = field(default_factory=dict)
+
+
+def with_scaled_waits(plan: ReplayPlan, factor: float) -> ReplayPlan:
+    """``plan`` with every recorded wait between a call and the next (``gap_s``: tool and think
+    time) times ``factor``; for an agent execution trace, whose offsets are sums of those waits,
+    the offsets too. Other formats' offsets are arrival times and stay."""
+    if factor < 0:
+        raise ValueError("the wait scale must not be negative")
+    scale_offsets = plan.source_format == "trtllm"
+    items = [
+        dataclasses.replace(
+            it, gap_s=it.gap_s * factor, offset_s=it.offset_s * factor if scale_offsets else it.offset_s
+        )
+        for it in plan.items
+    ]
+    return dataclasses.replace(plan, items=items)
