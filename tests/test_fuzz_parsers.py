@@ -133,10 +133,10 @@ def test_spec_files_raise_only_input_errors(doc: dict[str, Any] | str) -> None:
 
 @FUZZ
 @given(lines=st.lists(st.one_of(st.text(max_size=60), json_values.map(json.dumps)), max_size=8),
-       fmt=st.sampled_from(["mooncake", "azure", "burstgpt"]))  # fmt: skip
+       fmt=st.sampled_from(["mooncake", "azure", "burstgpt", "bailian"]))  # fmt: skip
 def test_trace_importers_raise_only_input_errors(lines: list[str], fmt: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / ("trace.jsonl" if fmt == "mooncake" else "trace.csv")
+        path = Path(tmp) / ("trace.jsonl" if fmt in ("mooncake", "bailian") else "trace.csv")
         path.write_text("\n".join(lines), encoding="utf-8")
         for skip in (False, True):
             try:
@@ -176,3 +176,22 @@ def test_trtllm_traces_raise_only_input_errors(events: list[dict[str, Any]], wra
             import_trace(path, "trtllm")
         except InputError as exc:
             assert "fuzz.trace.json" in str(exc), str(exc)
+
+
+@FUZZ
+@given(doc=st.one_of(json_values, st.fixed_dictionaries(
+    {"requests": st.lists(st.one_of(json_values, st.fixed_dictionaries({}, optional={
+        "t": json_values, "in": st.one_of(st.integers(-2, 300), json_values), "out": json_values,
+        "hash_ids": st.one_of(st.lists(st.integers(-1, 9), max_size=6), json_values),
+        "type": st.sampled_from(["s", "n", "subagent", 3]), "requests": json_values,
+        "think_time": json_values, "api_time": json_values, "duration_ms": json_values,
+    })), max_size=6)}, optional={"block_size": json_values, "id": json_values, "hash_id_scope": json_values},
+)))  # fmt: skip
+def test_agentic_coding_traces_raise_only_input_errors(doc: Any) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "fuzz.json"
+        path.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+        try:
+            import_trace(path, "agentic_coding")
+        except InputError as exc:
+            assert "fuzz.json" in str(exc), str(exc)

@@ -218,3 +218,23 @@ def test_tool_time_scale_multiplies_the_waits() -> None:
     assert [it.offset_s for it in half.items] == pytest.approx([0, 0.25, 0.375, 0.375, 0.375, 0.375])
     assert [it.parents for it in half.items] == [it.parents for it in plan.items]
     assert all(it.gap_s == 0 for it in with_scaled_waits(plan, 0).items)
+
+
+def test_replay_tells_every_structured_format_from_the_file(tmp_path: Path) -> None:
+    from swarm.cli.replay import detect_format
+
+    data = Path(__file__).parent / "data"
+    assert detect_format(str(DJANGO)) == "trtllm"
+    assert detect_format(str(DATA)) == "trtllm"  # a folder of *.trace.json
+    assert detect_format(str(data / "bailian" / "two-conversations_blksz_16.jsonl")) == "bailian"
+    assert detect_format(str(data / "mooncake_conversation_first300.jsonl")) == "mooncake"
+    assert detect_format(str(data / "agentic_coding" / "fixture-subagents.json")) == "agentic_coding"
+    folder = tmp_path / "coding"
+    folder.mkdir()
+    (folder / "a.json").write_text((data / "agentic_coding" / "fixture-subagents.json").read_text())
+    assert detect_format(str(folder)) == "agentic_coding"
+    for fmt, source in (
+        ("bailian", data / "bailian" / "two-conversations_blksz_16.jsonl"),
+        ("agentic_coding", data / "agentic_coding" / "fixture-subagents.json"),
+    ):
+        assert import_trace(source, fmt).items  # reachable through the one entry point

@@ -30,7 +30,8 @@ def replay(
     format: Annotated[
         str | None,
         typer.Option(
-            "--format", help="swarm, mooncake, azure, burstgpt or trtllm (default: from the source)"
+            "--format",
+            help="swarm, mooncake, azure, burstgpt, trtllm, bailian or agentic_coding (default: from the source)",
         ),
     ] = None,
     mode: Annotated[
@@ -123,15 +124,27 @@ def replay(
 
 
 def detect_format(source: str) -> str:
-    """swarm (a run folder), trtllm (``*.trace.json``, or a folder of them), mooncake (.jsonl),
-    azure or burstgpt (.csv, by header)."""
+    """swarm (a run folder), trtllm (``*.trace.json``, or a folder of them), bailian or mooncake
+    (.jsonl, by the first line's fields), agentic_coding (.json with ``requests``, or a folder of
+    them), azure or burstgpt (.csv, by header)."""
     path = Path(source)
     if path.name.endswith(".trace.json"):
         return "trtllm"
-    if path.is_dir() and not (path / "manifest.json").exists() and any(path.glob("*.trace.json")):
-        return "trtllm"
+    if path.is_dir() and not (path / "manifest.json").exists():
+        if any(path.glob("*.trace.json")):
+            return "trtllm"
+        if any(path.glob("*.json")):
+            return "agentic_coding"
     if "://" in source or path.is_dir():
         return "swarm"
+    if path.suffix == ".jsonl" and path.is_file():
+        with path.open(encoding="utf-8", errors="replace") as f:
+            first = f.readline()
+        return "bailian" if '"chat_id"' in first else "mooncake"
+    if path.suffix == ".json" and path.is_file():
+        with path.open(encoding="utf-8", errors="replace") as f:
+            head = f.read(4096)
+        return "agentic_coding" if '"requests"' in head else "mooncake"
     if path.suffix in (".jsonl", ".json"):
         return "mooncake"
     if path.suffix == ".csv" and path.is_file():
@@ -142,7 +155,7 @@ def detect_format(source: str) -> str:
         if "Request tokens" in header:
             return "burstgpt"
     raise InputError(
-        f"{source}: cannot tell the trace format; pass --format swarm|mooncake|azure|burstgpt|trtllm"
+        f"{source}: cannot tell the trace format; pass --format swarm|mooncake|azure|burstgpt|trtllm|bailian|agentic_coding"
     )
 
 

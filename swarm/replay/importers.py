@@ -9,6 +9,9 @@ Place in the map (docs/architecture.md, "Replay"). Formats:
 - ``burstgpt``: BurstGPT CSV with ``Timestamp`` (s), ``Request tokens``, ``Response tokens``
   and optionally ``Session ID`` (kept as the session; prompts unique).
 - ``trtllm``: TensorRT-LLM scaffolding execution traces, structure kept (``trtllm_trace``).
+- ``bailian``: Qwen-Bailian usage traces, conversations by ``parent_chat_id`` (``bailian_trace``).
+- ``agentic_coding``: agentic-coding traces with sub-agents, 64-token ``hash_ids``
+  (``agentic_coding_trace``).
 
 Bad input (a malformed line, a missing column or field, a negative length, timestamps out
 of order, more hash ids than the input length allows) is an ``InputError`` naming the file
@@ -34,8 +37,9 @@ from swarm.record import RequestIdentity
 from swarm.replay.plan import ReplayItem, ReplayPlan
 
 MOONCAKE_BLOCK_TOKENS = 512
-#: flat traces read here, and structured ones read by their own modules (``trtllm_trace``)
-FORMATS = ("mooncake", "azure", "burstgpt", "trtllm")
+#: flat traces read here, and structured ones read by their own modules (``trtllm_trace``,
+#: ``bailian_trace``, ``agentic_coding_trace``)
+FORMATS = ("mooncake", "azure", "burstgpt", "trtllm", "bailian", "agentic_coding")
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,18 @@ def import_trace(
                 "--limit, --window and --sample apply to flat traces, not to agent execution traces"
             )
         return import_trtllm(p)
+    if fmt == "agentic_coding":
+        from swarm.replay.agentic_coding_trace import import_agentic_coding
+
+        if filters is not None and filters != Filters(seed=filters.seed):
+            raise InputError(
+                "--limit, --window and --sample apply to flat traces, not to agent execution traces"
+            )
+        return import_agentic_coding(p, skip_bad_lines=skip_bad_lines)
+    if fmt == "bailian":
+        from swarm.replay.bailian_trace import import_bailian
+
+        return import_bailian(p, filters, skip_bad_lines=skip_bad_lines)
     if not p.is_file():
         raise InputError(f"{p}: no such file")
     filters = filters or Filters()
