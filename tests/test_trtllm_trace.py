@@ -238,3 +238,64 @@ def test_replay_tells_every_structured_format_from_the_file(tmp_path: Path) -> N
         ("agentic_coding", data / "agentic_coding" / "fixture-subagents.json"),
     ):
         assert import_trace(source, fmt).items  # reachable through the one entry point
+
+
+def test_two_traces_with_one_id_stay_two_sessions_and_a_bad_file_can_be_skipped(tmp_path: Path) -> None:
+    for name in ("a.trace.json", "b.trace.json"):
+        (tmp_path / name).write_text(DJANGO.read_text())
+    plan = import_trtllm(tmp_path)
+    sessions = {it.identity.session_id for it in plan.items}
+    assert len(sessions) == 2 and len({it.identity.request_id for it in plan.items}) == 8
+    # nothing of one is the other's: the example names no system_prompt_id, so even its system
+    # prompt is its own (with an id, traces share it: see the parallel fixture)
+    first, second = plan.items[0].prompt_parts or (), plan.items[4].prompt_parts or ()
+    assert first[0] != second[0] and first[1] != second[1]
+    (tmp_path / "c.trace.json").write_text('{"trace_id": "c", "events": [{"event_type": "oops"}]}')
+    with pytest.raises(InputError, match=r"c\.trace\.json"):
+        import_trtllm(tmp_path)
+    skipped = import_trace(tmp_path, "trtllm", skip_bad_lines=True)
+    assert len(skipped.items) == 8 and "skipped 1 bad trace file" in skipped.notes[-1]
+
+
+def test_a_wait_before_a_region_whose_branches_never_call_is_kept(tmp_path: Path) -> None:
+    """A 4 s tool on the trunk, then a region without num_branches whose branch only adds a
+    message; the trunk's next call still waits the 4 s (and 1 s of trunk tool time inside)."""
+    events = [
+        {"event_type": "message", "conversation_id": 0, "role": "system", "message_index": 0, "tokens": 10},
+        {"event_type": "message", "conversation_id": 0, "role": "user", "message_index": 1, "tokens": 5},
+        {"event_type": "message", "conversation_id": 0, "role": "assistant", "message_index": 2, "completion_tokens": 3},
+        {"event_type": "tool_call", "branch_path": [], "duration_ms": 4000},
+        {"event_type": "parallel_start", "branch_path": []},
+        {"event_type": "message", "branch_path": [0], "conversation_id": 1, "role": "user", "message_index": 0, "tokens": 2},
+        {"event_type": "tool_call", "branch_path": [], "duration_ms": 1000},
+        {"event_type": "parallel_end", "branch_path": []},
+        {"event_type": "message", "conversation_id": 0, "role": "assistant", "message_index": 3, "completion_tokens": 3},
+    ]  # fmt: skip
+    f = tmp_path / "wait.trace.json"
+    f.write_text(json.dumps({"trace_id": "w", "events": events}))
+    plan = import_trtllm(f)
+    assert [it.parents for it in plan.items] == [(), (0,)]
+    assert plan.items[1].gap_s == pytest.approx(4.0)  # the longer of the branch's 4 s and the trunk's 1 s
+
+
+def test_tool_time_scale_is_refused_where_it_would_do_nothing(
+    emulator: Callable[..., EmulatorThread], tmp_path: Path
+) -> None:
+    from swarm.launch import execute_replay
+    from swarm.runtime.specs import TargetSpec
+
+    target = [TargetSpec(name="emu", url=emulator(engine="sglang", timing="zero").url, engine="sglang")]
+    mooncake = import_trace(Path(__file__).parent / "data" / "mooncake_conversation_first300.jsonl", "mooncake")
+    with pytest.raises(InputError, match="records no waits"):
+        execute_replay(mooncake, target, tool_time_scale=0.5, output_dir=str(tmp_path))
+    bailian = import_trace(Path(__file__).parent / "data" / "bailian" / "two-conversations_blksz_16.jsonl", "bailian")
+    with pytest.raises(InputError, match="use --mode dependent"):
+        execute_replay(bailian, target, tool_time_scale=0.5, output_dir=str(tmp_path))
+
+
+def test_a_sweep_folder_is_not_a_replay_source(tmp_path: Path) -> None:
+    from swarm.cli.replay import detect_format
+
+    (tmp_path / "sweep.json").write_text("{}")
+    with pytest.raises(InputError, match="a sweep folder"):
+        detect_format(str(tmp_path))

@@ -6,6 +6,7 @@ Place in the map (docs/architecture.md, "CLI"): builds a ReplayPlan (``replay``)
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -24,7 +25,7 @@ def replay(
     source: Annotated[
         str,
         typer.Argument(
-            help="a run folder, or a trace file (Mooncake .jsonl, Azure or BurstGPT .csv, TensorRT-LLM .trace.json or a folder of them)"
+            help="a run folder, or a trace: Mooncake or Qwen-Bailian .jsonl, Azure or BurstGPT .csv, TensorRT-LLM .trace.json, agentic-coding .json (or a folder of either of the last two)"
         ),
     ],
     format: Annotated[
@@ -130,6 +131,8 @@ def detect_format(source: str) -> str:
     path = Path(source)
     if path.name.endswith(".trace.json"):
         return "trtllm"
+    if path.is_dir() and (path / "sweep.json").exists():
+        raise InputError(f"{source}: a sweep folder; replay one of its run folders ({source}/runs/...)")
     if path.is_dir() and not (path / "manifest.json").exists():
         if any(path.glob("*.trace.json")):
             return "trtllm"
@@ -139,12 +142,11 @@ def detect_format(source: str) -> str:
         return "swarm"
     if path.suffix == ".jsonl" and path.is_file():
         with path.open(encoding="utf-8", errors="replace") as f:
-            first = f.readline()
+            first = next((line for line in f if line.strip()), "")
         return "bailian" if '"chat_id"' in first else "mooncake"
     if path.suffix == ".json" and path.is_file():
-        with path.open(encoding="utf-8", errors="replace") as f:
-            head = f.read(4096)
-        return "agentic_coding" if '"requests"' in head else "mooncake"
+        text = path.read_text(encoding="utf-8", errors="replace")
+        return "agentic_coding" if '"requests"' in text else "mooncake"
     if path.suffix in (".jsonl", ".json"):
         return "mooncake"
     if path.suffix == ".csv" and path.is_file():
@@ -207,10 +209,10 @@ def replay_command(
 
     if mode is not None and mode not in MODES:
         raise InputError(f"--mode {mode!r}: expected timed or dependent")
-    if speed <= 0:
-        raise InputError("--speed must be positive")
-    if tool_time_scale < 0:
-        raise InputError("--tool-time-scale must not be negative")
+    if not math.isfinite(speed) or speed <= 0:
+        raise InputError("--speed must be a positive number")
+    if not math.isfinite(tool_time_scale) or tool_time_scale < 0:
+        raise InputError("--tool-time-scale must be a number, not negative")
     if sample is not None and not 0 < sample <= 1:
         raise InputError("--sample must be a fraction in (0, 1]")
     if limit is not None and limit < 1:

@@ -56,7 +56,7 @@ from typing import Any
 
 from swarm.errors import InputError
 from swarm.record import RequestIdentity
-from swarm.replay.importers import Filters, _BadLines
+from swarm.replay.importers import BadLines, Filters
 from swarm.replay.plan import ReplayItem, ReplayPlan
 
 FORMAT = "bailian"
@@ -129,7 +129,7 @@ def _request(text: str) -> _Request:
     )
 
 
-def _requests(path: Path, bad: _BadLines) -> Iterator[_Request]:
+def _requests(path: Path, bad: BadLines) -> Iterator[_Request]:
     """The file's requests in order; bad lines reported to ``bad`` (which raises unless skipping)."""
     first_line: dict[int, int] = {}  # chat_id -> the line that used it
     last_t = -math.inf
@@ -171,7 +171,7 @@ def import_bailian(
     if not p.is_file():
         raise InputError(f"{p}: no such file")
     filters = filters or Filters()
-    bad = _BadLines(p, skip_bad_lines)
+    bad = BadLines(p, skip_bad_lines)
     rng = random.Random(f"sample:{filters.seed}")
     items: list[ReplayItem] = []
     kept: dict[int, tuple[int, float, int]] = {}  # chat_id -> (item index, arrival s, turn)

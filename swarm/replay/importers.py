@@ -74,7 +74,10 @@ class _Row:
     session: str = ""
 
 
-class _BadLines:
+class BadLines:
+    """Bad lines of a line-based trace: an InputError naming the file and line, or with
+    ``skip`` a count and the first one (for the plan's notes)."""
+
     def __init__(self, path: Path, skip: bool) -> None:
         self.path, self.skip, self.count, self.first = path, skip, 0, ""
 
@@ -95,7 +98,7 @@ def _int_field(obj: dict[str, object], name: str) -> int:
     return int(value)
 
 
-def _mooncake_rows(path: Path, bad: _BadLines) -> Iterator[_Row]:
+def _mooncake_rows(path: Path, bad: BadLines) -> Iterator[_Row]:
     with path.open(encoding="utf-8") as f:
         for line_no, line in enumerate(f, 1):
             if not line.strip():
@@ -122,13 +125,13 @@ def _mooncake_rows(path: Path, bad: _BadLines) -> Iterator[_Row]:
             except json.JSONDecodeError as exc:
                 bad.bad(line_no, f"not valid JSON ({exc.msg}); truncated line?")
                 continue
-            except ValueError as exc:
-                bad.bad(line_no, str(exc))
+            except (ValueError, OverflowError, RecursionError) as exc:
+                bad.bad(line_no, str(exc) or type(exc).__name__)
                 continue
             yield _Row(line_no, float(t) / 1000.0, n_in, n_out, tuple(ids))
 
 
-def _csv_rows(path: Path, bad: _BadLines, fmt: str) -> Iterator[_Row]:
+def _csv_rows(path: Path, bad: BadLines, fmt: str) -> Iterator[_Row]:
     if fmt == "azure":
         cols = {"t": "TIMESTAMP", "in": "ContextTokens", "out": "GeneratedTokens"}
     else:
@@ -167,25 +170,23 @@ def _csv_rows(path: Path, bad: _BadLines, fmt: str) -> Iterator[_Row]:
 def import_trace(
     path: str | Path, fmt: str, filters: Filters | None = None, *, skip_bad_lines: bool = False
 ) -> ReplayPlan:
-    """Read a public trace into a ReplayPlan (timed; prompts synthesised from block ids)."""
+    """Read a trace into a ReplayPlan: flat traces here (timed; prompts synthesised from block
+    ids), structured ones by their modules. For a format whose files are one document each,
+    ``skip_bad_lines`` skips a bad file of a folder."""
     p = Path(path)
     if fmt not in FORMATS:
         raise InputError(f"unknown trace format {fmt!r} (known: {', '.join(FORMATS)})")
-    if fmt == "trtllm":
-        from swarm.replay.trtllm_trace import import_trtllm
-
+    if fmt in ("trtllm", "agentic_coding"):
         if filters is not None and filters != Filters(seed=filters.seed):
             raise InputError(
                 "--limit, --window and --sample apply to flat traces, not to agent execution traces"
             )
-        return import_trtllm(p)
-    if fmt == "agentic_coding":
+        if fmt == "trtllm":
+            from swarm.replay.trtllm_trace import import_trtllm
+
+            return import_trtllm(p, skip_bad_files=skip_bad_lines)
         from swarm.replay.agentic_coding_trace import import_agentic_coding
 
-        if filters is not None and filters != Filters(seed=filters.seed):
-            raise InputError(
-                "--limit, --window and --sample apply to flat traces, not to agent execution traces"
-            )
         return import_agentic_coding(p, skip_bad_lines=skip_bad_lines)
     if fmt == "bailian":
         from swarm.replay.bailian_trace import import_bailian
@@ -194,7 +195,7 @@ def import_trace(
     if not p.is_file():
         raise InputError(f"{p}: no such file")
     filters = filters or Filters()
-    bad = _BadLines(p, skip_bad_lines)
+    bad = BadLines(p, skip_bad_lines)
     rows_iter = _mooncake_rows(p, bad) if fmt == "mooncake" else _csv_rows(p, bad, fmt)
     rng = random.Random(f"sample:{filters.seed}")
     items: list[ReplayItem] = []

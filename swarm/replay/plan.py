@@ -33,7 +33,7 @@ class ReplayItem:
 class ReplayPlan:
     items: list[ReplayItem]
     source: str
-    source_format: str  # swarm, mooncake, azure, burstgpt
+    source_format: str  # swarm, or one of replay.importers.FORMATS
     default_mode: str = "timed"
     source_run_id: str | None = None
     notes: list[str] = field(default_factory=list)  # e.g. skipped bad lines

@@ -40,6 +40,7 @@ the event's index and its line.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,8 @@ def trace_files(path: str | Path) -> list[Path]:
 
 def _event_lines(text: str) -> list[int]:
     """The line on which each element of the top-level ``events`` array starts (best effort:
-    empty when the array cannot be located, e.g. a key named so in a string)."""
+    empty when the array cannot be located, e.g. a key named so in a string). Lines are
+    counted from one element to the next, so a long trace costs one pass."""
     decoder = json.JSONDecoder()
     at = text.find('"events"')
     if at < 0:
@@ -78,15 +80,18 @@ def _event_lines(text: str) -> list[int]:
     at = text.find("[", at)
     lines: list[int] = []
     pos = at + 1
+    line, counted = 1 + text.count("\n", 0, pos), pos
     while pos > 0:
         while pos < len(text) and text[pos] in " \t\r\n,":
             pos += 1
         if pos >= len(text) or text[pos] == "]":
             break
-        lines.append(text.count("\n", 0, pos) + 1)
+        line += text.count("\n", counted, pos)
+        counted = pos
+        lines.append(line)
         try:
             _, pos = decoder.raw_decode(text, pos)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             break
     return lines
 
@@ -107,19 +112,41 @@ class _Conversation:
     system_prompt: int = -1  # the number of its system prompt's text (the trace column)
 
 
-def _branch_for(branches: dict[tuple[int, ...], _Branch], path: tuple[int, ...]) -> _Branch:
-    """The branch at ``path``; one not opened by a ``parallel_start`` starts where its nearest
-    open ancestor stands."""
+@dataclass(frozen=True)
+class _Region:
+    """An open parallel region: its trunk's path, and where the trunk stood when it opened
+    (every branch of it starts there)."""
+
+    path: tuple[int, ...]
+    parents: tuple[int, ...]
+    wait_s: float
+
+
+def _branch_for(
+    branches: dict[tuple[int, ...], _Branch], path: tuple[int, ...], regions: list[_Region]
+) -> _Branch:
+    """The branch at ``path``; one seen for the first time starts where the innermost open
+    region it belongs to started (else where its nearest known ancestor stands)."""
     if path not in branches:
-        ancestor = max((p for p in branches if p == path[: len(p)]), key=len, default=())
-        state = branches.get(ancestor, _Branch())
-        branches[path] = _Branch(state.parents, state.wait_s)
+        region = next(
+            (r for r in reversed(regions) if len(r.path) < len(path) and path[: len(r.path)] == r.path), None
+        )
+        if region is not None:
+            branches[path] = _Branch(region.parents, region.wait_s)
+        else:
+            ancestor = max((p for p in branches if p == path[: len(p)]), key=len, default=())
+            state = branches.get(ancestor, _Branch())
+            branches[path] = _Branch(state.parents, state.wait_s)
     return branches[path]
 
 
 class _TraceReader:
-    def __init__(self, path: Path, items: list[ReplayItem], session: int, prompts: dict[str, int]) -> None:
+    def __init__(
+        self, path: Path, items: list[ReplayItem], session: int, prompts: dict[str, int], taken: set[str]
+    ) -> None:
         self.path = path
+        #: session ids already given (two files with one trace_id stay two sessions)
+        self.taken = taken
         self.items = items
         self.session = session
         #: system prompt texts by key, numbered in order of first use (shared over files)
@@ -138,13 +165,18 @@ class _TraceReader:
             raise InputError(f"{self.path}: not UTF-8 text: {exc}") from None
         except json.JSONDecodeError as exc:
             raise InputError(f"{self.path}: line {exc.lineno}: not valid JSON: {exc.msg}") from None
+        except RecursionError:
+            raise InputError(f"{self.path}: JSON nested too deeply to be a trace") from None
         if not isinstance(data, dict) or not isinstance(data.get("events"), list):
             raise InputError(f'{self.path}: expected an object with an "events" list (a TensorRT-LLM trace)')
         trace_id = data.get("trace_id")
         session_id = str(trace_id) if isinstance(trace_id, str) and trace_id else self.path.name
+        if session_id in self.taken:
+            session_id = f"{session_id}@{self.path.name}"
+        self.taken.add(session_id)
         lines = _event_lines(text)
         branches: dict[tuple[int, ...], _Branch] = {(): _Branch()}
-        regions: list[tuple[tuple[int, ...], int]] = []  # (parent path, branches) of open regions
+        regions: list[_Region] = []
         conversations: dict[int, _Conversation] = {}
         for i, event in enumerate(data["events"]):
             if not isinstance(event, dict):
@@ -158,30 +190,34 @@ class _TraceReader:
                 continue
             if kind == "parallel_start":
                 n = _int(event, "num_branches", lambda why, i=i: self.fail(i, lines, why), required=False)
-                start = _branch_for(branches, path)
+                start = _branch_for(branches, path, regions)
+                regions.append(_Region(path, start.parents, start.wait_s))
                 for b in range(n if n is not None else 0):
-                    branches[(*path, b)] = _Branch(start.parents, start.wait_s)
-                regions.append((path, n if n is not None else -1))
+                    _branch_for(branches, (*path, b), regions)
+                start.wait_s = 0.0  # the branches carry the wait; the trunk counts afresh
                 continue
             if kind == "parallel_end":
                 if not regions:
                     raise self.fail(i, lines, "parallel_end without an open parallel_start")
-                parent, _n = regions.pop()
+                region = regions.pop()
+                parent = region.path
                 children = [p for p in branches if len(p) == len(parent) + 1 and p[: len(parent)] == parent]
                 joined: list[int] = []
-                wait = 0.0
+                # tool time on the trunk while the region ran; a branch that never called still
+                # carries the wait from before the region
+                wait = branches[parent].wait_s if parent in branches else 0.0
                 for child in sorted(children):
                     state = branches.pop(child)
                     joined.extend(x for x in state.parents if x not in joined)
                     wait = max(wait, state.wait_s)
                     for deeper in [p for p in branches if p[: len(child)] == child]:
                         branches.pop(deeper)
-                branches[parent] = _Branch(tuple(joined) or branches.get(parent, _Branch()).parents, wait)
+                branches[parent] = _Branch(tuple(joined) or region.parents, wait)
                 continue
-            branch = _branch_for(branches, path)
+            branch = _branch_for(branches, path, regions)
             if kind == "tool_call":
                 ms = event.get("duration_ms", 0)
-                if isinstance(ms, bool) or not isinstance(ms, int | float) or ms < 0:
+                if isinstance(ms, bool) or not isinstance(ms, int | float) or not math.isfinite(ms) or ms < 0:
                     raise self.fail(i, lines, f"duration_ms {ms!r}: expected milliseconds, not negative")
                 branch.wait_s += float(ms) / 1000
                 continue
@@ -287,20 +323,34 @@ def _path(event: dict[str, Any], fail: Any) -> tuple[int, ...]:
     return tuple(value)
 
 
-def import_trtllm(path: str | Path) -> ReplayPlan:
-    """Read one trace file, or a folder of them (one session each), into a dependent plan."""
+def import_trtllm(path: str | Path, *, skip_bad_files: bool = False) -> ReplayPlan:
+    """Read one trace file, or a folder of them (one session each), into a dependent plan.
+    With ``skip_bad_files``, a bad file of a folder is skipped and counted in the notes."""
     files = trace_files(path)
     items: list[ReplayItem] = []
     prompts: dict[str, int] = {}
+    taken: set[str] = set()
     drops = 0
+    skipped: list[str] = []
     for n, f in enumerate(files):
         start = len(items)
-        reader = _TraceReader(f, items, n, prompts)
-        reader.read()
+        reader = _TraceReader(f, items, n, prompts, taken)
+        try:
+            reader.read()
+            if len(items) == start:
+                raise InputError(f"{f}: no assistant message: nothing to replay")
+        except InputError as exc:
+            if not skip_bad_files or len(files) == 1:
+                raise
+            del items[start:]
+            skipped.append(str(exc))
+            continue
         drops += reader.drops
-        if len(items) == start:
-            raise InputError(f"{f}: no assistant message: nothing to replay")
+    if not items:
+        raise InputError(f"{path}: no trace could be read; first problem: {skipped[0] if skipped else '-'}")
     plan = ReplayPlan(items=items, source=str(path), source_format=FORMAT, default_mode="dependent")
+    if skipped:
+        plan.notes.append(f"skipped {len(skipped)} bad trace file(s); first: {skipped[0]}")
     if drops:
         plan.notes.append(
             f"{drops} drop_kv_cache event(s) not replayed: a replay sends the calls and leaves caching to the engine"
