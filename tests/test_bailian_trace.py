@@ -200,7 +200,8 @@ def test_a_parent_not_in_the_file_makes_a_root_with_a_note(tmp_path: Path) -> No
 
 def test_filters_window_limit_and_sample() -> None:
     """``window`` 10:30 keeps chats 15, 21, 30 (offsets from the first kept), cutting both
-    parents: two roots and a note; ``limit`` keeps the first N; ``sample`` is seeded."""
+    parents: two roots and a note; ``limit`` keeps the first N; ``sample`` is seeded and draws
+    whole conversations."""
     plan = import_bailian(FIXTURE, Filters(window=(10.0, 30.0)))
     assert [it.identity.request_id for it in plan.items] == ["15", "21", "30"]
     assert [it.offset_s for it in plan.items] == pytest.approx([0.0, 2.5, 7.5])
@@ -210,9 +211,20 @@ def test_filters_window_limit_and_sample() -> None:
     assert [it.identity.request_id for it in limited.items] == ["7", "12", "15"]
     assert limited.items[2].parents == (0,) and limited.notes == []
     assert import_bailian(FIXTURE, Filters(sample=1.0)).items == import_bailian(FIXTURE).items
-    half = import_bailian(FIXTURE, Filters(sample=0.5, seed=3))
-    assert half.items == import_bailian(FIXTURE, Filters(sample=0.5, seed=3)).items
-    assert {it.identity.request_id for it in half.items} < {"7", "12", "15", "21", "30", "44"}
+    # sample draws whole conversations (7-15-44, 12-30, 21), seeded
+    conversations = [{"7", "15", "44"}, {"12", "30"}, {"21"}]
+    kept_sets = []
+    for seed in range(12):
+        try:
+            half = import_bailian(FIXTURE, Filters(sample=0.5, seed=seed))
+        except InputError:
+            continue  # this seed kept no conversation
+        assert half.items == import_bailian(FIXTURE, Filters(sample=0.5, seed=seed)).items
+        kept = {it.identity.request_id for it in half.items}
+        assert all(c <= kept or not (c & kept) for c in conversations), kept
+        assert all(it.parents or it.identity.node == "turn1" for it in half.items)
+        kept_sets.append(kept)
+    assert any(k < {"7", "12", "15", "21", "30", "44"} for k in kept_sets)
     with pytest.raises(InputError, match="no requests left"):
         import_bailian(FIXTURE, Filters(window=(100.0, 200.0)))
 

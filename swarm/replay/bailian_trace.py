@@ -40,7 +40,8 @@ its own, and the plan's notes count such requests.
 Bad input (not JSON, a missing or mistyped field, a negative length, more hash ids than the
 input allows, a ``chat_id`` used twice, timestamps out of order) is an ``InputError`` naming the
 file, the line and the field, or with ``skip_bad_lines`` a skipped line counted in the notes.
-Filters as for flat traces: ``window`` (seconds from the trace start), ``sample``, ``limit``.
+Filters as for flat traces: ``window`` (seconds from the trace start), ``sample`` (a seeded
+fraction of conversations: a first turn is drawn, the later turns follow it), ``limit``.
 """
 
 from __future__ import annotations
@@ -176,6 +177,7 @@ def import_bailian(
     items: list[ReplayItem] = []
     kept: dict[int, tuple[int, float, int]] = {}  # chat_id -> (item index, arrival s, turn)
     orphans = 0
+    dropped: set[int] = set()  # chat ids of conversations --sample left out
     first_t: float | None = None
     for req in _requests(p, bad):
         if first_t is None:
@@ -187,8 +189,12 @@ def import_bailian(
                 continue
             if rel >= hi:
                 break
-        if filters.sample is not None and rng.random() >= filters.sample:
-            continue
+        if filters.sample is not None:
+            # whole conversations: a first turn is drawn, a later turn follows its conversation
+            if req.parent == ROOT_PARENT or req.parent in dropped:
+                if req.parent in dropped or rng.random() >= filters.sample:
+                    dropped.add(req.chat_id)
+                    continue
         parent = kept.get(req.parent) if req.parent != ROOT_PARENT else None
         if req.parent != ROOT_PARENT and parent is None:
             orphans += 1
