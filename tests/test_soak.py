@@ -15,6 +15,7 @@ do.
 from __future__ import annotations
 
 import gc
+import http.client
 import json
 import resource
 import threading
@@ -117,8 +118,17 @@ def test_soak_500_agents_2_minutes_5_percent_faults(tmp_path: Path) -> None:
         sampler.start()
         result = execute_run(spec)
         stop.set()
-        with urllib.request.urlopen(emulator.url + "/swarm/faults?by_request=1", timeout=10) as resp:
-            seen = json.load(resp)
+        # the emulator resets 5 % of new connections, this one's too: ask again (each refused ask
+        # is one more refusal in its counts, taken off below)
+        refused_asks = 0
+        while True:
+            try:
+                with urllib.request.urlopen(emulator.url + "/swarm/faults?by_request=1", timeout=10) as resp:
+                    seen = json.load(resp)
+                break
+            except (ConnectionResetError, http.client.RemoteDisconnected) as exc:
+                refused_asks += 1
+                assert refused_asks < 20, f"the fault log could not be read: {exc}"
     finally:
         stop.set()
         emulator.stop()
@@ -135,6 +145,7 @@ def test_soak_500_agents_2_minutes_5_percent_faults(tmp_path: Path) -> None:
     rows = table.num_rows
     statuses = Counter(table["status"].to_pylist())
     injected: dict[str, int] = seen["injected"]
+    injected["refuse"] -= refused_asks
     by_request: dict[str, str] = seen["by_request"]
     assert seen["by_request_complete"]
     assert sum(manifest.counts.values()) == rows
