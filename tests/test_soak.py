@@ -15,7 +15,7 @@ do.
 from __future__ import annotations
 
 import gc
-import http.client
+from http.client import RemoteDisconnected
 import json
 import resource
 import threading
@@ -126,7 +126,7 @@ def test_soak_500_agents_2_minutes_5_percent_faults(tmp_path: Path) -> None:
                 with urllib.request.urlopen(emulator.url + "/swarm/faults?by_request=1", timeout=10) as resp:
                     seen = json.load(resp)
                 break
-            except (ConnectionResetError, http.client.RemoteDisconnected) as exc:
+            except (ConnectionResetError, RemoteDisconnected) as exc:
                 refused_asks += 1
                 assert refused_asks < 20, f"the fault log could not be read: {exc}"
     finally:
