@@ -15,13 +15,13 @@ do.
 from __future__ import annotations
 
 import gc
-from http.client import RemoteDisconnected
 import json
 import resource
 import threading
 import time
 import urllib.request
 from collections import Counter
+from http.client import RemoteDisconnected
 from pathlib import Path
 
 import pytest

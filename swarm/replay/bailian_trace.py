@@ -189,12 +189,12 @@ def import_bailian(
                 continue
             if rel >= hi:
                 break
-        if filters.sample is not None:
-            # whole conversations: a first turn is drawn, a later turn follows its conversation
-            if req.parent == ROOT_PARENT or req.parent in dropped:
-                if req.parent in dropped or rng.random() >= filters.sample:
-                    dropped.add(req.chat_id)
-                    continue
+        # --sample draws whole conversations: a first turn is drawn, a later turn follows it
+        if filters.sample is not None and (
+            req.parent in dropped or (req.parent == ROOT_PARENT and rng.random() >= filters.sample)
+        ):
+            dropped.add(req.chat_id)
+            continue
         parent = kept.get(req.parent) if req.parent != ROOT_PARENT else None
         if req.parent != ROOT_PARENT and parent is None:
             orphans += 1
