@@ -285,10 +285,14 @@ def test_tool_time_scale_is_refused_where_it_would_do_nothing(
     from swarm.runtime.specs import TargetSpec
 
     target = [TargetSpec(name="emu", url=emulator(engine="sglang", timing="zero").url, engine="sglang")]
-    mooncake = import_trace(Path(__file__).parent / "data" / "mooncake_conversation_first300.jsonl", "mooncake")
+    mooncake = import_trace(
+        Path(__file__).parent / "data" / "mooncake_conversation_first300.jsonl", "mooncake"
+    )
     with pytest.raises(InputError, match="records no waits"):
         execute_replay(mooncake, target, tool_time_scale=0.5, output_dir=str(tmp_path))
-    bailian = import_trace(Path(__file__).parent / "data" / "bailian" / "two-conversations_blksz_16.jsonl", "bailian")
+    bailian = import_trace(
+        Path(__file__).parent / "data" / "bailian" / "two-conversations_blksz_16.jsonl", "bailian"
+    )
     with pytest.raises(InputError, match="use --mode dependent"):
         execute_replay(bailian, target, tool_time_scale=0.5, output_dir=str(tmp_path))
 
