@@ -50,6 +50,7 @@ from typing import Any
 
 from swarm.errors import InputError
 from swarm.record import RequestIdentity
+from swarm.replay.importers import document_files, read_json_document
 from swarm.replay.plan import ReplayItem, ReplayPlan
 
 FORMAT = "agentic_coding"
@@ -61,15 +62,7 @@ _LOCAL_SPACE = 1 << 40  # a "local" trace's ids move to (n + 1) * 2**40 + id, n 
 
 def trace_files(path: str | Path) -> list[Path]:
     """The trace files of ``path``: the file itself, or a folder's ``*.json`` in name order."""
-    p = Path(path)
-    if p.is_dir():
-        files = sorted(f for f in p.glob(f"*{SUFFIX}") if f.is_file())
-        if not files:
-            raise InputError(f"{p}: no {SUFFIX} files in this folder")
-        return files
-    if not p.is_file():
-        raise InputError(f"{p}: no such file")
-    return [p]
+    return document_files(path, SUFFIX)
 
 
 def _record_lines(text: str, data: dict[str, Any]) -> dict[tuple[int, ...], int]:
@@ -132,13 +125,7 @@ class _TraceReader:
         return InputError(f"{self.path}: {f'line {line}, ' if line else ''}{where}: {why}")
 
     def read(self, taken: set[str]) -> None:
-        try:
-            text = self.path.read_text(encoding="utf-8")
-            data = json.loads(text)
-        except UnicodeDecodeError as exc:
-            raise InputError(f"{self.path}: not UTF-8 text: {exc}") from None
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{self.path}: line {exc.lineno}: not valid JSON: {exc.msg}") from None
+        text, data = read_json_document(self.path)
         if not isinstance(data, dict) or not isinstance(data.get("requests"), list):
             raise InputError(
                 f'{self.path}: expected an object with a "requests" list (an agentic-coding trace)'

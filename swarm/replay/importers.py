@@ -89,6 +89,34 @@ class BadLines:
         self.first = self.first or message
 
 
+def document_files(path: str | Path, suffix: str) -> list[Path]:
+    """The files of a trace kept one document per file: ``path`` itself, or a folder's
+    ``*<suffix>`` files in name order; an InputError naming ``path`` when there are none."""
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(f for f in p.glob(f"*{suffix}") if f.is_file())
+        if not files:
+            raise InputError(f"{p}: no {suffix} files in this folder")
+        return files
+    if not p.is_file():
+        raise InputError(f"{p}: no such file")
+    return [p]
+
+
+def read_json_document(path: Path) -> tuple[str, object]:
+    """The text of a one-document JSON trace file and its parsed value; InputErrors name the
+    file (and the line, for invalid JSON)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        return text, json.loads(text)
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: line {exc.lineno}: not valid JSON: {exc.msg}") from None
+    except RecursionError:
+        raise InputError(f"{path}: JSON nested too deeply to be a trace") from None
+
+
 def _int_field(obj: dict[str, object], name: str) -> int:
     if name not in obj:
         raise ValueError(f"missing field {name!r}")

@@ -48,6 +48,7 @@ from typing import Any
 from swarm.errors import InputError
 from swarm.record import RequestIdentity
 from swarm.replay.blocktext import segment_words
+from swarm.replay.importers import document_files, read_json_document
 from swarm.replay.plan import ReplayItem, ReplayPlan
 
 FORMAT = "trtllm"
@@ -58,15 +59,7 @@ ROLES = ("system", "user", "assistant", "tool")
 
 def trace_files(path: str | Path) -> list[Path]:
     """The trace files of ``path``: the file itself, or a folder's ``*.trace.json`` in name order."""
-    p = Path(path)
-    if p.is_dir():
-        files = sorted(p.glob(f"*{SUFFIX}"))
-        if not files:
-            raise InputError(f"{p}: no {SUFFIX} files in this folder")
-        return files
-    if not p.is_file():
-        raise InputError(f"{p}: no such file")
-    return [p]
+    return document_files(path, SUFFIX)
 
 
 def _event_lines(text: str) -> list[int]:
@@ -158,15 +151,7 @@ class _TraceReader:
         return InputError(f"{self.path}: {where}event {index}: {why}")
 
     def read(self) -> None:
-        try:
-            text = self.path.read_text(encoding="utf-8")
-            data = json.loads(text)
-        except UnicodeDecodeError as exc:
-            raise InputError(f"{self.path}: not UTF-8 text: {exc}") from None
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{self.path}: line {exc.lineno}: not valid JSON: {exc.msg}") from None
-        except RecursionError:
-            raise InputError(f"{self.path}: JSON nested too deeply to be a trace") from None
+        text, data = read_json_document(self.path)
         if not isinstance(data, dict) or not isinstance(data.get("events"), list):
             raise InputError(f'{self.path}: expected an object with an "events" list (a TensorRT-LLM trace)')
         trace_id = data.get("trace_id")
