@@ -86,14 +86,11 @@ def run(
 ) -> None:
     """Run an agent swarm against targets (default: the built-in emulator, sglang and trtllm profiles;
     executor: ray)."""
-    from swarm.workload.specfiles import load_yaml
+    from swarm.workload.specfiles import load_run_spec_file
 
     data: dict[str, Any] = {}
     if spec is not None:
-        loaded = load_yaml(spec)
-        if not isinstance(loaded, dict):
-            raise InputError(f"{spec}: expected a mapping at the top level")
-        data = loaded
+        data = load_run_spec_file(spec)
     data = opt.sending_settings(
         data, output=output, record_text=record_text, executor=executor, workers=workers, address=address,
         ray_timeout=ray_timeout, worker_writes=worker_writes, emulator_arg=emulator_arg,

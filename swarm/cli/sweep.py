@@ -127,7 +127,7 @@ def sweep(
     """Every target at every load of a ladder: curves, capacity at SLO, the eviction cliff
     (default: the emulated showdown, both emulator profiles with a small KV budget)."""
     from swarm.sweep.spec import AutoLadder, StopRules, SweepSpec
-    from swarm.workload.specfiles import load_yaml, validate
+    from swarm.workload.specfiles import load_run_spec_file, validate
 
     ladders = {
         k: v
@@ -187,10 +187,7 @@ def sweep(
             raise InputError(str(exc)) from None
     data: dict[str, Any] = {}
     if spec is not None:
-        loaded = load_yaml(spec)
-        if not isinstance(loaded, dict):
-            raise InputError(f"{spec}: expected a mapping at the top level")
-        data = loaded
+        data = load_run_spec_file(spec)
     emulator_args = list(emulator_arg or [])
     if not target and not data.get("targets") and not emulator_args and not data.get("emulator_args"):
         emulator_args = [f"--cache-tokens={SHOWDOWN_CACHE_TOKENS}"]

@@ -11,6 +11,7 @@ samples are a pure function of (spec, seed).
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from typing import Annotated, Literal
@@ -136,7 +137,37 @@ class Gamma(_Clipped):
         return self.mean_
 
 
+class Empirical(_Clipped):
+    """A recorded distribution (``swarm fit`` writes one where no simple shape fits): its values
+    at evenly spaced probabilities 0, 1/k, ..., 1; a sample interpolates linearly between the
+    two quantiles around a uniform draw."""
+
+    dist: Literal["empirical"] = "empirical"
+    quantiles: list[float] = Field(
+        min_length=2, max_length=1001, description="values at probabilities 0, 1/k, ..., 1 (non-decreasing)"
+    )
+
+    @model_validator(mode="after")
+    def _sorted(self) -> Empirical:
+        q = self.quantiles
+        if any(not math.isfinite(v) or v < 0 for v in q):
+            raise ValueError("quantiles must be finite and not negative")
+        if any(b < a for a, b in itertools.pairwise(q)):
+            raise ValueError("quantiles must not decrease")
+        return self
+
+    def _draw(self, rng: random.Random) -> float:
+        q = self.quantiles
+        u = rng.random() * (len(q) - 1)
+        i = min(int(u), len(q) - 2)
+        return q[i] + (q[i + 1] - q[i]) * (u - i)
+
+    def mean(self) -> float:
+        q = self.quantiles
+        return sum((a + b) / 2 for a, b in itertools.pairwise(q)) / (len(q) - 1)
+
+
 Distribution = Annotated[
-    Constant | Uniform | Normal | LogNormal | Exponential | Gamma,
+    Constant | Uniform | Normal | LogNormal | Exponential | Gamma | Empirical,
     Field(discriminator="dist"),
 ]

@@ -73,3 +73,28 @@ def resolve_spec_path(base_dir: Path, value: str, source: str, field: str) -> Pa
     if not resolved.is_relative_to(base_dir.resolve()):
         raise InputError(f"{source}: {field}: path {value!r} leaves the spec's folder; use an absolute path")
     return resolved
+
+
+def load_run_spec_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A run spec file as data, its workload mix's relative ``*.yaml`` profile and topology
+    paths made relative to the spec's folder (so a spec and the files it names move together;
+    a name without ``.yaml`` is a built-in or a catalog entry and stays)."""
+    p = Path(path)
+    data = load_yaml(p)
+    if not isinstance(data, dict):
+        raise InputError(f"{p}: expected a mapping at the top level")
+    workload = data.get("workload")
+    mix = workload.get("mix") if isinstance(workload, dict) else None
+    if isinstance(mix, list):
+        for i, entry in enumerate(mix):
+            if not isinstance(entry, dict):
+                continue
+            for key in ("profile", "topology"):
+                value = entry.get(key)
+                if (
+                    isinstance(value, str)
+                    and value.endswith((".yaml", ".yml"))
+                    and not Path(value).is_absolute()
+                ):
+                    entry[key] = str(resolve_spec_path(p.parent, value, str(p), f"workload.mix.{i}.{key}"))
+    return data

@@ -53,6 +53,7 @@ class TopologyTemplate:
     graph: nx.DiGraph
     beams: tuple[BeamGroup, ...]
     order: tuple[str, ...]
+    spawns: frozenset[str] = frozenset()  # nodes that start a sub-agent fresh (``spawn: true``)
 
     def role(self, node: str) -> str:
         return str(self.graph.nodes[node]["role"])
@@ -280,6 +281,11 @@ class GraphNode(BaseModel):
     id: str = Field(min_length=1)
     role: str = Field(description=f"one of: {', '.join(ROLES)}")
     tool_after: bool = Field(default=False, description="a tool runs after this call")
+    spawn: bool = Field(
+        default=False,
+        description="a sub-agent started fresh: its prompt, and its context descendants', carries a "
+        "task of its own instead of the agent's (link it to its spawner with kind: after)",
+    )
 
     @model_validator(mode="after")
     def _role(self) -> GraphNode:
@@ -346,7 +352,8 @@ def _explicit(graph: ExplicitGraph, source: str) -> _Builder:
     for i, node in enumerate(graph.nodes):
         if node.id in b.g:
             raise InputError(f"{source}: graph.nodes.{i}.id: duplicate node id {node.id!r}")
-        b.node(node.id, node.role, 0, 0, tool_after=node.tool_after)
+        extra = {"spawn": True} if node.spawn else {}  # only when set: older graphs keep their digest
+        b.node(node.id, node.role, 0, 0, tool_after=node.tool_after, **extra)
     for i, link in enumerate(graph.links):
         for end in ("source", "target"):
             if getattr(link, end) not in b.g:
@@ -386,7 +393,8 @@ def _finish(name: str, b: _Builder, source: str, explicit: bool) -> TopologyTemp
                 raise InputError(
                     f"{source}: beams.{group.name}: node {gated!r} cannot wait for its own ancestors' decision"
                 )
-    return TopologyTemplate(name=name, graph=g, beams=tuple(b.beams), order=order)
+    spawns = frozenset(n for n in g.nodes if g.nodes[n].get("spawn"))
+    return TopologyTemplate(name=name, graph=g, beams=tuple(b.beams), order=order, spawns=spawns)
 
 
 def build_topology(spec: TopologyFile, source: str = "<topology>") -> TopologyTemplate:

@@ -116,6 +116,7 @@ class NodePlan:
     standin: str
     score: float
     early_stop: bool
+    task: str | None = None  # a spawned sub-agent's own task (topology node ``spawn: true``)
 
 
 @dataclass
@@ -159,6 +160,16 @@ class AgentPlan:
             else None
         )
         standin = synth_text(rng, max_tokens, self.tokenizer)
+        score = rng.random()
+        early_stop = rng.random() < prof.pruning.early_stop_p
+        task = None
+        if attrs.get("spawn"):  # drawn last: nodes without it keep their samples
+            task = synth_text(
+                rng,
+                max(2, prof.task_tokens.sample_int(rng, 2)),
+                self.tokenizer,
+                lead=f"task {self.agent_id} {name} :",
+            )
         return NodePlan(
             node=name,
             role=role,
@@ -170,8 +181,9 @@ class AgentPlan:
             tool_s=tool_s,
             tool_result=tool_result,
             standin=standin,
-            score=rng.random(),
-            early_stop=rng.random() < prof.pruning.early_stop_p,
+            score=score,
+            early_stop=early_stop,
+            task=task,
         )
 
 

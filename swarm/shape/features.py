@@ -1,0 +1,64 @@
+"""The distributions that decide prefix-cache behaviour, computed from a ShapeTable.
+
+Place in the map (docs/architecture.md, "Shape"): read by ``realism`` (to compare) and ``fit``
+(to derive a profile). Each feature is a list of values, one per request, per session or per
+parent, with its formula here:
+
+- ``prompt_tokens``: per request, the prompt's length in tokens.
+- ``growth_tokens``: per request with context parents (parents whose prompt its own extends),
+  ``prompt - max(prompt of its context parents)``: what a turn adds to the context (the
+  parent's output, tool results, observations, the next instruction).
+- ``output_tokens``: per request, the completion's length (a trace's recorded one; a run's
+  generated one; a spec's ``max_tokens``).
+- ``reuse_per_request``: per request, ``ideal_cached / prompt``: the share of its prompt that an
+  infinite prefix cache would hold (the longest prefix shared with any earlier prompt).
+- ``reuse_per_session``: per session, ``sum(ideal_cached) / sum(prompt)`` over its requests.
+- ``gap_s``: per request with parents, seconds from its last parent's end to its start (tool and
+  think time; a trace's recorded wait).
+- ``fan_out``: per request that some request waits for, how many requests wait for it.
+- ``session_requests``: per session, its number of requests.
+"""
+
+from __future__ import annotations
+
+from swarm.shape.table import ShapeTable
+
+#: feature name -> (what it is, unit), in the order tables show them
+FEATURES: dict[str, tuple[str, str]] = {
+    "prompt_tokens": ("prompt length", "tokens"),
+    "growth_tokens": ("growth per turn", "tokens"),
+    "output_tokens": ("output length", "tokens"),
+    "reuse_per_request": ("ideal reuse per request", "share"),
+    "reuse_per_session": ("ideal reuse per session", "share"),
+    "gap_s": ("gap after parents", "s"),
+    "fan_out": ("fan-out", "requests"),
+    "session_requests": ("session length", "requests"),
+}
+
+
+def features(table: ShapeTable) -> dict[str, list[float]]:
+    """Every feature of ``table`` (see the module docstring for the formulas)."""
+    rows = table.rows
+    out: dict[str, list[float]] = {name: [] for name in FEATURES}
+    for r in rows:
+        out["prompt_tokens"].append(float(r.prompt_tokens))
+        out["output_tokens"].append(float(r.output_tokens))
+        if r.prompt_tokens > 0:
+            out["reuse_per_request"].append(min(1.0, r.ideal_cached_tokens / r.prompt_tokens))
+        if r.context_parents:
+            out["growth_tokens"].append(
+                float(r.prompt_tokens - max(rows[p].prompt_tokens for p in r.context_parents))
+            )
+        if r.parents and r.gap_s is not None:
+            out["gap_s"].append(float(r.gap_s))
+    for kids in table.children():
+        if kids:
+            out["fan_out"].append(float(len(kids)))
+    for members in table.sessions().values():
+        out["session_requests"].append(float(len(members)))
+        prompt = sum(rows[i].prompt_tokens for i in members)
+        if prompt > 0:
+            out["reuse_per_session"].append(
+                min(1.0, sum(rows[i].ideal_cached_tokens for i in members) / prompt)
+            )
+    return out
