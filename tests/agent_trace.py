@@ -18,8 +18,11 @@ def _blocks(tokens: int) -> int:
     return max(1, round(tokens / BLOCK))
 
 
-def write_agent_trace(folder: Path, conversations: int = 40, seed: int = 7) -> Path:
-    """``conversations`` JSON files in ``folder``; returns the folder."""
+def write_agent_trace(
+    folder: Path, conversations: int = 40, seed: int = 7, think_s: tuple[float, float] = (0.2, 0.8)
+) -> Path:
+    """``conversations`` JSON files in ``folder``, waits between calls drawn from ``think_s``;
+    returns the folder."""
     rng = random.Random(seed)
     folder.mkdir(parents=True, exist_ok=True)
     next_id = [1000]
@@ -40,7 +43,7 @@ def write_agent_trace(folder: Path, conversations: int = 40, seed: int = 7) -> P
             requests.append(
                 {"t": round(t, 3), "type": "n", "model": "m", "in": len(blocks) * BLOCK + tail, "out": out,
                  "hash_ids": list(blocks), "input_types": ["text"], "output_types": ["tool_use"],
-                 "stop": "tool_use", "api_time": 0.05, "think_time": round(rng.uniform(0.01, 0.05), 3)}
+                 "stop": "tool_use", "api_time": 0.05, "think_time": round(rng.uniform(*think_s), 3)}
             )  # fmt: skip
             t += 0.1
             if turn == 1 and rng.random() < 0.4:  # two sub-agents, waited for by the next call
@@ -53,7 +56,7 @@ def write_agent_trace(folder: Path, conversations: int = 40, seed: int = 7) -> P
                             {"t": round(0.1 * j, 3), "type": "n", "model": "m", "in": len(sub) * BLOCK,
                              "out": sub_out, "hash_ids": list(sub), "input_types": ["text"],
                              "output_types": ["text"], "stop": "end_turn", "api_time": 0.05,
-                             "think_time": round(rng.uniform(0.01, 0.05), 3)}
+                             "think_time": round(rng.uniform(*think_s), 3)}
                         )  # fmt: skip
                         sub = sub + fresh(_blocks(sub_out + rng.lognormvariate(5.0, 0.5)))
                     requests.append(

@@ -25,6 +25,7 @@ SECTIONS = {
     "emulator": "The emulator",
     "replay": "Replay",
     "analysis": "Analysis",
+    "shape": "Shape",
     "runtime": "Runtime",
     "cluster": "Ray",
     "launch": "Launch",
