@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from agent_trace import write_agent_trace
 from typer.testing import CliRunner
 
-from agent_trace import write_agent_trace
 from swarm.cli import app
 from swarm.emulator.http_server import EmulatorThread
 from swarm.errors import InputError
@@ -103,7 +103,9 @@ def test_fit_writes_a_spec_profile_and_topologies_that_load_and_explain_every_nu
     assert len(table.sessions()) == 10
 
 
-def test_spawned_node_carries_its_own_task_and_so_do_its_descendants(agent_trace: Path, tmp_path: Path) -> None:
+def test_spawned_node_carries_its_own_task_and_so_do_its_descendants(
+    agent_trace: Path, tmp_path: Path
+) -> None:
     fit = fit_table(table_from_plan(import_trace(str(agent_trace), "agentic_coding", Filters())), "coder")
     write_fit(fit, tmp_path / "coder.yaml")
     data = load_run_spec_file(tmp_path / "coder.yaml")
@@ -111,9 +113,7 @@ def test_spawned_node_carries_its_own_task_and_so_do_its_descendants(agent_trace
     from swarm.workload.workload import Workload, WorkloadSpec
 
     workload = Workload(WorkloadSpec.model_validate(data["workload"]))
-    plan = next(
-        p for p in (workload.agent(i) for i in range(40)) if p.topology.spawns
-    )
+    plan = next(p for p in (workload.agent(i) for i in range(40)) if p.topology.spawns)
     t = plan.topology
     spawn = sorted(t.spawns)[0]
     child = next(c for c in t.graph.successors(spawn) if spawn in t.context_parents(c))
@@ -197,7 +197,7 @@ def test_few_values_are_shown_but_not_judged() -> None:
 def test_a_spec_mix_path_may_not_leave_the_spec_folder(tmp_path: Path) -> None:
     spec = tmp_path / "s.yaml"
     spec.write_text("workload: {mix: [{profile: ../elsewhere.yaml, topology: react}]}\n")
-    with pytest.raises(InputError, match="workload.mix.0.profile"):
+    with pytest.raises(InputError, match=r"workload\.mix\.0\.profile"):
         load_run_spec_file(spec)
 
 
