@@ -20,6 +20,7 @@ from swarm.cli import app
 from swarm.emulator.http_server import EmulatorThread
 from swarm.errors import InputError
 from swarm.replay.importers import Filters, import_trace
+from swarm.replay.plan import ReplayItem
 from swarm.shape.features import FEATURES, features
 from swarm.shape.fit import fit_table, write_fit
 from swarm.shape.realism import MIN_VALUES, NEAR_D, compare, critical_d, ks_distance
@@ -204,3 +205,42 @@ def test_a_spec_mix_path_may_not_leave_the_spec_folder(tmp_path: Path) -> None:
 def test_fit_refuses_an_output_that_is_not_yaml(agent_trace: Path, tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["fit", str(agent_trace), "-o", str(tmp_path / "spec.txt")])
     assert result.exit_code != 0
+
+
+def _flat(index: int, t: float, ids: tuple[int, ...], tokens: int) -> ReplayItem:
+    return ReplayItem(
+        index=index, offset_s=t, prompt_tokens=tokens, max_tokens=10, block_ids=ids, block_tokens=100
+    )
+
+
+def test_flat_trace_conversations_follow_whole_prompts_not_shared_system_prefixes() -> None:
+    from swarm.replay.plan import ReplayPlan
+    from swarm.shape.conversations import infer_conversations
+
+    items = [
+        _flat(0, 0.0, (1, 2), 150),  # system block 1, its own block 2 (cut)
+        _flat(1, 1.0, (1, 3, 4), 250),  # another conversation: shares only block 1
+        _flat(2, 2.0, (1,), 100),  # only the shared system block: starts nothing
+        _flat(3, 5.0, (1, 3, 5, 6), 390),  # continues 1 (holds its whole blocks 1, 3)
+        _flat(4, 6.0, (1, 7), 180),  # shares only block 1 with everything: a new conversation
+        _flat(5, 9.0, (1, 3, 5, 8), 400),  # continues 3 (whole blocks 1, 3, 5): the longest
+    ]
+    plan, linked = infer_conversations(ReplayPlan(items, "t.jsonl", "mooncake"))
+    parents = {it.index: it.parents for it in plan.items}
+    assert parents == {0: (), 1: (), 2: (), 3: (1,), 4: (), 5: (3,)}
+    assert linked == 2
+    assert next(it for it in plan.items if it.index == 5).gap_s == pytest.approx(4.0)  # start to start
+    table = table_from_plan(ReplayPlan(items, "t.jsonl", "mooncake"))
+    assert len(table.sessions()) == 4 and any("continue an earlier one" in n for n in table.notes)
+
+
+def test_mooncake_slice_fits_and_its_fitted_spec_reads_close_to_it(tmp_path: Path) -> None:
+    trace = DATA / "mooncake_conversation_first300.jsonl"
+    reference = table_from_plan(import_trace(str(trace), "mooncake", Filters()))
+    assert any(r.parents for r in reference.rows)
+    write_fit(fit_table(reference, "chat"), tmp_path / "chat.yaml")
+    data = load_run_spec_file(tmp_path / "chat.yaml")
+    candidate = table_from_spec(data, "chat.yaml", agents=len(reference.sessions()))
+    report = compare(candidate, reference)
+    for name in ("prompt_tokens", "output_tokens", "session_requests"):
+        assert report.row(name).verdict == "match", report.row(name)

@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from swarm.errors import InputError
 from swarm.replay.plan import ReplayItem, ReplayPlan
+from swarm.shape.conversations import infer_conversations, is_flat
 from swarm.workload.prefix import BLOCK_TOKENS, PrefixIndex
 
 SourceKind = Literal["trace", "run", "spec"]
@@ -226,7 +227,15 @@ def _system_lead(item: ReplayItem) -> tuple[int, str]:
 
 
 def table_from_plan(plan: ReplayPlan) -> ShapeTable:
-    """The requests of an imported trace (see the module docstring)."""
+    """The requests of an imported trace (see the module docstring); in a flat hash-id trace,
+    conversations inferred from shared prefixes (``conversations``)."""
+    notes = list(plan.notes)
+    if is_flat(plan):
+        plan, linked = infer_conversations(plan)
+        notes.append(
+            f"no sessions recorded: {linked} of {len(plan.items)} requests continue an earlier one "
+            "(its whole prompt but a cut last block); gaps are start to start"
+        )
     items = _send_order(plan.items)
     position = {it.index: i for i, it in enumerate(items)}
     session_of = _session_keys(items)
@@ -257,14 +266,11 @@ def table_from_plan(plan: ReplayPlan) -> ShapeTable:
             firsts[session] = (i, units, weights)
             declared[session] = _system_lead(it)
     _with_leads(rows, firsts)
-    for session, (
-        tokens,
-        key,
-    ) in declared.items():  # a recorded system prompt longer than what is seen shared
+    for session, (tokens, key) in declared.items():  # recorded system messages longer than seen shared
         pos = firsts[session][0]
         if tokens > rows[pos].shared_lead_tokens:
             rows[pos] = dataclasses.replace(rows[pos], shared_lead_tokens=tokens, shared_lead_key=key)
-    return ShapeTable(rows, plan.source, "trace", list(plan.notes))
+    return ShapeTable(rows, plan.source, "trace", notes)
 
 
 # -- from a swarm run -----------------------------------------------------------------------------
