@@ -244,3 +244,38 @@ def test_mooncake_slice_fits_and_its_fitted_spec_reads_close_to_it(tmp_path: Pat
     report = compare(candidate, reference)
     for name in ("prompt_tokens", "output_tokens", "session_requests"):
         assert report.row(name).verdict == "match", report.row(name)
+
+
+def test_realism_page_in_headless_chromium(agent_trace: Path, tmp_path: Path) -> None:
+    import os
+
+    from browser import chromium_path, visit
+
+    from swarm.shape.realism_html import render_realism_html
+
+    if chromium_path() is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing in CI: .ci/run installs Debian's chromium")
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    reference = table_from_plan(import_trace(str(agent_trace), "agentic_coding", Filters()))
+    write_fit(fit_table(reference, "coder"), tmp_path / "c.yaml")
+    candidate = table_from_spec(load_run_spec_file(tmp_path / "c.yaml"), "<c & d>.yaml", agents=40)
+    cv, rv = features(candidate), features(reference)
+    page = tmp_path / "realism.html"
+    page.write_text(render_realism_html(compare(candidate, reference, cv, rv), cv, rv), encoding="utf-8")
+    text = page.read_text()
+    assert "<script" not in text and "&lt;c &amp; d&gt;.yaml" in text
+    seen = visit(
+        page,
+        "({plots: Array.from(document.querySelectorAll('figure.plot')).map(f => ({id: f.id, "
+        "series: f.querySelectorAll('path.series').length, width: f.getBoundingClientRect().width})), "
+        "rows: document.querySelectorAll('#realism tbody tr').length})",
+        tmp_path / "realism.png",
+        tmp_path / "chromium-profile",
+    )
+    assert seen.errors == []
+    assert seen.value["rows"] == 2 * len(FEATURES)  # candidate and reference per distribution
+    plots = {p["id"]: p for p in seen.value["plots"]}
+    assert set(plots) == {f"realism-{name}" for name in FEATURES}
+    for plot_id, plot in plots.items():
+        assert plot["series"] == 2 and plot["width"] > 100, plot_id
