@@ -17,22 +17,7 @@ from swarm.analysis import metrics as m
 from swarm.analysis.figures import RunReport, breakdown
 from swarm.analysis.report import LoadedRun
 from swarm.analysis.rows import fmt, report_rows
-from swarm.analysis.svgplot import Series, cdf, line_chart
-
-_CSS = """
-body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; max-width: 1400px; }
-h1 { font-size: 20px; } h2 { font-size: 17px; margin-top: 28px; }
-table { border-collapse: collapse; margin: 8px 0; }
-th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; }
-th:first-child, td:first-child { text-align: left; }
-.plots { display: flex; flex-wrap: wrap; gap: 12px; }
-figure.plot { margin: 0; border: 1px solid #eee; padding: 6px; }
-figcaption { font-weight: 600; margin-bottom: 4px; }
-.tick { font-size: 10px; fill: #555; } .axis { font-size: 11px; fill: #333; }
-.legend { font-size: 12px; } .key { margin-right: 12px; white-space: nowrap; }
-.key svg { vertical-align: middle; margin-right: 4px; }
-.note { color: #666; } .warn { color: #a40; }
-"""
+from swarm.analysis.svgplot import PAGE_CSS, Series, cdf, line_chart
 
 
 def _f(value: Any, spec: str = ".1f") -> str:
@@ -195,7 +180,7 @@ def render_html(run: LoadedRun, report: RunReport) -> str:
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>swarm report {html.escape(info["run_id"])}</title>
-<style>{_CSS}</style></head>
+<style>{PAGE_CSS}</style></head>
 <body>
 <h1>swarm report: {html.escape(info["run_id"])}</h1>
 <p>{html.escape(info["kind"])} · status {html.escape(str(info["status"]))} · created {html.escape(str(info["created_at"]))}

@@ -17,6 +17,21 @@ import numpy as np
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 WIDTH, HEIGHT = 640, 320
+#: styles of a page of tables and these plots (the reports' HTML pages share them)
+PAGE_CSS = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; max-width: 1400px; }
+h1 { font-size: 20px; } h2 { font-size: 17px; margin-top: 28px; }
+table { border-collapse: collapse; margin: 8px 0; }
+th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
+.plots { display: flex; flex-wrap: wrap; gap: 12px; }
+figure.plot { margin: 0; border: 1px solid #eee; padding: 6px; }
+figcaption { font-weight: 600; margin-bottom: 4px; }
+.tick { font-size: 10px; fill: #555; } .axis { font-size: 11px; fill: #333; }
+.legend { font-size: 12px; } .key { margin-right: 12px; white-space: nowrap; }
+.key svg { vertical-align: middle; margin-right: 4px; }
+.note { color: #666; } .warn { color: #a40; }
+"""
 LEFT, RIGHT, TOP, BOTTOM = 64, 16, 16, 44
 
 

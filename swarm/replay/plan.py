@@ -9,6 +9,7 @@ so prompts that share leading ids share exactly that prefix, as in the source.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from swarm.record import RequestIdentity
@@ -42,6 +43,27 @@ class ReplayPlan:
     source_seed: int | None = None
     source_spec_hash: str | None = None
     source_digests: dict[str, str] = field(default_factory=dict)
+
+
+def session_roots(items: Sequence[ReplayItem]) -> dict[int, int]:
+    """For each item's index, one index standing for its session (the same for every item of
+    it): items are joined by their recorded session id and by their dependencies."""
+    root: dict[int, int] = {it.index: it.index for it in items}
+
+    def find(x: int) -> int:
+        while root[x] != x:
+            root[x] = root[root[x]]
+            x = root[x]
+        return x
+
+    first_of: dict[str, int] = {}
+    for it in items:
+        if it.identity.session_id:
+            root[find(it.index)] = find(first_of.setdefault(it.identity.session_id, it.index))
+        for p in it.parents:
+            if p in root:
+                root[find(it.index)] = find(p)
+    return {it.index: find(it.index) for it in items}
 
 
 def with_scaled_waits(plan: ReplayPlan, factor: float) -> ReplayPlan:

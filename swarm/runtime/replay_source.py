@@ -30,7 +30,7 @@ from typing import Any
 
 from swarm.record import Status
 from swarm.replay.blocktext import block_words, prompt_words
-from swarm.replay.plan import ReplayItem, ReplayPlan
+from swarm.replay.plan import ReplayItem, ReplayPlan, session_roots
 from swarm.request import ChatMessage, EngineRequest
 from swarm.runtime.context import Placement, SendLimits, TargetRun, share
 from swarm.runtime.dispatcher import Dispatcher, Outgoing, Scheduled
@@ -76,26 +76,10 @@ class ReplaySession:
 def group_sessions(items: Sequence[ReplayItem]) -> list[ReplaySession]:
     """Sessions of a plan: items joined by their recorded session id and by dependencies,
     ordered by their first offset (then by their first item)."""
-    parent: dict[int, int] = {it.index: it.index for it in items}
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    by_session: dict[str, int] = {}
-    for it in items:
-        sid = it.identity.session_id
-        if sid:
-            first = by_session.setdefault(sid, it.index)
-            parent[find(it.index)] = find(first)
-        for p in it.parents:
-            if p in parent:
-                parent[find(it.index)] = find(p)
+    roots = session_roots(items)
     groups: dict[int, list[ReplayItem]] = {}
     for it in items:
-        groups.setdefault(find(it.index), []).append(it)
+        groups.setdefault(roots[it.index], []).append(it)
     sessions = [
         ReplaySession(g[0].identity.session_id or f"item{g[0].index}", tuple(g)) for g in groups.values()
     ]

@@ -9,23 +9,10 @@ from __future__ import annotations
 
 import html
 
-from swarm.analysis.svgplot import Series, cdf, line_chart
+from swarm.analysis.svgplot import PAGE_CSS, Series, cdf, line_chart
 from swarm.shape.realism import RealismReport
 
-_CSS = """
-body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; max-width: 1400px; }
-h1 { font-size: 20px; } h2 { font-size: 17px; margin-top: 28px; }
-table { border-collapse: collapse; margin: 8px 0; }
-th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; }
-th:first-child, td:first-child { text-align: left; }
-.plots { display: flex; flex-wrap: wrap; gap: 12px; }
-figure.plot { margin: 0; border: 1px solid #eee; padding: 6px; }
-figcaption { font-weight: 600; margin-bottom: 4px; }
-.tick { font-size: 10px; fill: #555; } .axis { font-size: 11px; fill: #333; }
-.legend { font-size: 12px; } .key { margin-right: 12px; white-space: nowrap; }
-.key svg { vertical-align: middle; margin-right: 4px; }
-.match { color: #060; } .near { color: #a60; } .far { color: #a00; font-weight: 600; }
-"""
+_CSS = PAGE_CSS + ".match { color: #060; } .near { color: #a60; } .far { color: #a00; font-weight: 600; }\n"
 
 
 def _v(value: float | None, unit: str) -> str:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from swarm.errors import InputError
-from swarm.replay.plan import ReplayItem, ReplayPlan
+from swarm.replay.plan import ReplayItem, ReplayPlan, session_roots
 from swarm.shape.conversations import infer_conversations, is_flat
 from swarm.workload.prefix import BLOCK_TOKENS, PrefixIndex
 
@@ -133,31 +133,13 @@ def _with_leads(rows: list[ShapeRow], firsts: dict[str, tuple[int, Sequence[obje
 
 
 def _session_keys(items: list[ReplayItem]) -> dict[int, str]:
-    """Session of each item by index: its recorded session id, joined with its parents'."""
-    parent = {it.index: it.index for it in items}
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    first_of: dict[str, int] = {}
-    for it in items:
-        if it.identity.session_id:
-            parent[find(it.index)] = find(first_of.setdefault(it.identity.session_id, it.index))
-        for p in it.parents:
-            if p in parent:
-                parent[find(it.index)] = find(p)
+    """Session of each item by index: its recorded session id, joined with its parents'; named
+    after the session's first item."""
+    roots = session_roots(items)
     names: dict[int, str] = {}
-    by_index = {it.index: it for it in items}
-    out = {}
-    for it in items:
-        root = find(it.index)
-        if root not in names:
-            names[root] = by_index[root].identity.session_id or f"item{root}"
-        out[it.index] = names[root]
-    return out
+    for it in items:  # items are in send order: the first seen names the session
+        names.setdefault(roots[it.index], it.identity.session_id or f"item{it.index}")
+    return {it.index: names[roots[it.index]] for it in items}
 
 
 def _item_units(item: ReplayItem) -> tuple[list[object], list[int]]:
