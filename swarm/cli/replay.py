@@ -6,6 +6,7 @@ Place in the map (docs/architecture.md, "CLI"): builds a ReplayPlan (``replay``)
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from pathlib import Path
@@ -25,14 +26,14 @@ def replay(
     source: Annotated[
         str,
         typer.Argument(
-            help="a run folder, or a trace: Mooncake or Qwen-Bailian .jsonl, Azure or BurstGPT .csv, TensorRT-LLM .trace.json, agentic-coding .json (or a folder of either of the last two)"
+            help="a run folder, or a trace: Mooncake, Qwen-Bailian or AIPerf DAG .jsonl, Azure or BurstGPT .csv, TensorRT-LLM .trace.json, agentic-coding .json (or a folder of either of the last two)"
         ),
     ],
     format: Annotated[
         str | None,
         typer.Option(
             "--format",
-            help="swarm, mooncake, azure, burstgpt, trtllm, bailian or agentic_coding (default: from the source)",
+            help="swarm, mooncake, azure, burstgpt, trtllm, bailian, agentic_coding or aiperf_dag (default: from the source)",
         ),
     ] = None,
     mode: Annotated[
@@ -124,10 +125,26 @@ def replay(
         raise typer.Exit(code)
 
 
+def _dag_line(line: str) -> bool:
+    """Whether ``line`` is an AIPerf DAG conversation: ``session_id`` and ``turns`` (or an orchestrator)."""
+    if '"session_id"' not in line:
+        return False
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    return (
+        isinstance(obj, dict)
+        and isinstance(obj.get("session_id"), str)
+        and ("turns" in obj or obj.get("orchestrator") is True)
+    )
+
+
 def detect_format(source: str) -> str:
-    """swarm (a run folder), trtllm (``*.trace.json``, or a folder of them), bailian or mooncake
-    (.jsonl, by the first line's fields), agentic_coding (.json with ``requests``, or a folder of
-    them), azure or burstgpt (.csv, by header)."""
+    """swarm (a run folder), trtllm (``*.trace.json``, or a folder of them), agentic_coding
+    (.json with ``requests``, or a folder of .json), aiperf_dag, bailian or mooncake (.jsonl, by the
+    first line: ``session_id`` with ``turns``, ``chat_id``, else), azure or burstgpt (.csv, by
+    header)."""
     path = Path(source)
     if path.name.endswith(".trace.json"):
         return "trtllm"
@@ -142,8 +159,10 @@ def detect_format(source: str) -> str:
         return "swarm"
     if path.suffix == ".jsonl" and path.is_file():
         with path.open(encoding="utf-8", errors="replace") as f:
-            first = next((line for line in f if line.strip()), "")
-        return "bailian" if '"chat_id"' in first else "mooncake"
+            first_line = next((line for line in f if line.strip()), "")
+        if _dag_line(first_line.removeprefix("\ufeff")):
+            return "aiperf_dag"
+        return "bailian" if '"chat_id"' in first_line else "mooncake"
     if path.suffix == ".json" and path.is_file():
         text = path.read_text(encoding="utf-8", errors="replace")
         return "agentic_coding" if '"requests"' in text else "mooncake"
@@ -156,9 +175,9 @@ def detect_format(source: str) -> str:
             return "azure"
         if "Request tokens" in header:
             return "burstgpt"
-    raise InputError(
-        f"{source}: cannot tell the trace format; pass --format swarm|mooncake|azure|burstgpt|trtllm|bailian|agentic_coding"
-    )
+    from swarm.replay.importers import FORMATS
+
+    raise InputError(f"{source}: cannot tell the trace format; pass --format {'|'.join(('swarm', *FORMATS))}")
 
 
 def build_plan(
@@ -195,8 +214,6 @@ def replay_command(
     """Import, replay, summarise; returns the exit code. ``settings``: the RunSpec fields a
     replay shares with runs (``options.sending_settings``: output, record_text, executor and Ray,
     timeouts, circuit breaker, metrics and flush intervals, emulator flags)."""
-    import json
-
     from swarm.cli.live import LiveDisplay, LiveView
     from swarm.cli.report import summary_table
     from swarm.launch import execute_replay, summary_rows

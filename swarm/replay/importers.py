@@ -12,6 +12,7 @@ Place in the map (docs/architecture.md, "Replay"). Formats:
 - ``bailian``: Qwen-Bailian usage traces, conversations by ``parent_chat_id`` (``bailian_trace``).
 - ``agentic_coding``: agentic-coding traces with sub-agents, 64-token ``hash_ids``
   (``agentic_coding_trace``).
+- ``aiperf_dag``: AIPerf DAG JSONL, conversations with forks and spawned sub-agents (``aiperf_dag``).
 
 Bad input (a malformed line, a missing column or field, a negative length, timestamps out
 of order, more hash ids than the input length allows) is an ``InputError`` naming the file
@@ -38,8 +39,10 @@ from swarm.replay.plan import ReplayItem, ReplayPlan
 
 MOONCAKE_BLOCK_TOKENS = 512
 #: flat traces read here, and structured ones read by their own modules (``trtllm_trace``,
-#: ``bailian_trace``, ``agentic_coding_trace``)
-FORMATS = ("mooncake", "azure", "burstgpt", "trtllm", "bailian", "agentic_coding")
+#: ``bailian_trace``, ``agentic_coding_trace``, ``aiperf_dag``)
+FORMATS = ("mooncake", "azure", "burstgpt", "trtllm", "bailian", "agentic_coding", "aiperf_dag")
+#: structured formats without arrival times to filter by (``--limit``, ``--window``, ``--sample``)
+STRUCTURED = ("trtllm", "agentic_coding", "aiperf_dag")
 
 
 @dataclass(frozen=True)
@@ -204,7 +207,7 @@ def import_trace(
     p = Path(path)
     if fmt not in FORMATS:
         raise InputError(f"unknown trace format {fmt!r} (known: {', '.join(FORMATS)})")
-    if fmt in ("trtllm", "agentic_coding"):
+    if fmt in STRUCTURED:
         if filters is not None and filters != Filters(seed=filters.seed):
             raise InputError(
                 "--limit, --window and --sample apply to flat traces, not to agent execution traces"
@@ -213,6 +216,10 @@ def import_trace(
             from swarm.replay.trtllm_trace import import_trtllm
 
             return import_trtllm(p, skip_bad_files=skip_bad_lines)
+        if fmt == "aiperf_dag":
+            from swarm.replay.aiperf_dag import import_aiperf_dag
+
+            return import_aiperf_dag(p, skip_bad_lines=skip_bad_lines)
         from swarm.replay.agentic_coding_trace import import_agentic_coding
 
         return import_agentic_coding(p, skip_bad_lines=skip_bad_lines)
