@@ -26,14 +26,14 @@ def replay(
     source: Annotated[
         str,
         typer.Argument(
-            help="a run folder, or a trace: Mooncake, Qwen-Bailian or AIPerf DAG .jsonl, Azure or BurstGPT .csv, TensorRT-LLM .trace.json, agentic-coding .json (or a folder of either of the last two)"
+            help="a run folder, or a trace: Mooncake, Qwen-Bailian or AIPerf DAG .jsonl, Azure or BurstGPT .csv, TensorRT-LLM .trace.json, agentic-coding or OpenTelemetry GenAI span .json (or a folder of any of the last three)"
         ),
     ],
     format: Annotated[
         str | None,
         typer.Option(
             "--format",
-            help="swarm, mooncake, azure, burstgpt, trtllm, bailian, agentic_coding or aiperf_dag (default: from the source)",
+            help="swarm, mooncake, azure, burstgpt, trtllm, bailian, agentic_coding, aiperf_dag or otel_genai (default: from the source)",
         ),
     ] = None,
     mode: Annotated[
@@ -125,6 +125,17 @@ def replay(
         raise typer.Exit(code)
 
 
+def _spans_document(text: str) -> bool:
+    """Whether ``text`` is one JSON object with a ``spans`` list (an OpenTelemetry span export)."""
+    if '"spans"' not in text:
+        return False
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(doc, dict) and isinstance(doc.get("spans"), list)
+
+
 def _dag_line(line: str) -> bool:
     """Whether ``line`` is an AIPerf DAG conversation: ``session_id`` and ``turns`` (or an orchestrator)."""
     if '"session_id"' not in line:
@@ -141,7 +152,8 @@ def _dag_line(line: str) -> bool:
 
 
 def detect_format(source: str) -> str:
-    """swarm (a run folder), trtllm (``*.trace.json``, or a folder of them), agentic_coding
+    """swarm (a run folder), trtllm (``*.trace.json``, or a folder of them), otel_genai (.json
+    holding an object with a ``spans`` list, or a folder whose first .json does), agentic_coding
     (.json with ``requests``, or a folder of .json), aiperf_dag, bailian or mooncake (.jsonl, by the
     first line: ``session_id`` with ``turns``, ``chat_id``, else), azure or burstgpt (.csv, by
     header)."""
@@ -153,8 +165,10 @@ def detect_format(source: str) -> str:
     if path.is_dir() and not (path / "manifest.json").exists():
         if any(path.glob("*.trace.json")):
             return "trtllm"
-        if any(path.glob("*.json")):
-            return "agentic_coding"
+        first = min((f for f in path.glob("*.json") if f.is_file()), default=None)
+        if first is not None:
+            text = first.read_text(encoding="utf-8", errors="replace")
+            return "otel_genai" if _spans_document(text) else "agentic_coding"
     if "://" in source or path.is_dir():
         return "swarm"
     if path.suffix == ".jsonl" and path.is_file():
@@ -165,6 +179,8 @@ def detect_format(source: str) -> str:
         return "bailian" if '"chat_id"' in first_line else "mooncake"
     if path.suffix == ".json" and path.is_file():
         text = path.read_text(encoding="utf-8", errors="replace")
+        if _spans_document(text):
+            return "otel_genai"
         return "agentic_coding" if '"requests"' in text else "mooncake"
     if path.suffix in (".jsonl", ".json"):
         return "mooncake"
