@@ -302,3 +302,17 @@ def test_a_replay_on_the_emulator_reuses_what_the_ideal_says(
                            ("plan.t2>review-b.t0", "plan.t2>review-b.t0/checker.t0"))):  # fmt: skip
         for p in parents:  # a join went out after every sub-agent it waits for had ended
             assert rows[child]["sent_ns"] >= rows[p]["sent_ns"] + rows[p]["e2e_ns"]
+
+
+def test_an_unknown_child_is_named_by_its_place(tmp_path: Path) -> None:
+    rows = [{"session_id": "o", "orchestrator": True, "rounds": [{"spawns": ["a"]}, {"spawns": ["a", "ghost"]}]},
+            {"session_id": "a", "turns": [{"messages": user("x")}]}]  # fmt: skip
+    with pytest.raises(InputError, match=r"line 1: rounds\[1\]\.spawns\[1\]: 'ghost' is not a session_id"):
+        import_aiperf_dag(write(tmp_path, rows))
+    rows[0] = {"session_id": "o", "orchestrator": True, "spawns": ["a", "ghost"]}
+    with pytest.raises(InputError, match=r"line 1: spawns\[1\]: 'ghost' is not a session_id"):
+        import_aiperf_dag(write(tmp_path, rows))
+    rows = [{"session_id": "a", "turns": [{"messages": user("x"), "spawns": ["b", "ghost"]}, {"messages": user("y")}]},
+            {"session_id": "b", "turns": [{"messages": user("z")}]}]  # fmt: skip
+    with pytest.raises(InputError, match=r"line 1: turns\[0\]\.spawns\[1\]: 'ghost'"):
+        import_aiperf_dag(write(tmp_path, rows))

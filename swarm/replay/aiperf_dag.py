@@ -110,11 +110,16 @@ class _Conversation:
     pre: tuple[str, ...]
     dropped_parts: int  # content parts that are not text
     sampled: bool  # an orchestrator whose think time AIPerf draws at random
+    orchestrator: str = ""  # "spawns" or "rounds": where an orchestrator names its children
 
     def targets(self) -> list[tuple[str, str, bool]]:
         """(place, child, is a fork) of every session this one names."""
         out = [(f"pre_session_spawns[{i}]", c, False) for i, c in enumerate(self.pre)]
         for k, t in enumerate(self.turns):
+            if self.orchestrator:
+                at = f"rounds[{k}]." if self.orchestrator == "rounds" else ""
+                out += [(f"{at}spawns[{i}]", c, False) for cs, _ in t.spawns for i, c in enumerate(cs)]
+                continue
             out += [(f"turns[{k}].forks[{i}]", c, True) for i, (c, _) in enumerate(t.forks)]
             out += [(f"turns[{k}].spawns[{i}]", c, False) for i, (cs, _) in enumerate(t.spawns) for c in cs]
         return out
@@ -212,19 +217,18 @@ def _turn(obj: Any, k: int, last: bool) -> tuple[_Turn, int]:
     raw_spawns = obj.get("spawns", [])
     if not isinstance(raw_spawns, list):
         raise _Bad(f"{place}.spawns", f"expected a list, got {raw_spawns!r}")
-    bare = tuple(s for s in raw_spawns if isinstance(s, str) and s)
     for i, s in enumerate(raw_spawns):
-        if isinstance(s, dict) and not set(s) - {"children", "join_at"}:
+        if isinstance(s, str) and s:
+            spawns.append(((s,), None))  # joined by the next turn
+        elif isinstance(s, dict) and not set(s) - {"children", "join_at"}:
             join = s.get("join_at")
             if join is not None and (isinstance(join, bool) or not isinstance(join, int) or join <= k):
                 raise _Bad(f"{place}.spawns[{i}]", f"join_at {join!r}: expected a later turn than {k}")
             spawns.append((_ids(s.get("children"), f"{place}.spawns[{i}].children"), join))
-        elif not (isinstance(s, str) and s):
+        else:
             raise _Bad(
                 f"{place}.spawns[{i}]", f'expected a session id or {{"children", "join_at"}}, got {s!r}'
             )
-    if bare:
-        spawns.insert(0, (bare, None))
     named = [c for cs, _ in spawns for c in cs]
     if len(set(named)) < len(named):
         raise _Bad(f"{place}.spawns", "a session spawned twice by one turn")
@@ -284,7 +288,8 @@ def _conversation(text: str, line: int) -> _Conversation:
         raise _Bad("orchestrator", f"{orchestrator!r}: expected true or false")
     if orchestrator:
         turns, sampled = _orchestrator(obj)
-        return _Conversation(sid, line, tuple(turns), mode, (), 0, sampled)
+        where = "rounds" if isinstance(obj.get("rounds"), list) else "spawns"
+        return _Conversation(sid, line, tuple(turns), mode, (), 0, sampled, where)
     for name in ORCHESTRATOR_KEYS:
         if obj.get(name) is not None:
             raise _Bad(name, "only an orchestrator has it")
