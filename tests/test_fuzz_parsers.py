@@ -195,3 +195,125 @@ def test_agentic_coding_traces_raise_only_input_errors(doc: Any) -> None:
             import_trace(path, "agentic_coding")
         except InputError as exc:
             assert "fuzz.json" in str(exc), str(exc)
+
+
+SESSIONS = ["a", "b", "c", "d"]
+session_ids = st.one_of(st.sampled_from(SESSIONS), st.sampled_from(SESSIONS), json_values)
+good_messages = st.lists(st.fixed_dictionaries({
+    "role": st.sampled_from(["system", "developer", "user", "assistant", "tool"]), "content": st.text(max_size=12),
+}), min_size=1, max_size=3)  # fmt: skip
+chat_messages = st.one_of(
+    good_messages, good_messages, json_values,
+    st.lists(st.fixed_dictionaries({}, optional={
+        "role": st.sampled_from(["system", "user", "assistant", "tool", "", 3]),
+        "content": st.one_of(st.text(max_size=12), json_values), "tool_calls": json_values, "tool_call_id": json_values,
+        "parts": st.one_of(json_values, st.lists(st.fixed_dictionaries({}, optional={
+            "type": st.sampled_from(["text", "tool_call", "tool_call_response", "blob", 1]), "content": json_values,
+            "id": json_values, "name": json_values, "arguments": json_values,
+        }), max_size=3)),
+    }), max_size=4),
+)  # fmt: skip
+some = st.one_of(st.integers(1, 40), st.integers(1, 40), json_values)  # mostly valid counts and delays
+dag_turn = st.fixed_dictionaries({"messages": chat_messages}, optional={
+    "max_tokens": some, "delay": some, "extra": json_values,
+    "forks": st.one_of(json_values, st.lists(st.one_of(session_ids, st.fixed_dictionaries(
+        {"child": session_ids}, optional={"background": st.one_of(st.booleans(), json_values)})), max_size=3)),
+    "spawns": st.one_of(json_values, st.lists(st.one_of(session_ids, st.fixed_dictionaries(
+        {"children": st.lists(session_ids, max_size=2)}, optional={"join_at": st.one_of(st.integers(-1, 4), json_values)}
+    )), max_size=3)),
+})  # fmt: skip
+valid_dag_line = st.fixed_dictionaries({
+    "session_id": st.sampled_from(SESSIONS), "turns": st.lists(st.fixed_dictionaries({"messages": good_messages}, optional={
+        "max_tokens": st.integers(1, 9), "delay": st.integers(0, 9),
+        "forks": st.lists(st.sampled_from(SESSIONS), max_size=1),
+        "spawns": st.lists(st.one_of(st.sampled_from(SESSIONS), st.fixed_dictionaries(
+            {"children": st.lists(st.sampled_from(SESSIONS), max_size=2), "join_at": st.integers(1, 3)})), max_size=2),
+    }), min_size=1, max_size=3),
+}).map(json.dumps)  # fmt: skip
+dag_lines = st.lists(st.one_of(
+    valid_dag_line, valid_dag_line, st.text(max_size=40), json_values.map(json.dumps),
+    st.fixed_dictionaries({"session_id": session_ids, "turns": st.one_of(st.lists(dag_turn, min_size=1, max_size=4),
+                                                                       json_values)}, optional={
+        "pre_session_spawns": st.one_of(st.lists(session_ids, max_size=2), json_values),
+        "context_mode": st.sampled_from(["deltas_without_responses", "deltas_with_responses",
+                                         "message_array_with_responses", "x"]),
+    }).map(json.dumps),
+    st.fixed_dictionaries({"session_id": session_ids, "orchestrator": st.just(True)}, optional={
+        "spawns": st.lists(session_ids, max_size=2), "think_time_ms": some, "think_time_sigma": json_values,
+        "rounds": st.one_of(st.integers(-1, 3), json_values, st.lists(st.fixed_dictionaries(
+            {"spawns": st.lists(session_ids, max_size=2)}, optional={"think_time_ms": some}), max_size=2)),
+    }).map(json.dumps),
+), max_size=6)  # fmt: skip
+
+
+@FUZZ
+@given(lines=dag_lines)
+def test_aiperf_dag_files_raise_only_input_errors(lines: list[str]) -> None:
+    """Random conversations (forks, spawns, joins, orchestrators naming each other at random) of
+    AIPerf DAG JSONL files: a plan or an InputError naming the file, nothing else."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "fuzz.dag.jsonl"
+        path.write_text("\n".join(lines), encoding="utf-8")
+        for skip in (False, True):
+            try:
+                import_trace(path, "aiperf_dag", skip_bad_lines=skip)
+            except InputError as exc:
+                assert "fuzz.dag.jsonl" in str(exc), str(exc)
+
+
+# starts (first two) before ends (last two): 1_767_225_605 s is 2026-01-01T00:00:05Z
+SPAN_TIMES = [
+    "2026-01-01T00:00:01Z",
+    "2026-01-01T00:00:02.5+00:00",
+    "2026-01-01T00:00:03",
+    1_767_225_605 * 10**9,
+]
+valid_time = st.sampled_from(SPAN_TIMES)
+times = st.one_of(valid_time, valid_time, valid_time, st.sampled_from(["soon", -1, None]), json_values)
+span_ids = st.sampled_from(["s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8"])
+otel_span = st.fixed_dictionaries({
+    "span_id": st.one_of(span_ids, span_ids, span_ids, json_values),
+    "start_time": times, "end_time": times,
+    "attributes": st.one_of(json_values, st.fixed_dictionaries({
+        "gen_ai.operation.name": st.sampled_from(["chat", "chat", "execute_tool", "invoke_agent", 3]),
+    }, optional={
+        "gen_ai.input.messages": st.one_of(chat_messages, chat_messages.map(json.dumps)),
+        "gen_ai.output.messages": st.one_of(chat_messages, chat_messages.map(json.dumps)),
+        "gen_ai.output.text": json_values, "gen_ai.prompt": json_values, "gen_ai.prompt.0.content": json_values,
+        "gen_ai.completion.0.content": json_values, "gen_ai.agent.name": json_values,
+        "gen_ai.usage.input_tokens": some, "gen_ai.usage.output_tokens": some, "gen_ai.request.max_tokens": some,
+    })),
+}, optional={
+    "parent_span_id": st.one_of(st.sampled_from(["s1", "s2", None]), json_values),
+    "trace_id": st.one_of(st.sampled_from(["t1", "t2"]), json_values),
+    "name": st.sampled_from(["chat m", "invoke_agent a", "x"]), "status": json_values,
+})  # fmt: skip
+valid_span = st.fixed_dictionaries({
+    "span_id": span_ids, "start_time": st.sampled_from(SPAN_TIMES[:2]), "end_time": st.sampled_from(SPAN_TIMES[2:]),
+    "attributes": st.fixed_dictionaries({
+        "gen_ai.operation.name": st.sampled_from(["chat", "chat", "execute_tool"]),
+        "gen_ai.input.messages": st.one_of(good_messages, good_messages.map(json.dumps)),
+    }, optional={
+        "gen_ai.output.messages": st.one_of(good_messages, chat_messages), "gen_ai.output.text": st.text(max_size=9),
+        "gen_ai.usage.input_tokens": st.integers(0, 30), "gen_ai.usage.output_tokens": st.integers(0, 30),
+    }),
+}, optional={"parent_span_id": st.sampled_from(["s1", "s2", None]), "trace_id": st.sampled_from(["t1", "t2"])})  # fmt: skip
+otel_spans = st.one_of(
+    st.lists(valid_span, max_size=6, unique_by=lambda s: str(s["span_id"])),
+    st.lists(st.one_of(valid_span, otel_span, json_values), max_size=4),
+)
+
+
+@FUZZ
+@given(doc=st.one_of(json_values, st.fixed_dictionaries(
+    {"spans": otel_spans}, optional={"trace_id": json_values, "session_id": json_values})))  # fmt: skip
+def test_otel_span_files_raise_only_input_errors(doc: Any) -> None:
+    """Random spans (and random top levels) of OpenTelemetry GenAI span files: a plan or an
+    InputError naming the file, nothing else."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "fuzz.json"
+        path.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+        try:
+            import_trace(path, "otel_genai")
+        except InputError as exc:
+            assert "fuzz.json" in str(exc), str(exc)

@@ -6,6 +6,7 @@ Place in the map (docs/architecture.md, "CLI"): builds a ReplayPlan (``replay``)
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from pathlib import Path
@@ -25,14 +26,14 @@ def replay(
     source: Annotated[
         str,
         typer.Argument(
-            help="a run folder, or a trace: Mooncake or Qwen-Bailian .jsonl, Azure or BurstGPT .csv, TensorRT-LLM .trace.json, agentic-coding .json (or a folder of either of the last two)"
+            help="a run folder, or a trace: Mooncake, Qwen-Bailian or AIPerf DAG .jsonl, Azure or BurstGPT .csv, TensorRT-LLM .trace.json, agentic-coding or OpenTelemetry GenAI span .json (or a folder of any of the last three)"
         ),
     ],
     format: Annotated[
         str | None,
         typer.Option(
             "--format",
-            help="swarm, mooncake, azure, burstgpt, trtllm, bailian or agentic_coding (default: from the source)",
+            help="swarm, mooncake, azure, burstgpt, trtllm, bailian, agentic_coding, aiperf_dag or otel_genai (default: from the source)",
         ),
     ] = None,
     mode: Annotated[
@@ -124,10 +125,38 @@ def replay(
         raise typer.Exit(code)
 
 
+def _spans_document(text: str) -> bool:
+    """Whether ``text`` is one JSON object with a ``spans`` list (an OpenTelemetry span export)."""
+    if '"spans"' not in text:
+        return False
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(doc, dict) and isinstance(doc.get("spans"), list)
+
+
+def _dag_line(line: str) -> bool:
+    """Whether ``line`` is an AIPerf DAG conversation: ``session_id`` and ``turns`` (or an orchestrator)."""
+    if '"session_id"' not in line:
+        return False
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    return (
+        isinstance(obj, dict)
+        and isinstance(obj.get("session_id"), str)
+        and ("turns" in obj or obj.get("orchestrator") is True)
+    )
+
+
 def detect_format(source: str) -> str:
-    """swarm (a run folder), trtllm (``*.trace.json``, or a folder of them), bailian or mooncake
-    (.jsonl, by the first line's fields), agentic_coding (.json with ``requests``, or a folder of
-    them), azure or burstgpt (.csv, by header)."""
+    """swarm (a run folder), trtllm (``*.trace.json``, or a folder of them), otel_genai (.json
+    holding an object with a ``spans`` list, or a folder whose first .json does), agentic_coding
+    (.json with ``requests``, or a folder of .json), aiperf_dag, bailian or mooncake (.jsonl, by the
+    first line: ``session_id`` with ``turns``, ``chat_id``, else), azure or burstgpt (.csv, by
+    header)."""
     path = Path(source)
     if path.name.endswith(".trace.json"):
         return "trtllm"
@@ -136,16 +165,22 @@ def detect_format(source: str) -> str:
     if path.is_dir() and not (path / "manifest.json").exists():
         if any(path.glob("*.trace.json")):
             return "trtllm"
-        if any(path.glob("*.json")):
-            return "agentic_coding"
+        first = min((f for f in path.glob("*.json") if f.is_file()), default=None)
+        if first is not None:
+            text = first.read_text(encoding="utf-8", errors="replace")
+            return "otel_genai" if _spans_document(text) else "agentic_coding"
     if "://" in source or path.is_dir():
         return "swarm"
     if path.suffix == ".jsonl" and path.is_file():
         with path.open(encoding="utf-8", errors="replace") as f:
-            first = next((line for line in f if line.strip()), "")
-        return "bailian" if '"chat_id"' in first else "mooncake"
+            first_line = next((line for line in f if line.strip()), "")
+        if _dag_line(first_line.removeprefix("\ufeff")):
+            return "aiperf_dag"
+        return "bailian" if '"chat_id"' in first_line else "mooncake"
     if path.suffix == ".json" and path.is_file():
         text = path.read_text(encoding="utf-8", errors="replace")
+        if _spans_document(text):
+            return "otel_genai"
         return "agentic_coding" if '"requests"' in text else "mooncake"
     if path.suffix in (".jsonl", ".json"):
         return "mooncake"
@@ -156,9 +191,9 @@ def detect_format(source: str) -> str:
             return "azure"
         if "Request tokens" in header:
             return "burstgpt"
-    raise InputError(
-        f"{source}: cannot tell the trace format; pass --format swarm|mooncake|azure|burstgpt|trtllm|bailian|agentic_coding"
-    )
+    from swarm.replay.importers import FORMATS
+
+    raise InputError(f"{source}: cannot tell the trace format; pass --format {'|'.join(('swarm', *FORMATS))}")
 
 
 def build_plan(
@@ -195,8 +230,6 @@ def replay_command(
     """Import, replay, summarise; returns the exit code. ``settings``: the RunSpec fields a
     replay shares with runs (``options.sending_settings``: output, record_text, executor and Ray,
     timeouts, circuit breaker, metrics and flush intervals, emulator flags)."""
-    import json
-
     from swarm.cli.live import LiveDisplay, LiveView
     from swarm.cli.report import summary_table
     from swarm.launch import execute_replay, summary_rows

@@ -12,6 +12,9 @@ Place in the map (docs/architecture.md, "Replay"). Formats:
 - ``bailian``: Qwen-Bailian usage traces, conversations by ``parent_chat_id`` (``bailian_trace``).
 - ``agentic_coding``: agentic-coding traces with sub-agents, 64-token ``hash_ids``
   (``agentic_coding_trace``).
+- ``aiperf_dag``: AIPerf DAG JSONL, conversations with forks and spawned sub-agents (``aiperf_dag``).
+- ``otel_genai``: OpenTelemetry GenAI spans as inference-perf replays them, one JSON document
+  per trace file (``otel_spans``).
 
 Bad input (a malformed line, a missing column or field, a negative length, timestamps out
 of order, more hash ids than the input length allows) is an ``InputError`` naming the file
@@ -38,8 +41,10 @@ from swarm.replay.plan import ReplayItem, ReplayPlan
 
 MOONCAKE_BLOCK_TOKENS = 512
 #: flat traces read here, and structured ones read by their own modules (``trtllm_trace``,
-#: ``bailian_trace``, ``agentic_coding_trace``)
-FORMATS = ("mooncake", "azure", "burstgpt", "trtllm", "bailian", "agentic_coding")
+#: ``bailian_trace``, ``agentic_coding_trace``, ``aiperf_dag``, ``otel_spans``)
+FORMATS = ("mooncake", "azure", "burstgpt", "trtllm", "bailian", "agentic_coding", "aiperf_dag", "otel_genai")
+#: structured formats without arrival times to filter by (``--limit``, ``--window``, ``--sample``)
+STRUCTURED = ("trtllm", "agentic_coding", "aiperf_dag", "otel_genai")
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,32 @@ def read_json_document(path: Path) -> tuple[str, object]:
         raise InputError(f"{path}: line {exc.lineno}: not valid JSON: {exc.msg}") from None
     except RecursionError:
         raise InputError(f"{path}: JSON nested too deeply to be a trace") from None
+
+
+def array_lines(text: str, key: str, values: list[object]) -> list[int]:
+    """The line on which each element of the document's ``key`` array (``values``, as parsed)
+    starts; best effort: empty when the first ``"key"`` in the text is not that array (a key
+    of that name inside an earlier value) or an element does not decode to its value."""
+    decoder = json.JSONDecoder()
+    at = text.find(f'"{key}"')
+    pos = text.find("[", at) + 1 if at >= 0 else 0
+    if pos <= 0:
+        return []
+    lines: list[int] = []
+    line, counted = 1, 0
+    for value in values:
+        while pos < len(text) and text[pos] in " \t\r\n,":
+            pos += 1
+        line += text.count("\n", counted, pos)
+        counted = pos
+        try:
+            decoded, pos = decoder.raw_decode(text, pos)
+        except (json.JSONDecodeError, RecursionError):
+            return []
+        if decoded != value:
+            return []
+        lines.append(line)
+    return lines
 
 
 def _int_field(obj: dict[str, object], name: str) -> int:
@@ -204,7 +235,7 @@ def import_trace(
     p = Path(path)
     if fmt not in FORMATS:
         raise InputError(f"unknown trace format {fmt!r} (known: {', '.join(FORMATS)})")
-    if fmt in ("trtllm", "agentic_coding"):
+    if fmt in STRUCTURED:
         if filters is not None and filters != Filters(seed=filters.seed):
             raise InputError(
                 "--limit, --window and --sample apply to flat traces, not to agent execution traces"
@@ -213,6 +244,14 @@ def import_trace(
             from swarm.replay.trtllm_trace import import_trtllm
 
             return import_trtllm(p, skip_bad_files=skip_bad_lines)
+        if fmt == "aiperf_dag":
+            from swarm.replay.aiperf_dag import import_aiperf_dag
+
+            return import_aiperf_dag(p, skip_bad_lines=skip_bad_lines)
+        if fmt == "otel_genai":
+            from swarm.replay.otel_spans import import_otel_spans
+
+            return import_otel_spans(p, skip_bad_lines=skip_bad_lines)
         from swarm.replay.agentic_coding_trace import import_agentic_coding
 
         return import_agentic_coding(p, skip_bad_lines=skip_bad_lines)
