@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from swarm.errors import InputError
-from swarm.replay.plan import ReplayPlan, with_scaled_waits
+from swarm.replay.plan import WAIT_OFFSET_FORMATS, ReplayPlan, with_scaled_waits
 from swarm.runtime.agent_source import AgentSource
 from swarm.runtime.context import ResolvedTarget
 from swarm.runtime.executor import Executor, InProcessExecutor
@@ -120,7 +120,7 @@ def execute_replay(
     if tool_time_scale != 1.0:
         if not any(it.gap_s for it in plan.items):
             raise InputError(f"--tool-time-scale: {plan.source} records no waits between calls to scale")
-        if chosen_mode == "timed" and plan.source_format != "trtllm":
+        if chosen_mode == "timed" and plan.source_format not in WAIT_OFFSET_FORMATS:
             raise InputError(
                 "--tool-time-scale scales the waits between calls, which a timed replay does not keep "
                 "(its offsets are recorded arrivals): use --mode dependent"

@@ -316,3 +316,13 @@ def test_an_unknown_child_is_named_by_its_place(tmp_path: Path) -> None:
             {"session_id": "b", "turns": [{"messages": user("z")}]}]  # fmt: skip
     with pytest.raises(InputError, match=r"line 1: turns\[0\]\.spawns\[1\]: 'ghost'"):
         import_aiperf_dag(write(tmp_path, rows))
+
+
+def test_tool_time_scale_scales_the_delays_and_the_offsets_they_sum_to() -> None:
+    from swarm.replay.plan import with_scaled_waits
+
+    plan = import_aiperf_dag(FIXTURE)
+    assert any(it.gap_s for it in plan.items)
+    half = with_scaled_waits(plan, 0.5)
+    assert [it.gap_s for it in half.items] == pytest.approx([it.gap_s / 2 for it in plan.items])
+    assert [it.offset_s for it in half.items] == pytest.approx([it.offset_s / 2 for it in plan.items])

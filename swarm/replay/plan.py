@@ -45,6 +45,10 @@ class ReplayPlan:
     source_digests: dict[str, str] = field(default_factory=dict)
 
 
+#: formats whose offsets are sums of the recorded waits (agent execution traces), not arrivals
+WAIT_OFFSET_FORMATS = ("trtllm", "aiperf_dag")
+
+
 def session_roots(items: Sequence[ReplayItem]) -> dict[int, int]:
     """For each item's index, one index standing for its session (the same for every item of
     it): items are joined by their recorded session id and by their dependencies."""
@@ -68,11 +72,11 @@ def session_roots(items: Sequence[ReplayItem]) -> dict[int, int]:
 
 def with_scaled_waits(plan: ReplayPlan, factor: float) -> ReplayPlan:
     """``plan`` with every recorded wait between a call and the next (``gap_s``: tool and think
-    time) times ``factor``; for an agent execution trace, whose offsets are sums of those waits,
-    the offsets too. Other formats' offsets are arrival times and stay."""
+    time) times ``factor``; for an agent execution trace (``WAIT_OFFSET_FORMATS``), whose offsets
+    are sums of those waits, the offsets too. Other formats' offsets are arrival times and stay."""
     if factor < 0:
         raise ValueError("the wait scale must not be negative")
-    scale_offsets = plan.source_format == "trtllm"
+    scale_offsets = plan.source_format in WAIT_OFFSET_FORMATS
     items = [
         dataclasses.replace(
             it, gap_s=it.gap_s * factor, offset_s=it.offset_s * factor if scale_offsets else it.offset_s
