@@ -89,6 +89,7 @@ def test_fit_writes_a_spec_profile_and_topologies_that_load_and_explain_every_nu
     for i, line in enumerate(lines):  # every distribution has a comment just above it
         if "{dist:" in line:
             assert lines[i - 1].lstrip().startswith("#"), line
+    assert "add less than their parent's output" not in result.output  # spawns are not short turns
     profile = yaml.safe_load(profile_text)
     assert profile["system_prompt"]["tokens"] == 384  # the shared system blocks: 6 x 64
     data = load_run_spec_file(folder / "coder.yaml")
@@ -195,11 +196,74 @@ def test_few_values_are_shown_but_not_judged() -> None:
     assert any(str(MIN_VALUES) in n for n in report.notes)
 
 
-def test_a_spec_mix_path_may_not_leave_the_spec_folder(tmp_path: Path) -> None:
-    spec = tmp_path / "s.yaml"
+def test_spec_mix_paths_beside_the_spec_resolve_and_hash_alike_from_any_folder(
+    agent_trace: Path, tmp_path: Path
+) -> None:
+    from swarm.workload.workload import Workload, WorkloadSpec
+
+    hashes = []
+    for folder in ("one", "two"):
+        write_fit(fit_table(table_from_plan(import_trace(str(agent_trace), "agentic_coding", Filters())), "c"),
+                  tmp_path / folder / "c.yaml")  # fmt: skip
+        data = load_run_spec_file(tmp_path / folder / "c.yaml")
+        assert all(Path(m["profile"]).parent == tmp_path / folder for m in data["workload"]["mix"])
+        hashes.append(Workload(WorkloadSpec.model_validate(data["workload"])).traffic_hash())
+    assert hashes[0] == hashes[1]
+    spec = tmp_path / "s.yaml"  # not beside the spec: kept as written (a path from the working folder)
     spec.write_text("workload: {mix: [{profile: ../elsewhere.yaml, topology: react}]}\n")
-    with pytest.raises(InputError, match=r"workload\.mix\.0\.profile"):
-        load_run_spec_file(spec)
+    assert load_run_spec_file(spec)["workload"]["mix"][0]["profile"] == "../elsewhere.yaml"
+
+
+def test_a_spawn_node_may_not_have_context_parents(tmp_path: Path) -> None:
+    from swarm.workload.topology import load_topology
+
+    path = tmp_path / "t.yaml"
+    path.write_text(
+        "name: t\ngraph:\n  nodes: [{id: a, role: plan}, {id: b, role: expand, spawn: true}]\n"
+        "  links: [{source: a, target: b}]\n"
+    )
+    with pytest.raises(InputError, match="spawn node 'b'"):
+        load_topology(path)
+
+
+def test_a_join_after_branches_links_to_the_call_it_extends(tmp_path: Path) -> None:
+    table = table_from_plan(
+        import_trace(str(DATA / "trtllm" / "parallel-fixture.trace.json"), "trtllm", Filters())
+    )
+    joins = [r for r in table.rows if len(r.parents) > 1]
+    assert joins
+    for r in joins:  # it extends the call before the branches, not the branches
+        assert r.context_parents and not set(r.context_parents) & set(r.parents)
+    fit = fit_table(table, "p")
+    kinds = {kind for t in fit.topologies for *_, kind in t.links}
+    assert kinds == {"context", "after"}
+
+
+def test_a_run_table_keeps_the_waits_without_context(
+    agent_trace: Path, tmp_path: Path, emulator: Callable[..., EmulatorThread]
+) -> None:
+    """A swarm run's trace records context parents; the after links come from its topologies,
+    so the run reads as its spec does."""
+    from swarm.launch import execute_run
+    from swarm.runtime.specs import RunSpec, TargetSpec
+
+    write_fit(fit_table(table_from_plan(import_trace(str(agent_trace), "agentic_coding", Filters())), "c"),
+              tmp_path / "c.yaml")  # fmt: skip
+    data = load_run_spec_file(tmp_path / "c.yaml")
+    data["workload"]["agents"] = 12
+    data["workload"]["arrival"] = {"process": "all_at_once"}
+    emu = emulator(engine="sglang", timing="zero", cache_capacity_tokens=None)
+    spec = RunSpec.model_validate(
+        {**data, "targets": [TargetSpec(name="emu", url=emu.url, engine="sglang")],
+         "output_dir": str(tmp_path / "runs"), "executor": "inprocess"}
+    )  # fmt: skip
+    run = table_from_run(execute_run(spec).run_dir)
+    offline = table_from_spec(data, "c.yaml")
+    assert sum(len(r.parents) for r in run.rows) == sum(len(r.parents) for r in offline.rows)
+    assert sum(1 for r in run.rows if len(r.parents) > 1) == sum(
+        1 for r in offline.rows if len(r.parents) > 1
+    )
+    assert any(r.parents and not r.context_parents for r in run.rows)  # spawned sub-agents
 
 
 def test_fit_refuses_an_output_that_is_not_yaml(agent_trace: Path, tmp_path: Path) -> None:

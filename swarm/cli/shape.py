@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from swarm.cli.app import app
 from swarm.errors import InputError
+
+if TYPE_CHECKING:
+    from swarm.shape.table import ShapeTable
 
 Format = Annotated[
     str | None,
@@ -42,7 +45,7 @@ def load_table(
     skip_bad_lines: bool = False,
     target: str | None = None,
     agents: int | None = None,
-) -> Any:
+) -> ShapeTable:
     """The ShapeTable of ``source``: a run spec (``.yaml``, offline, at most ``agents``
     agents), a run folder, or a trace file or folder."""
     from swarm.shape.table import table_from_plan, table_from_run, table_from_spec
@@ -94,7 +97,10 @@ def fit(
     )
     for note in result.notes:
         print(f"note: {note}")
-    print(f"next: swarm run --spec {output} --agents N; swarm realism {output} --against {trace}")
+    print(
+        f"next: swarm run --spec {output} --agents N (--arrival to change the recorded pace); "
+        f"swarm realism {output} --against {trace}"
+    )
 
 
 @app.command()

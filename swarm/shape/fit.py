@@ -16,15 +16,17 @@ ShapeTable of the trace and calls ``fit_table`` then ``write_fit``. What is deri
   context parent's prompt``) less that parent's output and one instruction; what a turn adds
   besides the model's own words.
 - **Links.** A context parent is a ``context`` link (the child's prompt holds the parent's
-  turn); a parent waited for without its context (a spawned sub-agent's spawner, the
+  turn; it may be an ancestor the request extends past its direct parents, as a join after
+  parallel branches extends the call before them); a parent waited for without its context (a spawned sub-agent's spawner, the
   sub-agents a call joins) is an ``after`` link. A request whose parents are all ``after``
   links starts a sub-agent fresh (``spawn: true``: a task of its own, not the agent's).
 - **Tool time.** The recorded wait after a request's parents (``gap_s``); think time is 0,
   since the trace's waits are all counted as tool time.
-- **Topologies.** Sessions of the same shape (the same parents at the same positions) are one
+- **Topologies.** Sessions of the same shape (the same links at the same positions) are one
   explicit graph; with more than ``MAX_TOPOLOGIES`` shapes, the sessions sorted by size are cut
-  into that many equal groups and each group's most common shape stands for it, weighted by
-  the group's size, so the session-length distribution is kept.
+  into that many equal groups, each represented by its median size (in the most common shape
+  of that size) and weighted by the group's size: the session-length distribution is kept to
+  that many quantiles, its far tail cut.
 - **Arrivals.** Poisson at the trace's rate of new sessions (all at once when they all start
   together); ``agents`` the trace's session count.
 
@@ -35,6 +37,7 @@ Each distribution is a lognormal when one fits the values (one-sample KS distanc
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections import Counter
@@ -50,7 +53,7 @@ from swarm.errors import InputError
 from swarm.shape.table import ShapeTable
 
 INSTRUCTION_TOKENS = 4
-MAX_TOPOLOGIES = 8
+MAX_TOPOLOGIES = 16
 LOGNORMAL_KS = 0.08
 _QUANTILE_STEPS = 20  # empirical fits: values at every 5 %
 
@@ -130,7 +133,7 @@ def fit_values(values: Sequence[float], what: str, *, integer: bool, default: fl
                 }  # fmt: skip
                 return FittedValue(
                     data,
-                    f"{what}: lognormal fitted to {n} values (KS distance {ks:.2f}), clipped to their range",
+                    f"{what}: lognormal fitted to {n} values (KS distance {ks:.3f}), clipped to their range",
                 )
     qs = np.quantile(arr, np.linspace(0, 1, _QUANTILE_STEPS + 1))
     points = [_round(float(v), integer) for v in qs]
@@ -160,12 +163,14 @@ _Shape = tuple[tuple[tuple[int, bool], ...], ...]
 
 
 def _shape(table: ShapeTable, members: list[int]) -> _Shape:
-    """Per member, its parents as (position in the session, is a context parent)."""
+    """Per member, its links as (position in the session, is a context link): its parents, and
+    a context ancestor it extends without waiting for it directly."""
     where = {pos: i for i, pos in enumerate(members)}
     out = []
     for m in members:
         r = table.rows[m]
-        out.append(tuple(sorted((where[p], p in r.context_parents) for p in r.parents if p in where)))
+        linked = set(r.parents) | set(r.context_parents)  # a context ancestor may not be waited for directly
+        out.append(tuple(sorted((where[p], p in r.context_parents) for p in linked if p in where)))
     return tuple(out)
 
 
@@ -181,8 +186,9 @@ def _topologies(table: ShapeTable, name: str, row_roles: list[str]) -> list[Fitt
         cuts = np.array_split(np.array(order), MAX_TOPOLOGIES)
         groups = []
         for cut in cuts:
-            if cut.size:
-                mode = Counter(shapes[i] for i in cut).most_common(1)[0][0]
+            if cut.size:  # the group's median size, in its most common shape of that size
+                size = len(shapes[int(cut[cut.size // 2])])
+                mode = Counter(shapes[i] for i in cut if len(shapes[i]) == size).most_common(1)[0][0]
                 groups.append((mode, int(cut.size)))
     out = []
     for k, (shape, weight) in enumerate(groups, start=1):
@@ -212,8 +218,8 @@ def fit_table(table: ShapeTable, name: str) -> Fit:
     notes = []
     if shared:
         system_comment = (
-            f"{len(shared)} of {len(sessions)} sessions open with a prefix another session shares: median "
-            f"{system_tokens} tokens, {distinct} distinct"
+            f"{len(shared)} of {len(sessions)} sessions open with a shared prefix (seen in another session, or "
+            f"recorded as system messages): median {system_tokens} tokens, {distinct} distinct"
         )
         if len(shared) < len(sessions):
             notes.append(f"{len(sessions) - len(shared)} sessions share no prefix with another; here they do")
@@ -234,16 +240,12 @@ def fit_table(table: ShapeTable, name: str) -> Fit:
             outputs[role] = fit_values(values, f"output of {role} calls", integer=True, default=64)
     added, gaps = [], []
     for r in rows:
-        if r.parents:
-            longest = max(r.parents, key=lambda p: rows[p].prompt_tokens)
-            added.append(
-                r.prompt_tokens
-                - rows[longest].prompt_tokens
-                - rows[longest].output_tokens
-                - INSTRUCTION_TOKENS
-            )
-            if r.gap_s is not None:
-                gaps.append(r.gap_s)
+        if r.context_parents:
+            longest = max(r.context_parents, key=lambda p: rows[p].prompt_tokens)
+            parent = rows[longest]
+            added.append(r.prompt_tokens - parent.prompt_tokens - parent.output_tokens - INSTRUCTION_TOKENS)
+        if r.parents and r.gap_s is not None:
+            gaps.append(r.gap_s)
     short = sum(1 for a in added if a < 3)
     tool_result = fit_values(
         added, "growth per turn less the parent's output and one instruction", integer=True, default=3
@@ -295,6 +297,11 @@ def _flow(value: Any) -> str:
     )
 
 
+def _quoted(text: str) -> str:
+    """A string as a double-quoted YAML scalar (a name like ``2024`` or ``on`` stays a string)."""
+    return json.dumps(text)
+
+
 def _comment(text: str, indent: str = "") -> str:
     return f"{indent}# {text}\n"
 
@@ -305,7 +312,7 @@ def profile_yaml(fit: Fit) -> str:
             f"Fitted by `swarm fit` from {fit.source}: {fit.sessions} sessions, {fit.requests} requests."
         ),
         _comment("Each number says where it came from; edit freely (docs/realism.md)."),
-        f"name: {fit.name}\n",
+        f"name: {_quoted(fit.name)}\n",
         f"description: {_flow(f'fitted to {Path(fit.source).name}')}\n",
         "system_prompt:\n",
         _comment(fit.system_comment, "  "),
@@ -339,7 +346,7 @@ def topology_yaml(fit: Fit, topo: FittedTopology) -> str:
         _comment(
             "tool_call: others wait for it (a tool runs after it); aggregate: waits for several; answer: a leaf."
         ),
-        f"name: {topo.name}\n",
+        f"name: {_quoted(topo.name)}\n",
         f"description: {_flow(f'{len(topo.nodes)} calls in the shape of {Path(fit.source).name}')}\n",
         "graph:\n",
         "  nodes:\n",
@@ -383,7 +390,9 @@ def spec_yaml(fit: Fit, profile_file: str, topology_files: list[str]) -> str:
         "  mix:\n",
     ]
     for topo, file in zip(fit.topologies, topology_files, strict=True):
-        out.append(f"    - {{profile: {profile_file}, topology: {file}, weight: {topo.weight}}}\n")
+        out.append(
+            f"    - {{profile: {_quoted(profile_file)}, topology: {_quoted(file)}, weight: {topo.weight}}}\n"
+        )
     return "".join(out)
 
 

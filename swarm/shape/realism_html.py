@@ -18,7 +18,9 @@ _CSS = PAGE_CSS + ".match { color: #060; } .near { color: #a60; } .far { color: 
 def _v(value: float | None, unit: str) -> str:
     if value is None:
         return "-"
-    return f"{value:.2f}" if unit == "share" else (f"{value:.3g}" if unit == "s" else f"{value:,.0f}")
+    if unit == "share":
+        return f"{value:.2f}"
+    return f"{value:,.0f}" if unit != "s" and abs(value) >= 10 else f"{value:.3g}"
 
 
 def realism_section(

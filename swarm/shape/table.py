@@ -2,9 +2,11 @@
 
 Place in the map (docs/architecture.md, "Shape"): the common input of ``features``, ``fit`` and
 ``realism``. One row per request (first attempts only): its session, its parents (rows it
-waited for) and among them its context parents (those whose prompt its own prompt extends:
-it starts with all of the parent's prompt but for its last block, or at least 90 % of it; a
-spawned sub-agent waits for its parent without extending it), prompt and output length in tokens, the ideal
+waited for) and its context parents (those whose prompt its own prompt extends: it starts
+with all of the parent's prompt but for its last block, or at least 90 % of it; a spawned
+sub-agent waits for its parent without extending it; a request that extends none of its
+parents, such as a join after parallel branches, extends its nearest ancestor that it does),
+prompt and output length in tokens, the ideal
 cached tokens (the longest prefix it shares with any earlier prompt, earlier in send order),
 its start, and the wait from its last parent's end to its start (tool and think time). A
 session's first request also carries the prefix it shares with another session's first
@@ -14,11 +16,13 @@ prefix.
 Three sources:
 
 - an imported trace (a ``ReplayPlan``): prompts are the replay's words (recorded parts split
-  on whitespace, or one unit per hash-id block, weighted by the block's tokens), in offset
-  order; output is the recorded completion length; the wait is the plan's ``gap_s``;
+  on whitespace, each weighing the recorded prompt tokens over the words; or one unit per
+  hash-id block, weighing the block's tokens), in send order; output is the recorded completion length; the wait is the plan's ``gap_s``;
 - a swarm run folder: the recorded estimates (``prompt_tokens_est``,
   ``ideal_cached_tokens_est``), ``completion_tokens`` (else ``max_tokens``), parents from
-  ``parent_nodes``, the wait from the parents' recorded ends to ``scheduled_ns``;
+  ``parent_nodes`` (context parents) and the ``after`` links of the run's topologies (rebuilt
+  from its spec), the wait from the parents' recorded ends to ``scheduled_ns``; a row without a
+  session id (a replay of a flat trace) is a session of its own;
 - a run spec, offline: the Workload's prompts with ``context: synthetic`` stand-ins, every node
   run (no beam pruning, no early stops, no failures), agents one after another, each node's
   wait its parents' tool time plus its own think time.
@@ -81,8 +85,8 @@ class ShapeTable:
 # -- shared leads: what sessions' first prompts have in common ------------------------------------
 
 
-def _weighted_prefix(units: Sequence[object], weights: Sequence[int], matched: int) -> int:
-    return sum(weights[:matched])
+def _weighted_prefix(units: Sequence[object], weights: Sequence[float], matched: int) -> int:
+    return round(sum(weights[:matched]))
 
 
 def _common_units(a: Sequence[object], b: Sequence[object]) -> int:
@@ -93,7 +97,7 @@ def _common_units(a: Sequence[object], b: Sequence[object]) -> int:
     return i
 
 
-def extends(child: Sequence[object], parent: Sequence[object], parent_weights: Sequence[int]) -> bool:
+def extends(child: Sequence[object], parent: Sequence[object], parent_weights: Sequence[float]) -> bool:
     """Whether a prompt (as units) extends a parent's: it starts with all of the parent's units
     but the last, or with at least 90 % of the parent's tokens."""
     common = _common_units(child, parent)
@@ -104,7 +108,7 @@ def extends(child: Sequence[object], parent: Sequence[object], parent_weights: S
 
 
 def shared_leads(
-    firsts: list[tuple[Sequence[object], Sequence[int]]],
+    firsts: list[tuple[Sequence[object], Sequence[float]]],
 ) -> list[tuple[int, str]]:
     """For each session's first prompt (its units and each unit's weight in tokens): the tokens
     of the longest prefix it shares with any other first prompt, and a key naming that prefix."""
@@ -120,7 +124,9 @@ def shared_leads(
     return out
 
 
-def _with_leads(rows: list[ShapeRow], firsts: dict[str, tuple[int, Sequence[object], Sequence[int]]]) -> None:
+def _with_leads(
+    rows: list[ShapeRow], firsts: dict[str, tuple[int, Sequence[object], Sequence[float]]]
+) -> None:
     """Fill in the shared lead of each session's first row (in place)."""
     sessions = list(firsts)
     leads = shared_leads([(firsts[s][1], firsts[s][2]) for s in sessions])
@@ -142,15 +148,17 @@ def _session_keys(items: list[ReplayItem]) -> dict[int, str]:
     return {it.index: names[roots[it.index]] for it in items}
 
 
-def _item_units(item: ReplayItem) -> tuple[list[object], list[int]]:
+def _item_units(item: ReplayItem) -> tuple[list[object], list[float]]:
     """The prompt as units for prefix matching, and each unit's tokens: words of recorded
-    parts, or one unit per hash-id block (the cut last block a unit of its own length) and one
+    parts (each weighing the recorded prompt tokens over the words, so a real text's words
+    count as its tokens), or one unit per hash-id block (the cut last block a unit of its own length) and one
     unique unit for any uncovered tail."""
     if item.prompt_parts is not None:
         words: list[object] = [w for part in item.prompt_parts for w in part.split()]
-        return words, [1] * len(words)
+        scale = item.prompt_tokens / len(words) if words and item.prompt_tokens > 0 else 1.0
+        return words, [scale] * len(words)  # recorded tokens spread over the words
     units: list[object] = []
-    weights: list[int] = []
+    weights: list[float] = []
     left = item.prompt_tokens
     for bid in item.block_ids:
         if left <= 0:
@@ -194,7 +202,8 @@ def _send_order(items: Sequence[ReplayItem]) -> list[ReplayItem]:
 
 
 def _system_lead(item: ReplayItem) -> tuple[int, str]:
-    """Tokens and key of a recorded prompt's leading system messages (0 and "" when none)."""
+    """Tokens and key of a recorded prompt's leading system messages (0 and "" when none); its
+    words weighed as ``_item_units`` weighs them."""
     if item.prompt_parts is None or not item.prompt_roles:
         return 0, ""
     texts = []
@@ -205,7 +214,36 @@ def _system_lead(item: ReplayItem) -> tuple[int, str]:
     words = [w for t in texts for w in t.split()]
     if not words:
         return 0, ""
-    return len(words), hashlib.blake2b(repr(tuple(words)).encode(), digest_size=6).hexdigest()
+    total = sum(len(p.split()) for p in item.prompt_parts)
+    tokens = (
+        round(len(words) * item.prompt_tokens / total) if item.prompt_tokens > 0 and total else len(words)
+    )
+    return tokens, hashlib.blake2b(repr(tuple(words)).encode(), digest_size=6).hexdigest()
+
+
+#: ancestors looked at, nearest first, for a context a request extends past its direct parents
+_ANCESTOR_SEARCH = 64
+
+
+def _extended_ancestor(
+    units: Sequence[object],
+    parents: tuple[int, ...],
+    rows: list[ShapeRow],
+    seen: list[tuple[list[object], list[float]]],
+) -> tuple[int, ...]:
+    """The nearest ancestor (breadth first through the parents) whose prompt ``units`` extends,
+    as a one-element tuple; empty when none of the nearest ``_ANCESTOR_SEARCH`` is."""
+    queue = [p for r in parents for p in rows[r].parents]
+    visited: set[int] = set(parents)
+    while queue and len(visited) < _ANCESTOR_SEARCH + len(parents):
+        nxt = queue.pop(0)
+        if nxt in visited:
+            continue
+        visited.add(nxt)
+        if extends(units, *seen[nxt]):
+            return (nxt,)
+        queue.extend(rows[nxt].parents)
+    return ()
 
 
 def table_from_plan(plan: ReplayPlan) -> ShapeTable:
@@ -223,15 +261,18 @@ def table_from_plan(plan: ReplayPlan) -> ShapeTable:
     session_of = _session_keys(items)
     index = PrefixIndex()
     rows: list[ShapeRow] = []
-    firsts: dict[str, tuple[int, Sequence[object], Sequence[int]]] = {}
+    firsts: dict[str, tuple[int, Sequence[object], Sequence[float]]] = {}
     declared: dict[str, tuple[int, str]] = {}
     seen = [_item_units(it) for it in items]
     for i, it in enumerate(items):
         units, weights = seen[i]
         matched = index.observe(units)
-        prompt = sum(weights) if it.prompt_parts is not None else it.prompt_tokens
+        prompt = round(sum(weights)) if it.prompt_parts is not None else it.prompt_tokens
         parents = tuple(position[p] for p in it.parents if p in position)
         session = session_of[it.index]
+        context = tuple(p for p in parents if extends(units, *seen[p]))
+        if parents and not context:  # a join after branches extends the call before them
+            context = _extended_ancestor(units, parents, rows, seen)
         rows.append(
             ShapeRow(
                 session=session,
@@ -241,7 +282,7 @@ def table_from_plan(plan: ReplayPlan) -> ShapeTable:
                 ideal_cached_tokens=_weighted_prefix(units, weights, matched),
                 start_s=it.offset_s,
                 gap_s=it.gap_s if parents else None,
-                context_parents=tuple(p for p in parents if extends(units, *seen[p])),
+                context_parents=context,
             )
         )
         if session not in firsts:
@@ -258,10 +299,52 @@ def table_from_plan(plan: ReplayPlan) -> ShapeTable:
 # -- from a swarm run -----------------------------------------------------------------------------
 
 _RUN_COLUMNS = [
-    "target", "session_id", "node", "parent_nodes", "attempt", "scheduled_ns", "sent_ns", "e2e_ns",
+    "target", "agent_id", "session_id", "node", "parent_nodes", "attempt", "scheduled_ns", "sent_ns", "e2e_ns",
     "max_tokens", "completion_tokens", "prompt_tokens", "prompt_tokens_est", "ideal_cached_tokens_est",
     "block_hashes",
 ]  # fmt: skip
+
+
+def _after_parents(
+    run_dir: str | Path, data: dict[str, list[Any]], keep: list[int], notes: list[str]
+) -> dict[tuple[str, str], tuple[str, ...]]:
+    """The nodes each row of a swarm run waited for without extending them (``after`` links: a
+    spawned sub-agent's spawner, the sub-agents a join waits for), by (session, node), from the
+    run's topologies: the trace's ``parent_nodes`` holds context parents only. Empty for a
+    replay, or when the run's workload cannot be rebuilt as it was (said in ``notes``)."""
+    from swarm.trace.manifest import RunManifest, changed_contents
+    from swarm.workload.workload import Workload, WorkloadSpec
+
+    try:
+        manifest = RunManifest.read(run_dir)
+    except (InputError, OSError, ValueError):
+        return {}
+    workload_spec = (manifest.spec or {}).get("workload")
+    if not workload_spec or manifest.replay_of:
+        return {}
+    try:
+        workload = Workload(WorkloadSpec.model_validate(workload_spec))
+    except (InputError, ValueError) as exc:
+        notes.append(f"the run's topologies cannot be read again ({exc}): waits without context not shown")
+        return {}
+    if manifest.workload_digests and changed_contents(workload.content_digests(), manifest.workload_digests):
+        notes.append("a profile or topology changed since the run: waits without context not shown")
+        return {}
+    out: dict[tuple[str, str], tuple[str, ...]] = {}
+    templates: dict[int, Any] = {}
+    for i in keep:
+        agent = int(data["agent_id"][i])
+        if agent not in templates:
+            try:
+                templates[agent] = workload.agent(agent).topology
+            except IndexError:
+                templates[agent] = None
+        template, node = templates[agent], data["node"][i]
+        if template is not None and node in template.graph:
+            waited = template.after_parents(node)
+            if waited:
+                out[(data["session_id"][i], node)] = tuple(waited)
+    return out
 
 
 def table_from_run(run_dir: str | Path, target: str | None = None) -> ShapeTable:
@@ -280,14 +363,22 @@ def table_from_run(run_dir: str | Path, target: str | None = None) -> ShapeTable
     keep.sort(key=lambda i: (data["scheduled_ns"][i], data["sent_ns"][i]))
     t0 = data["scheduled_ns"][keep[0]] if keep else 0
     position = {(data["session_id"][i], data["node"][i]): k for k, i in enumerate(keep)}
+    notes: list[str] = []
+    after = _after_parents(run_dir, data, keep, notes)
     rows: list[ShapeRow] = []
-    firsts: dict[str, tuple[int, Sequence[object], Sequence[int]]] = {}
+    firsts: dict[str, tuple[int, Sequence[object], Sequence[float]]] = {}
     hashes_of = [list(data["block_hashes"][i] or ()) for i in keep]
     for k, i in enumerate(keep):
-        session = data["session_id"][i]
-        parents = tuple(
+        session = data["session_id"][i] or f"row{k}"  # a replay of a flat trace records none
+        recorded = tuple(
             position[(session, p)] for p in data["parent_nodes"][i] or () if (session, p) in position
         )
+        waited = tuple(
+            position[(session, p)]
+            for p in after.get((session, data["node"][i]), ())
+            if (session, p) in position and position[(session, p)] not in recorded
+        )
+        parents = recorded + waited
         gap: float | None = None
         if parents:
             ends = []
@@ -314,7 +405,7 @@ def table_from_run(run_dir: str | Path, target: str | None = None) -> ShapeTable
                 gap_s=gap,
                 context_parents=tuple(
                     p
-                    for p in parents
+                    for p in recorded
                     if extends(hashes_of[k], hashes_of[p], [BLOCK_TOKENS] * len(hashes_of[p]))
                 ),
             )
@@ -326,7 +417,6 @@ def table_from_run(run_dir: str | Path, target: str | None = None) -> ShapeTable
                 weights[-1] = int(prompt) - BLOCK_TOKENS * (len(hashes) - 1)
             firsts[session] = (k, hashes, weights)
     _with_leads(rows, firsts)
-    notes = []
     if len(targets) > 1:
         notes.append(f"target {chosen} of {', '.join(targets)}")
     return ShapeTable(rows, str(run_dir), "run", notes)
@@ -348,7 +438,7 @@ def table_from_spec(spec_data: dict[str, Any], source: str, agents: int | None =
     workload = Workload(spec.model_copy(update={"agents": n}))
     index = PrefixIndex()
     rows: list[ShapeRow] = []
-    firsts: dict[str, tuple[int, Sequence[object], Sequence[int]]] = {}
+    firsts: dict[str, tuple[int, Sequence[object], Sequence[float]]] = {}
     notes: list[str] = []
     encode = workload.tokenizer.encode
     for a in range(n):

@@ -76,9 +76,10 @@ def resolve_spec_path(base_dir: Path, value: str, source: str, field: str) -> Pa
 
 
 def load_run_spec_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A run spec file as data, its workload mix's relative ``*.yaml`` profile and topology
-    paths made relative to the spec's folder (so a spec and the files it names move together;
-    a name without ``.yaml`` is a built-in or a catalog entry and stays)."""
+    """A run spec file as data. A relative ``*.yaml`` profile or topology path in its workload
+    mix that names a file beside the spec (inside its folder) is made that file's path, so a
+    spec and the files it names move together; any other value (a built-in or catalog name, a
+    path from the working folder) stays as written."""
     p = Path(path)
     data = load_yaml(p)
     if not isinstance(data, dict):
@@ -86,7 +87,7 @@ def load_run_spec_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     workload = data.get("workload")
     mix = workload.get("mix") if isinstance(workload, dict) else None
     if isinstance(mix, list):
-        for i, entry in enumerate(mix):
+        for entry in mix:
             if not isinstance(entry, dict):
                 continue
             for key in ("profile", "topology"):
@@ -96,5 +97,7 @@ def load_run_spec_file(path: str | os.PathLike[str]) -> dict[str, Any]:
                     and value.endswith((".yaml", ".yml"))
                     and not Path(value).is_absolute()
                 ):
-                    entry[key] = str(resolve_spec_path(p.parent, value, str(p), f"workload.mix.{i}.{key}"))
+                    beside = (p.parent / value).resolve()
+                    if beside.is_relative_to(p.parent.resolve()) and beside.is_file():
+                        entry[key] = str(beside)
     return data

@@ -359,6 +359,12 @@ def _explicit(graph: ExplicitGraph, source: str) -> _Builder:
             if getattr(link, end) not in b.g:
                 raise InputError(f"{source}: graph.links.{i}.{end}: unknown node {getattr(link, end)!r}")
         b.link(link.source, link.target, link.kind)
+    for i, node in enumerate(graph.nodes):
+        if node.spawn and any(b.g.edges[p, node.id]["kind"] == "context" for p in b.g.predecessors(node.id)):
+            raise InputError(
+                f"{source}: graph.nodes.{i}: spawn node {node.id!r} starts fresh, so it has no context "
+                "parents: link its parents with kind: after"
+            )
     for i, beam in enumerate(graph.beams):
         for field in ("candidates", "scorers", "gated"):
             for n in getattr(beam, field):

@@ -21,6 +21,7 @@ import hashlib
 import json
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -226,8 +227,15 @@ class Workload:
     def traffic_hash(self) -> str:
         """Hash of everything that shapes the traffic: the spec and the resolved contents of
         its profiles and topologies. Two runs with equal hashes send the same requests; an edit
-        to ``agents/*.yaml`` between them changes it."""
-        return _digest({"spec": self.spec.model_dump(mode="json"), "contents": self.content_digests()})
+        to ``agents/*.yaml`` between them changes it. A mix entry given as a file path counts by
+        its file name (its contents are in the digests), so the same spec run from two folders
+        hashes alike."""
+        spec = self.spec.model_dump(mode="json")
+        for entry in spec["mix"]:
+            for key in ("profile", "topology"):
+                if str(entry[key]).endswith((".yaml", ".yml")):
+                    entry[key] = Path(entry[key]).name
+        return _digest({"spec": spec, "contents": self.content_digests()})
 
     def system_prompt(self, profile: AgentProfile, index: int) -> str:
         """System prompt ``index`` of ``profile``'s pool (starts with its own tag)."""
