@@ -41,7 +41,10 @@ def prepare(gguf: Path, out: Path) -> None:
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    state = {name: tensor.detach().to(torch.float32).clone().contiguous() for name, tensor in model.state_dict().items()}
+    state = {
+        name: tensor.detach().to(torch.float32).clone().contiguous()
+        for name, tensor in model.state_dict().items()
+    }
     if "model.embed_tokens.weight" not in state:
         state["model.embed_tokens.weight"] = state["lm_head.weight"].clone()
     if getattr(model.config, "tie_word_embeddings", False):
@@ -51,7 +54,9 @@ def prepare(gguf: Path, out: Path) -> None:
     config.pop("quantization_config", None)
     config.pop("torch_dtype", None)
     config["dtype"] = "float32"
-    config["architectures"] = [type(model).__name__]  # a GGUF load leaves it empty; vLLM picks the class by it
+    config["architectures"] = [
+        type(model).__name__
+    ]  # a GGUF load leaves it empty; vLLM picks the class by it
     (partial / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     tokenizer.add_bos_token = True  # as llama.cpp does (the GGUF says so); vLLM then adds it to completions

@@ -20,7 +20,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 VENV = Path(os.environ.get("SWARM_VLLM_VENV", Path.home() / ".cache" / "swarm" / "vllm-venv"))
-MODEL_DIR = Path(os.environ.get("SWARM_MODEL_CACHE", Path.home() / ".cache" / "swarm" / "models")) / "gemma3-270m-hf"
+MODEL_DIR = (
+    Path(os.environ.get("SWARM_MODEL_CACHE", Path.home() / ".cache" / "swarm" / "models")) / "gemma3-270m-hf"
+)
 SERVED_NAME = "gemma3"
 #: vLLM's CPU backend caches prompts in blocks of this many tokens
 BLOCK_TOKENS = 128
@@ -66,7 +68,12 @@ def vllm_server(python: Path, model: Path, log_path: Path, *, max_model_len: int
     )  # fmt: skip
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+            args,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
         )
         url = f"http://127.0.0.1:{port}"
         try:

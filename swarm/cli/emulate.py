@@ -15,7 +15,7 @@ from swarm.errors import InputError
 
 @app.command()
 def emulate(
-    engine: Annotated[str, typer.Option(help="engine to emulate: sglang or trtllm")] = "sglang",
+    engine: Annotated[str, typer.Option(help="engine to emulate: sglang, trtllm or vllm")] = "sglang",
     host: Annotated[str, typer.Option(help="address to bind; loopback unless told otherwise")] = "127.0.0.1",
     port: Annotated[
         int | None, typer.Option(help="port (default: the engine's own; 0 picks a free one)")
@@ -37,7 +37,16 @@ def emulate(
     cache_tokens: Annotated[
         int, typer.Option(help="prefix-cache capacity in tokens; 0 = unbounded")
     ] = 400_000,
-    block_tokens: Annotated[int, typer.Option(help="trtllm: KV block size in tokens")] = 32,
+    block_tokens: Annotated[
+        int | None, typer.Option(help="trtllm, vllm: KV block size in tokens (default: trtllm 32, vllm 128)")
+    ] = None,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(
+            help="a Hugging Face tokenizer.json: count prompts in its tokens, as the real server "
+            "(completions exactly; chat without a template); default: whitespace words"
+        ),
+    ] = None,
     no_cache_report: Annotated[
         bool,
         typer.Option(
@@ -68,7 +77,7 @@ def emulate(
         ),
     ] = None,
 ) -> None:
-    """Serve an emulated engine (SGLang or TensorRT-LLM API) on loopback until Ctrl-C."""
+    """Serve an emulated engine (SGLang, TensorRT-LLM or vLLM API) on loopback until Ctrl-C."""
     import asyncio
     import os
     import signal
@@ -79,8 +88,12 @@ def emulate(
     from swarm.emulator.faults import FaultSpec
     from swarm.emulator.http_server import RunningEmulator, serve_forever
 
-    if engine not in ("sglang", "trtllm"):
-        raise InputError(f"unknown engine profile {engine!r} for the emulator (choose sglang or trtllm)")
+    if engine not in ("sglang", "trtllm", "vllm"):
+        raise InputError(
+            f"unknown engine profile {engine!r} for the emulator (choose sglang, trtllm or vllm)"
+        )
+    if tokenizer is not None and not os.path.isfile(tokenizer):
+        raise InputError(f"--tokenizer {tokenizer}: no such file")
     try:
         config = EmulatorConfig(
             engine=engine,  # type: ignore[arg-type]
@@ -96,6 +109,7 @@ def emulate(
             kv_capacity_tokens=kv_capacity_tokens,
             cache_capacity_tokens=cache_tokens or None,
             block_tokens=block_tokens,
+            tokenizer=tokenizer,
             cache_report=not no_cache_report,
             stamp_chunks=stamp_chunks,
             faults=FaultSpec.parse(faults) if faults else None,

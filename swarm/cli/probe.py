@@ -51,6 +51,10 @@ def probe(
     table.add_row("model", result.model or "?")
     table.add_row("version", result.server_version or "?")
     table.add_row("metrics", result.metrics_path or "none found")
+    if result.block_tokens is not None:
+        table.add_row(
+            "KV block size", f"{result.block_tokens} tokens (cached tokens come in multiples of it)"
+        )
     cached = "unknown"
     if result.cache_reported is True:
         cached = f"yes ({result.second_cached_tokens} of {result.second_prompt_tokens} prompt tokens cached on the second request)"

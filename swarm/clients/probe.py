@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import re
 import secrets
 import socket
 from dataclasses import dataclass, field
@@ -44,6 +45,9 @@ class ProbeResult:
     server_version: str | None = None
     endpoints: dict[str, int] = field(default_factory=dict)
     metrics_path: str | None = None
+    #: the KV block size the server states (vLLM's ``vllm:cache_config_info``, SGLang's
+    #: ``page_size``): cached tokens come in multiples of it
+    block_tokens: int | None = None
     cache_reported: bool | None = None
     first_cached_tokens: int | None = None
     second_cached_tokens: int | None = None
@@ -91,6 +95,13 @@ def _identify(
         hit = found.get(path)
         return _json_or_none(hit[1]) if hit and hit[0] == 200 else None
 
+    version = ok("/version")
+    version_text = str(version.get("version", "")) if isinstance(version, dict) else None
+    emulated = bool(isinstance(version, dict) and version.get("emulator"))
+    metrics = found.get("/metrics")
+    if metrics and metrics[0] == 200 and b"vllm:" in metrics[1]:
+        # first: vLLM in development mode (VLLM_SERVER_DEV_MODE) also serves /server_info
+        return "vllm", emulated, version_text
     for path in ("/get_server_info", "/server_info"):
         info = ok(path)
         if isinstance(info, dict):
@@ -98,15 +109,9 @@ def _identify(
     props = ok("/props")
     if isinstance(props, dict) and ("default_generation_settings" in props or "build_info" in props):
         return "llamacpp", False, str(props.get("build_info", "")) or None
-    version = ok("/version")
-    version_text = str(version.get("version", "")) if isinstance(version, dict) else None
-    emulated = bool(isinstance(version, dict) and version.get("emulator"))
     prom = found.get("/prometheus/metrics")
     if (prom and prom[0] == 200) or (isinstance(version, dict) and version.get("engine_profile") == "trtllm"):
         return "trtllm", emulated, version_text
-    metrics = found.get("/metrics")
-    if metrics and metrics[0] == 200 and b"vllm:" in metrics[1]:
-        return "vllm", False, version_text
     guesses = {
         "sglang": "sglang",
         "vllm": "vllm",
@@ -203,6 +208,7 @@ async def probe(
         metrics = found.get(profile.metrics_path or "")
         if profile.metrics_path and metrics and metrics[0] == 200:
             result.metrics_path = profile.metrics_path
+            result.block_tokens = _stated_block_size(metrics[1])
         elif result.engine:
             result.advice.append(
                 f"no Prometheus metrics at {profile.metrics_path}: {profile.cache_report_hint}"
@@ -210,6 +216,15 @@ async def probe(
         if send_requests:
             await _cache_test(session, base, profile, model or result.model or "default", key, result)
     return result
+
+
+_BLOCK_SIZE = re.compile(rb'^vllm:cache_config_info\{[^}]*\bblock_size="(\d+)"', re.MULTILINE)
+
+
+def _stated_block_size(metrics_text: bytes) -> int | None:
+    """The block size in a vLLM server's ``vllm:cache_config_info`` gauge, if it has one."""
+    hit = _BLOCK_SIZE.search(metrics_text)
+    return int(hit.group(1)) if hit else None
 
 
 async def _cache_test(

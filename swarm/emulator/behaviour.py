@@ -1,23 +1,25 @@
-"""What the emulator does differently as SGLang or as TensorRT-LLM: one behaviour object per engine.
+"""What the emulator does differently as SGLang, TensorRT-LLM or vLLM: one behaviour object per engine.
 
 Place in the map (docs/architecture.md, "The emulator"): looked up once from ``EmulatorConfig.engine``
 (``engine_behaviour``) by the engine model (which prefix cache, how cached tokens round) and by the
 HTTP server and its wire formats (usage fields, request-field checks, info fields, metric names,
 endpoints). Every decision that depends on the engine's name is made here; no other emulator
-module compares ``config.engine``. The objects hold no state: both profiles share one instance
-each (``SGLANG``, ``TRTLLM``).
+module compares ``config.engine``. The objects hold no state: each profile has one instance
+(``SGLANG``, ``TRTLLM``, ``VLLM``).
 
-- cache: SGLang has a token-level radix cache (pages of 1 token); TensorRT-LLM reuses full
-  ``block_tokens`` blocks, so its cap on cached tokens is rounded down to whole blocks.
+- cache: SGLang has a token-level radix cache (pages of 1 token); TensorRT-LLM (32) and vLLM
+  (128 on its CPU build) reuse full ``block_tokens`` blocks, so their cap on cached tokens is
+  rounded down to whole blocks.
 - usage: SGLang reports ``prompt_tokens_details.cached_tokens`` only when it is non-zero (and
-  only with cache reporting on); TensorRT-LLM always reports it.
+  only with cache reporting on); TensorRT-LLM and vLLM always report it.
 - request fields: TensorRT-LLM refuses unknown fields (HTTP 400); SGLang ignores them.
-- ``/health``: SGLang answers ``OK``; TensorRT-LLM an empty body.
+- ``/health``: SGLang answers ``OK``; TensorRT-LLM and vLLM an empty body.
 - metrics: SGLang serves Prometheus text at ``/metrics`` (``sglang:`` names); TensorRT-LLM
   serves JSON iteration stats at ``/metrics`` and Prometheus text (``trtllm_`` names) at
-  ``/prometheus/metrics``.
+  ``/prometheus/metrics``; vLLM serves ``vllm:`` names at ``/metrics``, with the
+  ``vllm:cache_config_info`` gauge naming its block size.
 - endpoints: SGLang's native ``/generate``, ``/flush_cache`` and info endpoints; TensorRT-LLM's
-  ``/version``.
+  ``/version``; vLLM's ``/version`` and ``/reset_prefix_cache``.
 """
 
 from __future__ import annotations
@@ -127,7 +129,7 @@ class EngineBehaviour:
     """Everything that differs between the emulated engines (subclassed once per engine)."""
 
     #: the profile's name, as ``EmulatorConfig.engine``
-    name: Literal["sglang", "trtllm"]
+    name: Literal["sglang", "trtllm", "vllm"]
     #: ``owned_by`` of ``/v1/models``
     owned_by: str
     #: body of ``/health`` (and SGLang's ``/health_generate``)
@@ -146,6 +148,14 @@ class EngineBehaviour:
     def make_cache(self, config: EmulatorConfig) -> RadixCache | BlockCache:
         """The prefix cache of a new engine model."""
         raise NotImplementedError
+
+    def block_tokens(self, config: EmulatorConfig) -> int:
+        """KV block size in tokens (the config's, else the engine's own)."""
+        return config.block_tokens or 1
+
+    def info_lines(self, config: EmulatorConfig, labels: str) -> list[str]:
+        """Extra Prometheus lines (an info gauge), after the counters and gauges."""
+        return []
 
     def page_tokens(self, config: EmulatorConfig) -> int:
         """Tokens per cache page: cached tokens come in multiples of it."""
@@ -186,14 +196,35 @@ class SGLangBehaviour(EngineBehaviour):
 class TrtllmBehaviour(EngineBehaviour):
     """TensorRT-LLM: reuse of whole ``block_tokens`` blocks, cached tokens always reported."""
 
+    #: the block size when the config sets none
+    default_block_tokens: int = 32
+
     def make_cache(self, config: EmulatorConfig) -> RadixCache | BlockCache:
-        return BlockCache(config.cache_capacity_tokens, config.block_tokens)
+        return BlockCache(config.cache_capacity_tokens, self.block_tokens(config))
+
+    def block_tokens(self, config: EmulatorConfig) -> int:
+        return config.block_tokens or self.default_block_tokens
 
     def page_tokens(self, config: EmulatorConfig) -> int:
-        return config.block_tokens
+        return self.block_tokens(config)
 
     def cache_report(self, config: EmulatorConfig) -> bool:
         return True
+
+
+@dataclass(frozen=True, slots=True)
+class VllmBehaviour(TrtllmBehaviour):
+    """vLLM with automatic prefix caching: hashed full blocks (128 tokens on its CPU build),
+    LRU-evicted; cached tokens reported (as with ``--enable-prompt-tokens-details``) also when
+    0; its cache settings as the ``vllm:cache_config_info`` gauge."""
+
+    def info_lines(self, config: EmulatorConfig, labels: str) -> list[str]:
+        return [
+            "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
+            "# TYPE vllm:cache_config_info gauge",
+            f'vllm:cache_config_info{{block_size="{self.block_tokens(config)}",enable_prefix_caching="True",'
+            f"{labels}}} 1.0",
+        ]
 
 
 SGLANG = SGLangBehaviour(
@@ -277,7 +308,62 @@ TRTLLM = TrtllmBehaviour(
     ),
 )
 
-BEHAVIOURS: dict[str, EngineBehaviour] = {b.name: b for b in (SGLANG, TRTLLM)}
+VLLM = VllmBehaviour(
+    name="vllm",
+    owned_by="vllm",
+    health_text="",
+    chat_fields=None,
+    completion_fields=None,
+    reports_zero_cached=True,
+    metrics=(
+        Metric(
+            "vllm:num_requests_running", "gauge", "running", "Number of requests in model execution batches."
+        ),
+        Metric(
+            "vllm:num_requests_waiting", "gauge", "waiting", "Number of requests waiting to be processed."
+        ),
+        Metric("vllm:kv_cache_usage_perc", "gauge", "kv_usage", "KV-cache usage. 1 means 100 percent usage."),
+        Metric(
+            "vllm:prefix_cache_queries_total",
+            "counter",
+            "prompt_tokens",
+            "Prefix cache queries, in terms of number of queried tokens.",
+        ),
+        Metric(
+            "vllm:prefix_cache_hits_total",
+            "counter",
+            "cached_tokens",
+            "Prefix cache hits, in terms of number of cached tokens.",
+        ),
+        Metric("vllm:prompt_tokens_total", "counter", "prompt_tokens", "Number of prefill tokens processed."),
+        Metric(
+            "vllm:generation_tokens_total",
+            "counter",
+            "generation_tokens",
+            "Number of generation tokens processed.",
+        ),
+        Metric(
+            "vllm:request_success_total",
+            "counter",
+            "requests_finished",
+            "Count of successfully processed requests.",
+        ),
+    ),
+    histograms=(
+        ("vllm:time_to_first_token_seconds", "ttft"),
+        ("vllm:e2e_request_latency_seconds", "e2e"),
+        ("vllm:inter_token_latency_seconds", "tpot"),
+        ("vllm:request_queue_time_seconds", "queue"),
+    ),
+    routes=(
+        Route("GET", "/version", "version"),
+        Route("GET", "/metrics", "prometheus"),
+        Route("POST", "/reset_prefix_cache", "flush_cache"),
+    ),
+    default_block_tokens=128,
+)
+
+BEHAVIOURS: dict[str, EngineBehaviour] = {b.name: b for b in (SGLANG, TRTLLM, VLLM)}
 
 
 def engine_behaviour(config: EmulatorConfig) -> EngineBehaviour:

@@ -20,7 +20,7 @@ from swarm.emulator.faults import FaultSpec
 class EmulatorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    engine: Literal["sglang", "trtllm"] = Field(
+    engine: Literal["sglang", "trtllm", "vllm"] = Field(
         default="sglang", description="which engine's cache model, API and metrics to emulate"
     )
     host: str = Field(default="127.0.0.1", description="address to bind (loopback by default)")
@@ -52,7 +52,17 @@ class EmulatorConfig(BaseModel):
         ge=1,
         description="prefix-cache size in tokens; None for unbounded",
     )
-    block_tokens: int = Field(default=32, ge=1, description="trtllm: KV block size in tokens")
+    block_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="trtllm and vllm: KV block size in tokens (default: trtllm 32; vllm 128, as vLLM's CPU build)",
+    )
+    tokenizer: str | None = Field(
+        default=None,
+        description="a Hugging Face tokenizer.json: prompts counted in its tokens (a completions prompt as "
+        "the server counts it, special tokens included; a chat's message contents one after another, "
+        "without a chat template); default: whitespace words",
+    )
     default_max_tokens: int = Field(
         default=64, ge=1, description="tokens generated when a request sets no limit"
     )

@@ -86,6 +86,7 @@ def prometheus_text(config: EmulatorConfig, model: EngineModel) -> str:
     behaviour = model.behaviour
     for m in behaviour.metrics:
         metric(m.name, m.kind, values[m.source], m.help_text)
+    lines += behaviour.info_lines(config, labels)
     for name, source in behaviour.histograms:
         lines += _hist_lines(name, labels, histograms[source])
     # the emulator's own, in both profiles: whether it kept its step-time model
@@ -123,7 +124,7 @@ def emulator_step_metrics(st: EngineStats) -> list[tuple[str, float, str]]:
 def trtllm_iteration_stats(config: EmulatorConfig, model: EngineModel) -> list[dict[str, Any]]:
     """TensorRT-LLM's JSON ``/metrics``: a list of recent iteration stats (one, here)."""
     st = model.stats
-    block = config.block_tokens
+    block = model.behaviour.block_tokens(config)
     return [
         {
             "numActiveRequests": len(model.running),

@@ -45,7 +45,7 @@ from swarm.emulator.responses import (
     stream_answer,
     whole_answer,
 )
-from swarm.emulator.tokens import tokenize, tokenize_parts
+from swarm.emulator.tokens import PromptTokenizer
 from swarm.errors import InputError
 from swarm.jsoncodec import loads
 
@@ -78,6 +78,7 @@ class _Handlers:
     def __init__(self, config: EmulatorConfig, model: EngineModel, faults: FaultInjector | None) -> None:
         self.config = config
         self.model = model
+        self.tokens = PromptTokenizer(config.tokenizer)
         self.behaviour: EngineBehaviour = model.behaviour
         self.faults = faults
 
@@ -127,7 +128,7 @@ class _Handlers:
             return _bad("messages must be a non-empty list")
         parts = [_message_text(m.get("content")) for m in messages if isinstance(m, dict)]
         max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
-        gen = self._submit(tokenize_parts(parts), max_tokens)
+        gen = self._submit(self.tokens.parts(parts), max_tokens)
         if isinstance(gen, web.Response):
             return gen
         return await self._openai(request, body, gen, CHAT, fault)
@@ -145,7 +146,7 @@ class _Handlers:
         prompt = body.get("prompt")
         if not isinstance(prompt, str):
             return _bad("prompt must be a string")
-        gen = self._submit(tokenize(prompt), body.get("max_tokens"))
+        gen = self._submit(self.tokens.text(prompt), body.get("max_tokens"))
         if isinstance(gen, web.Response):
             return gen
         return await self._openai(request, body, gen, COMPLETION, fault)
@@ -185,7 +186,7 @@ class _Handlers:
         _, replaced = await fault_for(self.faults, request, body, kinds=NATIVE_FAULTS)
         if replaced is not None:
             return replaced
-        gen = self._submit(tokenize(text), params.get("max_new_tokens"))
+        gen = self._submit(self.tokens.text(text), params.get("max_new_tokens"))
         if isinstance(gen, web.Response):
             return gen
         rid = secrets.token_hex(16)

@@ -38,6 +38,33 @@ def tokenize_parts(parts: Iterable[str]) -> list[str]:
     return out
 
 
+class PromptTokenizer:
+    """Prompts into tokens: whitespace words (``tokenize``), or with ``path`` the ids of a
+    Hugging Face ``tokenizer.json`` (as strings), to count as a real server does: a completions
+    prompt with the tokenizer's special tokens (``<bos>``), a chat's message contents one after
+    another without them and without a chat template (so close to, not equal to, the server's)."""
+
+    def __init__(self, path: str | None = None) -> None:
+        self._hf = None
+        if path is not None:
+            from tokenizers import Tokenizer
+
+            self._hf = Tokenizer.from_file(path)
+
+    def text(self, text: str) -> list[str]:
+        if self._hf is None:
+            return tokenize(text)
+        return [str(i) for i in self._hf.encode(text).ids]
+
+    def parts(self, parts: Iterable[str]) -> list[str]:
+        if self._hf is None:
+            return tokenize_parts(parts)
+        out: list[str] = []
+        for part in parts:
+            out.extend(str(i) for i in self._hf.encode(part, add_special_tokens=False).ids)
+        return out
+
+
 def output_words(prompt_tokens: list[str], count: int) -> list[str]:
     """``count`` generated words, a deterministic function of the prompt."""
     if count <= 0:
