@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -89,6 +90,10 @@ def test_probe_identifies_emulators(emulator_process: Callable[..., object]) -> 
     trt = emulator_process("--engine", "trtllm")
     out = swarm("probe", trt.url, "--json")  # type: ignore[attr-defined]
     assert '"engine": "trtllm"' in out.stdout and '"second_cached_tokens": 160' in out.stdout
+    vl = emulator_process("--engine", "vllm")
+    result = json.loads(swarm("probe", vl.url, "--json").stdout)  # type: ignore[attr-defined]
+    assert (result["engine"], result["emulator"], result["block_tokens"]) == ("vllm", True, 128)
+    assert result["second_cached_tokens"] == 128  # 182 prompt tokens: one whole 128-token block
 
 
 def test_probe_advises_when_cached_tokens_are_not_reported(emulator_process: Callable[..., object]) -> None:

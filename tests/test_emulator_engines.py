@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from swarm.emulator import behaviour as beh
-from swarm.emulator.behaviour import SGLANG, TRTLLM, engine_behaviour
+from swarm.emulator.behaviour import SGLANG, TRTLLM, VLLM, engine_behaviour
 from swarm.emulator.block_cache import BlockCache
 from swarm.emulator.config import EmulatorConfig
 from swarm.emulator.faults import FaultSpec
@@ -24,7 +24,8 @@ from swarm.jsoncodec import dumps
 def test_lookup_by_config() -> None:
     assert engine_behaviour(EmulatorConfig(engine="sglang")) is SGLANG
     assert engine_behaviour(EmulatorConfig(engine="trtllm")) is TRTLLM
-    assert set(beh.BEHAVIOURS) == {"sglang", "trtllm"}
+    assert engine_behaviour(EmulatorConfig(engine="vllm")) is VLLM
+    assert set(beh.BEHAVIOURS) == {"sglang", "trtllm", "vllm"}
 
 
 def test_cache_kind_and_pages() -> None:
@@ -35,6 +36,11 @@ def test_cache_kind_and_pages() -> None:
     assert TRTLLM.page_tokens(cfg) == 16
     assert isinstance(SGLANG.make_cache(EmulatorConfig()), RadixCache)
     assert SGLANG.page_tokens(cfg) == 1
+    # each block engine's own size unless the config sets one: vLLM's CPU build uses 128
+    assert TRTLLM.page_tokens(EmulatorConfig(engine="trtllm")) == 32
+    assert VLLM.page_tokens(EmulatorConfig(engine="vllm")) == 128
+    vllm_cache = VLLM.make_cache(EmulatorConfig(engine="vllm", cache_capacity_tokens=1280))
+    assert isinstance(vllm_cache, BlockCache) and vllm_cache.capacity_blocks == 10
 
 
 @pytest.mark.parametrize(
@@ -47,6 +53,8 @@ def test_cache_kind_and_pages() -> None:
         (TRTLLM, 32, 64, 65, 64),
         (TRTLLM, 32, 32, 100, 32),
         (TRTLLM, 32, 96, 31, 0),
+        (VLLM, 128, 256, 273, 256),  # measured on vLLM's CPU build: 256 of 273
+        (VLLM, 128, 256, 256, 128),  # a whole prompt cached: its last block is computed again
     ],
 )
 def test_cached_tokens_cap(
@@ -64,6 +72,7 @@ def test_usage_reports_cached_tokens_as_each_engine() -> None:
     for cfg in (on, off):  # trtllm has no switch: always, also 0
         assert TRTLLM.reports_cached_tokens(cfg, 0)
         assert TRTLLM.cache_report(cfg) is True
+        assert VLLM.reports_cached_tokens(cfg, 0)  # as with --enable-prompt-tokens-details
 
 
 def test_request_fields_and_plain_answers() -> None:
@@ -75,20 +84,21 @@ def test_request_fields_and_plain_answers() -> None:
     assert (SGLANG.owned_by, TRTLLM.owned_by) == ("sglang", "tensorrt_llm")
 
 
-@pytest.mark.parametrize("behaviour", [SGLANG, TRTLLM])
+@pytest.mark.parametrize("behaviour", [SGLANG, TRTLLM, VLLM])
 def test_routes_name_existing_handlers_once(behaviour: beh.EngineBehaviour) -> None:
     routes = (*beh.COMMON_ROUTES, *behaviour.routes)
     assert len({(r.method, r.path) for r in routes}) == len(routes)
     for r in routes:
         assert callable(getattr(_Handlers, r.handler, None)), r
     paths = {r.path: r.handler for r in routes}
-    assert paths["/metrics"] == ("prometheus" if behaviour is SGLANG else "iteration_stats")
+    assert paths["/metrics"] == ("iteration_stats" if behaviour is TRTLLM else "prometheus")
     assert ("/generate" in paths) == (behaviour is SGLANG)
-    assert ("/version" in paths) == (behaviour is TRTLLM)
+    assert ("/version" in paths) == (behaviour is not SGLANG)
+    assert ("/reset_prefix_cache" in paths) == (behaviour is VLLM)
 
 
 def test_metric_names_are_each_engines() -> None:
-    for behaviour, prefix in ((SGLANG, "sglang:"), (TRTLLM, "trtllm_")):
+    for behaviour, prefix in ((SGLANG, "sglang:"), (TRTLLM, "trtllm_"), (VLLM, "vllm:")):
         names = [m.name for m in behaviour.metrics] + [h for h, _ in behaviour.histograms]
         assert len(set(names)) == len(names)
         assert all(n.startswith(prefix) for n in names)

@@ -20,6 +20,7 @@ from typing import Any
 from swarm.analysis import metrics as m
 from swarm.analysis.figures import Distribution, TargetFigures
 from swarm.analysis.report import LoadedRun, build_run_report, workload_differences, workload_identity
+from swarm.analysis.reuse_loss import DEFAULT_BLOCK_TOKENS, reuse_loss
 from swarm.errors import InputError
 
 #: A lead smaller than this share (2 %) is a tie: the noise between two runs of one workload.
@@ -86,6 +87,8 @@ class Comparison:
     workloads: dict[str, dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
     emulated: dict[str, bool] = field(default_factory=dict)
+    #: per column, where its prefix reuse was lost (``reuse_loss``)
+    reuse: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -94,6 +97,7 @@ class Comparison:
             "workloads": self.workloads,
             "warnings": self.warnings,
             "emulated": self.emulated,
+            "reuse": self.reuse,
         }
 
 
@@ -167,6 +171,14 @@ def compare(
                 "tie": leader is None and ratio is not None,
             }
         )
+    reuse = {}
+    for label, run, target in columns:
+        info = next((t for t in run.manifest.targets if t.name == target), None)
+        engine = info.engine if info else ""
+        stated = (info.server_info or {}).get("block_tokens") if info else None
+        block = int(stated or DEFAULT_BLOCK_TOKENS.get(engine, 1))
+        reuse[label] = reuse_loss(run.rows_of(target), block, engine).as_dict()
     return Comparison(
-        columns=[c[0] for c in columns], rows=rows, workloads=identities, warnings=warnings, emulated=emulated
-    )
+        columns=[c[0] for c in columns], rows=rows, workloads=identities, warnings=warnings, emulated=emulated,
+        reuse=reuse,
+    )  # fmt: skip

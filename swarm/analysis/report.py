@@ -36,7 +36,7 @@ COLUMNS = [
     "target", "engine", "session_id", "node", "parent_nodes", "depth", "role", "profile", "topology",
     "system_prompt_id", "status", "error", "scheduled_ns", "sent_ns", "queue_ns", "slot_wait_ns", "ttft_ns", "e2e_ns",
     "chunk_ns", "prompt_tokens", "completion_tokens", "cached_tokens", "prompt_tokens_est",
-    "ideal_cached_tokens_est",
+    "ideal_cached_tokens_est", "attempt",
 ]  # fmt: skip
 
 

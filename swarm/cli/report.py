@@ -162,6 +162,51 @@ def compare_table(comparison: dict[str, Any]) -> Table:
     return table
 
 
+def reuse_table(comparison: dict[str, Any]) -> Table:
+    """Prefix reuse against the ideal, per target: where the cache design lost it
+    (``analysis.reuse_loss``)."""
+    table = Table(title="prefix reuse vs the ideal (tokens; shares of the ideal)")
+    table.add_column("")
+    columns = list(comparison["reuse"])
+    for c in columns:
+        table.add_column(c, justify="right")
+    reuse = comparison["reuse"]
+
+    def cell(c: str, key: str) -> str:
+        value, ideal = reuse[c][key], reuse[c]["ideal_tokens"]
+        share = f" ({value / ideal:.0%})" if ideal and key != "ideal_tokens" else ""
+        return f"{value:,}{share}"
+
+    table.add_row("cache block (tokens)", *[str(reuse[c]["block_tokens"]) for c in columns])
+    table.add_row("ideal cached", *[cell(c, "ideal_tokens") for c in columns])
+    table.add_row("realised cached", *[cell(c, "cached_tokens") for c in columns])
+    table.add_row("lost to the block size", *[cell(c, "granularity_lost") for c in columns])
+    table.add_row("lost otherwise", *[cell(c, "other_lost") for c in columns])
+    table.add_row("cached beyond the ideal", *[cell(c, "beyond") for c in columns])
+    table.add_row(
+        "requests at their reachable reuse", *[fmt(reuse[c]["at_reachable"], ".0%") for c in columns]
+    )
+    return table
+
+
+def reuse_sentences(comparison: dict[str, Any]) -> list[str]:
+    """One line per target naming what lost its reuse."""
+    out = []
+    for c, r in comparison["reuse"].items():
+        if not r["ideal_tokens"]:
+            continue
+        block = (
+            f"{r['granularity_lost'] / r['ideal_tokens']:.0%} to {r['block_tokens']}-token blocks"
+            if r["block_tokens"] > 1
+            else "nothing to the block size (token-level reuse)"
+        )
+        out.append(
+            f"{c}: of {r['ideal_tokens']:,} reusable tokens it cached {r['cached_tokens'] / r['ideal_tokens']:.0%}; "
+            f"lost {block} and {r['other_lost'] / r['ideal_tokens']:.0%} otherwise ({r['other_cause']})"
+        )
+    return out
+
+
 def compare_command(
     run_dirs: list[str], as_json: bool, slos: list[str], force: bool, tie_within: float = 0.02
 ) -> None:
@@ -182,6 +227,10 @@ def compare_command(
     for warning in result["warnings"]:
         console.print(f"[bold red]warning:[/] {warning}", soft_wrap=True, highlight=False)
     console.print(compare_table(result))
+    if result.get("reuse"):
+        console.print(reuse_table(result))
+        for line in reuse_sentences(result):
+            console.print(line, soft_wrap=True, highlight=False)
     console.print(
         f"[dim]a lead under {tie_within:.0%} is a tie (--tie-within); ratios: runner-up / leader for "
         "figures where lower is better, leader / runner-up where higher is better[/dim]"

@@ -92,6 +92,7 @@ def resolve_target(spec: TargetSpec) -> ResolvedTarget:
             "version": result.server_version,
             "endpoints": result.endpoints,
             "metrics_path": result.metrics_path,
+            "block_tokens": result.block_tokens,
         },
     )
 

@@ -1,0 +1,87 @@
+"""Where prefix reuse is lost: the ideal cached tokens of a target, split by what its cache design does.
+
+Place in the map (docs/architecture.md, "Analysis"): read by ``compare`` for every target of the
+runs compared. Per request (first attempts that succeeded and whose cached tokens the engine
+reported), with ``B`` the target's cache block size (1 for token-level caches: SGLang's radix
+tree, a llama.cpp slot):
+
+- ``ideal`` = ``ideal_cached_tokens_est``: the longest prefix it shares with any earlier prompt;
+- ``reachable`` = ``floor(min(ideal, prompt - 1) / B) * B``: what a cache of ``B``-token blocks
+  that kept everything could hand back (whole blocks only; the last prompt token is always
+  computed), ``prompt`` the engine's prompt tokens (else the estimate);
+- ``granularity_lost`` = ``ideal - reachable``: lost to the block size;
+- ``other_lost`` = ``max(reachable - cached, 0)``: lost although reachable: evicted, never
+  stored, or for llama.cpp a slot since given to another prompt;
+- ``beyond`` = ``max(cached - ideal, 0)``: cached past the ideal (a generated block the next
+  prompt repeated, or the client's and the engine's token counts differing by a few).
+
+Totals are sums over requests; shares are over ``sum(ideal)``. ``at_reachable`` is the share of
+requests with ``cached >= reachable``. The ideal is in the client's token estimate: with
+``--tokenizer`` set to the model's tokenizer (and the completions dialect, where no chat
+template adds tokens) it is in the engine's units; otherwise the split is approximate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+#: cache block size by engine, where the server did not state it (probe: ``block_tokens``)
+DEFAULT_BLOCK_TOKENS = {"trtllm": 32, "vllm": 16}
+
+#: what the loss that is not the block size's is, by engine
+OTHER_CAUSE = {
+    "llamacpp": "slot given to another prompt",
+    "sglang": "evicted from the radix cache, or not yet stored",
+    "vllm": "evicted block, or not yet stored",
+    "trtllm": "evicted block, or not yet stored",
+}
+
+
+@dataclass(frozen=True)
+class ReuseLoss:
+    requests: int
+    block_tokens: int
+    ideal_tokens: int
+    cached_tokens: int
+    granularity_lost: int
+    other_lost: int
+    beyond: int
+    at_reachable: float | None
+    other_cause: str
+
+    def share(self, value: int) -> float | None:
+        return value / self.ideal_tokens if self.ideal_tokens else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def reuse_loss(table: pa.Table, block_tokens: int, engine: str = "") -> ReuseLoss:
+    """The split of one target's trace rows (see the module docstring)."""
+    keep = pc.and_(pc.equal(table["status"], "ok"), pc.equal(table["attempt"], 0))
+    keep = pc.and_(keep, pc.is_valid(table["cached_tokens"]))
+    rows = table.filter(keep)
+    block = max(int(block_tokens), 1)
+    ideal = np.asarray(
+        rows["ideal_cached_tokens_est"].fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64
+    )
+    cached = np.asarray(rows["cached_tokens"].to_numpy(zero_copy_only=False), dtype=np.int64)
+    prompt = pc.coalesce(rows["prompt_tokens"], rows["prompt_tokens_est"]).fill_null(0)
+    prompt_np = np.asarray(prompt.to_numpy(zero_copy_only=False), dtype=np.int64)
+    reachable = np.minimum(ideal, np.maximum(prompt_np - 1, 0)) // block * block
+    return ReuseLoss(
+        requests=int(rows.num_rows),
+        block_tokens=block,
+        ideal_tokens=int(ideal.sum()),
+        cached_tokens=int(cached.sum()),
+        granularity_lost=int((ideal - reachable).sum()),
+        other_lost=int(np.maximum(reachable - cached, 0).sum()),
+        beyond=int(np.maximum(cached - ideal, 0).sum()),
+        at_reachable=float((cached >= reachable).mean()) if rows.num_rows else None,
+        other_cause=OTHER_CAUSE.get(engine, "evicted, or not yet stored"),
+    )
