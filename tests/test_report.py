@@ -89,6 +89,12 @@ def test_compare_shows_sglang_ahead_on_reuse_and_refuses_other_seeds(two_runs: t
     assert rows["cache hit ratio"]["leader"] == "sglang" and rows["cache hit ratio"]["ratio"] > 1
     assert rows["prefill tokens saved"]["leader"] == "sglang"  # counts, not a race of two timings
     assert rows["ideal hit ratio"]["values"][0] == rows["ideal hit ratio"]["values"][1]  # same traffic
+    # where the reuse went: the radix cache keeps every token, the block cache loses partial blocks
+    sg, trt = result.reuse["sglang"], result.reuse["trtllm"]
+    assert (sg["block_tokens"], trt["block_tokens"]) == (1, 32)
+    assert sg["granularity_lost"] == 0 and trt["granularity_lost"] > 0
+    assert sg["other_lost"] == trt["other_lost"] == 0  # unbounded caches evict nothing
+    assert trt["cached_tokens"] == trt["ideal_tokens"] - trt["granularity_lost"] + trt["beyond"]
     with pytest.raises(WorkloadMismatch, match="--force"):
         compare([load_run(sglang), load_run(other_seed)])
     forced = compare([load_run(sglang), load_run(other_seed)], force=True)

@@ -12,9 +12,11 @@ tree, a llama.cpp slot):
 - ``granularity_lost`` = ``ideal - reachable``: lost to the block size;
 - ``other_lost`` = ``max(reachable - cached, 0)``: lost although reachable: evicted, never
   stored, or for llama.cpp a slot since given to another prompt;
-- ``beyond`` = ``max(cached - ideal, 0)``: cached past the ideal (a generated block the next
-  prompt repeated, or the client's and the engine's token counts differing by a few).
+- ``beyond`` = ``max(cached - reachable, 0)``: cached past what the ideal reaches (a generated
+  block the next prompt repeated, or the client's and the engine's token counts differing by a
+  few tokens across a block boundary).
 
+Per request ``ideal = cached + granularity_lost + other_lost - beyond``, so the shares add up.
 Totals are sums over requests; shares are over ``sum(ideal)``. ``at_reachable`` is the share of
 requests with ``cached >= reachable``. The ideal is in the client's token estimate: with
 ``--tokenizer`` set to the model's tokenizer (and the completions dialect, where no chat
@@ -81,7 +83,7 @@ def reuse_loss(table: pa.Table, block_tokens: int, engine: str = "") -> ReuseLos
         cached_tokens=int(cached.sum()),
         granularity_lost=int((ideal - reachable).sum()),
         other_lost=int(np.maximum(reachable - cached, 0).sum()),
-        beyond=int(np.maximum(cached - ideal, 0).sum()),
+        beyond=int(np.maximum(cached - reachable, 0).sum()),
         at_reachable=float((cached >= reachable).mean()) if rows.num_rows else None,
         other_cause=OTHER_CAUSE.get(engine, "evicted, or not yet stored"),
     )

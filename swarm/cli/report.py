@@ -165,7 +165,9 @@ def compare_table(comparison: dict[str, Any]) -> Table:
 def reuse_table(comparison: dict[str, Any]) -> Table:
     """Prefix reuse against the ideal, per target: where the cache design lost it
     (``analysis.reuse_loss``)."""
-    table = Table(title="prefix reuse vs the ideal (tokens; shares of the ideal)")
+    table = Table(
+        title="prefix reuse vs the ideal (tokens; shares of the ideal: realised + lost - past = 100 %)"
+    )
     table.add_column("")
     columns = list(comparison["reuse"])
     for c in columns:
@@ -182,7 +184,7 @@ def reuse_table(comparison: dict[str, Any]) -> Table:
     table.add_row("realised cached", *[cell(c, "cached_tokens") for c in columns])
     table.add_row("lost to the block size", *[cell(c, "granularity_lost") for c in columns])
     table.add_row("lost otherwise", *[cell(c, "other_lost") for c in columns])
-    table.add_row("cached beyond the ideal", *[cell(c, "beyond") for c in columns])
+    table.add_row("cached past the reachable", *[cell(c, "beyond") for c in columns])
     table.add_row(
         "requests at their reachable reuse", *[fmt(reuse[c]["at_reachable"], ".0%") for c in columns]
     )
