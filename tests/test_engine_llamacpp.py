@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from engine_workload import write_spec_files
 from llama_server import llama_server, locate
 
 from swarm.analysis import metrics as m
@@ -25,24 +26,6 @@ from swarm.trace.reader import read_requests
 pytestmark = pytest.mark.engine
 
 SWARM = [sys.executable, "-m", "swarm.cli"]
-
-PROFILE = """\
-name: tiny_reasoner
-description: a 300-token shared system prompt, short tasks, 8-token thoughts
-system_prompt: {style: prose, tokens: 300}
-task_tokens: {dist: constant, value: 40}
-instruction_tokens: {dist: constant, value: 10}
-output_tokens:
-  default: {dist: constant, value: 8}
-think_time_s: {dist: constant, value: 0}
-"""
-
-TOPOLOGY = """\
-name: tot_2x2
-description: tree of thought, branching 2, depth 2, every thought kept
-generator: tree_of_thought
-params: {branching: 2, depth: 2, evaluate: false, beam_width: 4}
-"""
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +50,7 @@ def swarm_run(llama: str, tmp_path_factory: pytest.TempPathFactory) -> str:
     reuse shows in TTFT. (Sent concurrently on two CPU threads, queueing inside the server
     dominates TTFT and concurrent siblings land on slots that lack their parent's context.)"""
     folder = tmp_path_factory.mktemp("spec")
-    (folder / "tiny_reasoner.yaml").write_text(PROFILE)
-    (folder / "tot_2x2.yaml").write_text(TOPOLOGY)
+    write_spec_files(folder)
     out = subprocess.run(
         [
             *SWARM, "run", "--target", f"llama={llama}", "--agents", "6", "--system-prompts", "1",

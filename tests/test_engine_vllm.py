@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from engine_workload import CALLS_PER_AGENT, write_spec_files
 from vllm_server import BLOCK_TOKENS, MODEL_DIR, SERVED_NAME, locate, vllm_server
 
 from swarm.analysis import metrics as m
@@ -29,24 +30,6 @@ from swarm.trace.reader import read_requests
 pytestmark = pytest.mark.engine
 
 SWARM = [sys.executable, "-m", "swarm.cli"]
-
-PROFILE = """\
-name: tiny_reasoner
-description: a 300-word shared system prompt, short tasks, 8-token thoughts
-system_prompt: {style: prose, tokens: 300}
-task_tokens: {dist: constant, value: 40}
-instruction_tokens: {dist: constant, value: 10}
-output_tokens:
-  default: {dist: constant, value: 8}
-think_time_s: {dist: constant, value: 0}
-"""
-
-TOPOLOGY = """\
-name: tot_2x2
-description: tree of thought, branching 2, depth 2, every thought kept
-generator: tree_of_thought
-params: {branching: 2, depth: 2, evaluate: false, beam_width: 4}
-"""
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +47,7 @@ def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def spec_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("spec")
-    (folder / "tiny_reasoner.yaml").write_text(PROFILE)
-    (folder / "tot_2x2.yaml").write_text(TOPOLOGY)
+    write_spec_files(folder)
     return folder
 
 
@@ -122,7 +104,7 @@ def test_swarm_on_vllm_agrees_with_the_servers_own_counters(
     table = read_requests(run)
     manifest = RunManifest.read(run)
     assert manifest.targets[0].engine == "vllm" and not manifest.targets[0].emulated
-    assert table.num_rows == 4 * 8
+    assert table.num_rows == 4 * CALLS_PER_AGENT
     assert set(table["status"].to_pylist()) == {"ok"}, m.errors(table)
     cached = table["cached_tokens"].to_pylist()
     assert all(c % BLOCK_TOKENS == 0 for c in cached)  # whole blocks only
@@ -169,6 +151,6 @@ def test_the_emulators_vllm_profile_caches_what_the_server_caches(
     rows: dict[str, dict[tuple[str, str], tuple[int, int]]] = {"vllm": {}, "emu": {}}
     for r in table.to_pylist():
         rows[r["target"]][(r["session_id"], r["node"])] = (r["prompt_tokens"], r["cached_tokens"])
-    assert len(rows["vllm"]) == len(rows["emu"]) == 4 * 8
+    assert len(rows["vllm"]) == len(rows["emu"]) == 4 * CALLS_PER_AGENT
     assert rows["emu"] == rows["vllm"]
     assert any(cached for _, cached in rows["vllm"].values())
