@@ -70,6 +70,8 @@ def reset_prefix_cache(target: ResolvedTarget, timeout_s: float = 30.0, retry_s:
         hint = ""
         if target.engine == "llamacpp" and isinstance(exc, urllib.error.HTTPError) and exc.code == 501:
             hint = " (llama-server erases slots only when started with --slot-save-path)"
+        if target.engine == "vllm" and isinstance(exc, urllib.error.HTTPError) and exc.code == 404:
+            hint = " (vLLM serves /reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1)"
         log.warning(
             "could not empty the prefix cache of %s at %s: %s%s", target.name, redact_url(base), exc, hint
         )
