@@ -139,7 +139,7 @@ def test_the_emulators_vllm_profile_caches_what_the_server_caches(
     tokenizer: the same prompt and cached tokens, request for request."""
     request = urllib.request.Request(vllm + "/reset_prefix_cache", method="POST")
     with urllib.request.urlopen(request, timeout=30) as resp:
-        assert resp.status == 200
+        assert resp.status == 200 and json.loads(resp.read()) == {"success": True}
     emu = emulator(
         engine="vllm", timing="zero", cache_capacity_tokens=None, tokenizer=str(MODEL_DIR / "tokenizer.json")
     )

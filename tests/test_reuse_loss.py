@@ -40,3 +40,21 @@ def test_slot_engine_loses_what_another_prompt_took_and_the_shares_add_up() -> N
     assert (loss.granularity_lost, loss.other_lost, loss.beyond) == (0, 300, 10)
     assert loss.ideal_tokens == loss.cached_tokens + loss.granularity_lost + loss.other_lost - loss.beyond
     assert loss.at_reachable == pytest.approx(2 / 3) and "slot" in loss.other_cause
+
+
+def test_the_ideal_counts_the_tokens_only_the_engine_sees_and_old_traces_still_read() -> None:
+    # the client counted 300 of 350 prompt tokens as shared; the engine counts 353 (a <bos> and
+    # two separators): 303 shared in its units, so 256 reachable in 128-token blocks
+    table = pa.table(
+        {
+            "prompt_tokens": [353],
+            "prompt_tokens_est": [350],
+            "ideal_cached_tokens_est": [300],
+            "cached_tokens": [256],
+            "status": ["ok"],
+            "attempt": pa.array([None], pa.int32()),  # a trace from before the attempt column
+        }
+    )
+    loss = reuse_loss(table, 128, "vllm")
+    assert loss.requests == 1
+    assert (loss.ideal_tokens, loss.granularity_lost, loss.beyond) == (303, 47, 0)

@@ -4,7 +4,7 @@ Run with the vLLM venv's Python (it needs torch, transformers, gguf and safetens
 with vLLM), not the project's: ``VENV/bin/python tests/vllm_prepare_model.py GGUF OUT_DIR``.
 ``.ci/run`` does it once per machine; ``tests/vllm_server.py`` uses the folder.
 
-The GGUF (Q4_K_M) is read by transformers and written out dequantised, in float32. Three
+The GGUF (Q4_K_M) is read by transformers and written out dequantised, in float32. Four
 things the plain ``save_pretrained`` path gets wrong for vLLM: it refuses a GGUF-quantised
 model (so the state dict is saved with safetensors and ``config.json`` is written without
 ``quantization_config``, naming the architecture, which a GGUF load leaves out); the tokenizer

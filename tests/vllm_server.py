@@ -94,9 +94,8 @@ def vllm_server(python: Path, model: Path, log_path: Path, *, max_model_len: int
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, 15)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, 9)
-                proc.wait()
+            with contextlib.suppress(ProcessLookupError):  # what is left of the group (EngineCore, workers)
+                os.killpg(proc.pid, 9)
+            proc.wait()

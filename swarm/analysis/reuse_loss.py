@@ -5,7 +5,10 @@ runs compared. Per request (first attempts that succeeded and whose cached token
 reported), with ``B`` the target's cache block size (1 for token-level caches: SGLang's radix
 tree, a llama.cpp slot):
 
-- ``ideal`` = ``ideal_cached_tokens_est``: the longest prefix it shares with any earlier prompt;
+- ``ideal`` = ``ideal_cached_tokens_est`` in the engine's units: the longest prefix it shares
+  with any earlier prompt, counted by the client, plus ``max(prompt - prompt_tokens_est, 0)``
+  when it is not 0 (the tokens the engine counts and the client does not, a ``<bos>`` and the
+  separators between parts, lie in the shared prefix too), at most ``prompt``;
 - ``reachable`` = ``floor(min(ideal, prompt - 1) / B) * B``: what a cache of ``B``-token blocks
   that kept everything could hand back (whole blocks only; the last prompt token is always
   computed), ``prompt`` the engine's prompt tokens (else the estimate);
@@ -18,9 +21,10 @@ tree, a llama.cpp slot):
 
 Per request ``ideal = cached + granularity_lost + other_lost - beyond``, so the shares add up.
 Totals are sums over requests; shares are over ``sum(ideal)``. ``at_reachable`` is the share of
-requests with ``cached >= reachable``. The ideal is in the client's token estimate: with
-``--tokenizer`` set to the model's tokenizer (and the completions dialect, where no chat
-template adds tokens) it is in the engine's units; otherwise the split is approximate.
+requests with ``cached >= reachable``. Requests that succeeded only on a retry are left out.
+With ``--tokenizer`` set to the model's tokenizer and the completions dialect (no chat
+template) the client's count is the engine's but for those few tokens; otherwise the split is
+approximate.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-#: cache block size by engine, where the server did not state it (probe: ``block_tokens``)
+#: cache block size by engine, where the server did not state it (probe: ``block_tokens``):
+#: TensorRT-LLM's default, and vLLM's on GPUs (its CPU build uses 128 and states it)
 DEFAULT_BLOCK_TOKENS = {"trtllm": 32, "vllm": 16}
 
 #: what the loss that is not the block size's is, by engine
@@ -56,26 +61,27 @@ class ReuseLoss:
     at_reachable: float | None
     other_cause: str
 
-    def share(self, value: int) -> float | None:
-        return value / self.ideal_tokens if self.ideal_tokens else None
-
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
+def _ints(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    return np.asarray(column.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
 def reuse_loss(table: pa.Table, block_tokens: int, engine: str = "") -> ReuseLoss:
     """The split of one target's trace rows (see the module docstring)."""
-    keep = pc.and_(pc.equal(table["status"], "ok"), pc.equal(table["attempt"], 0))
+    # traces from before the attempt column read it as null: first attempts
+    keep = pc.and_(pc.equal(table["status"], "ok"), pc.equal(pc.fill_null(table["attempt"], 0), 0))
     keep = pc.and_(keep, pc.is_valid(table["cached_tokens"]))
     rows = table.filter(keep)
     block = max(int(block_tokens), 1)
-    ideal = np.asarray(
-        rows["ideal_cached_tokens_est"].fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64
-    )
-    cached = np.asarray(rows["cached_tokens"].to_numpy(zero_copy_only=False), dtype=np.int64)
-    prompt = pc.coalesce(rows["prompt_tokens"], rows["prompt_tokens_est"]).fill_null(0)
-    prompt_np = np.asarray(prompt.to_numpy(zero_copy_only=False), dtype=np.int64)
-    reachable = np.minimum(ideal, np.maximum(prompt_np - 1, 0)) // block * block
+    estimate = _ints(rows["ideal_cached_tokens_est"])
+    cached = _ints(rows["cached_tokens"])
+    prompt = _ints(pc.coalesce(rows["prompt_tokens"], rows["prompt_tokens_est"]))
+    shift = np.where(estimate > 0, np.maximum(prompt - _ints(rows["prompt_tokens_est"]), 0), 0)
+    ideal = np.minimum(estimate + shift, np.maximum(prompt, estimate))
+    reachable = np.minimum(ideal, np.maximum(prompt - 1, 0)) // block * block
     return ReuseLoss(
         requests=int(rows.num_rows),
         block_tokens=block,

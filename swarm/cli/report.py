@@ -200,7 +200,7 @@ def reuse_sentences(comparison: dict[str, Any]) -> list[str]:
         block = (
             f"{r['granularity_lost'] / r['ideal_tokens']:.0%} to {r['block_tokens']}-token blocks"
             if r["block_tokens"] > 1
-            else "nothing to the block size (token-level reuse)"
+            else f"{r['granularity_lost'] / r['ideal_tokens']:.0%} to the last prompt token (token-level reuse)"
         )
         out.append(
             f"{c}: of {r['ideal_tokens']:,} reusable tokens it cached {r['cached_tokens'] / r['ideal_tokens']:.0%}; "

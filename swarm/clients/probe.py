@@ -45,8 +45,8 @@ class ProbeResult:
     server_version: str | None = None
     endpoints: dict[str, int] = field(default_factory=dict)
     metrics_path: str | None = None
-    #: the KV block size the server states (vLLM's ``vllm:cache_config_info``, SGLang's
-    #: ``page_size``): cached tokens come in multiples of it
+    #: the KV block size the server states (vLLM's ``vllm:cache_config_info``): cached tokens
+    #: come in multiples of it
     block_tokens: int | None = None
     cache_reported: bool | None = None
     first_cached_tokens: int | None = None

@@ -111,14 +111,14 @@ class Route:
     handler: str
 
 
-#: Endpoints both profiles serve, registered before each engine's own.
+#: Endpoints every profile serves, registered before each engine's own.
 COMMON_ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/chat/completions", "chat"),
     Route("POST", "/v1/completions", "completions"),
     Route("GET", "/v1/models", "models"),
     Route("GET", "/health", "health"),
     Route("GET", "/swarm/faults", "fault_counts"),
-    # the emulator's own way to empty its prefix cache in both profiles (sweeps start each
+    # the emulator's own way to empty its prefix cache in every profile (sweeps start each
     # point cold); SGLang's /flush_cache is also served by the sglang profile
     Route("POST", "/swarm/flush_cache", "flush_cache"),
 )
@@ -358,7 +358,7 @@ VLLM = VllmBehaviour(
     routes=(
         Route("GET", "/version", "version"),
         Route("GET", "/metrics", "prometheus"),
-        Route("POST", "/reset_prefix_cache", "flush_cache"),
+        Route("POST", "/reset_prefix_cache", "reset_prefix_cache"),
     ),
     default_block_tokens=128,
 )

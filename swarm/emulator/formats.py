@@ -89,7 +89,7 @@ def prometheus_text(config: EmulatorConfig, model: EngineModel) -> str:
     lines += behaviour.info_lines(config, labels)
     for name, source in behaviour.histograms:
         lines += _hist_lines(name, labels, histograms[source])
-    # the emulator's own, in both profiles: whether it kept its step-time model
+    # the emulator's own, in every profile: whether it kept its step-time model
     for name, value, help_text in emulator_step_metrics(st):
         metric(name, "counter", value, help_text)
     # and how full its prefix cache is (the engines' KV gauges count running sequences only)

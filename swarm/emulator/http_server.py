@@ -1,9 +1,10 @@
-"""The emulator's HTTP server: SGLang's or TensorRT-LLM's API over the engine model.
+"""The emulator's HTTP server: SGLang's, TensorRT-LLM's or vLLM's API over the engine model.
 
 Place in the map (docs/architecture.md, "The emulator"): a separate program (``swarm emulate``) that
-serves chat and completions (both profiles), SGLang's native ``/generate`` (sglang profile),
-``/v1/models``, ``/health``, ``/swarm/flush_cache`` (both; ``/flush_cache`` for sglang), ``/get_server_info`` / ``/server_info``
-(sglang) or ``/version`` (trtllm), and Prometheus metrics. Every response carries a
+serves chat and completions (every profile), SGLang's native ``/generate`` (sglang profile),
+``/v1/models``, ``/health``, ``/swarm/flush_cache`` (every profile; ``/flush_cache`` for sglang,
+``/reset_prefix_cache`` for vllm), ``/get_server_info`` / ``/server_info`` (sglang) or
+``/version`` (trtllm, vllm), and Prometheus metrics. Every response carries a
 ``Server: swarm-emulator`` header and the info endpoints say ``"emulator": true``, so
 figures from it are never mistaken for an engine's.
 
@@ -265,6 +266,11 @@ class _Handlers:
                 text="Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n"
             )
         return web.Response(status=400, text="Cache not flushed: requests are in flight.\n")
+
+    async def reset_prefix_cache(self, request: web.Request) -> web.Response:
+        """vLLM's development endpoint: always 200, ``{"success": false}`` while requests hold
+        blocks (the caller may retry)."""
+        return json_response({"success": self.model.flush_cache()})
 
     async def iteration_stats(self, request: web.Request) -> web.Response:
         """TensorRT-LLM's JSON ``/metrics``."""

@@ -15,6 +15,9 @@ from __future__ import annotations
 import random
 import zlib
 from collections.abc import Iterable
+from typing import Any
+
+from swarm.errors import InputError
 
 _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "ch", "st")
 _VOWELS = ("a", "e", "i", "o", "u", "ai", "ou")
@@ -45,11 +48,18 @@ class PromptTokenizer:
     another without them and without a chat template (so close to, not equal to, the server's)."""
 
     def __init__(self, path: str | None = None) -> None:
-        self._hf = None
+        self._hf: Any = None
         if path is not None:
-            from tokenizers import Tokenizer
-
-            self._hf = Tokenizer.from_file(path)
+            try:
+                from tokenizers import Tokenizer
+            except ImportError:
+                raise InputError(
+                    "--tokenizer needs the 'tokenizers' package (pip install tokenizers)"
+                ) from None
+            try:
+                self._hf = Tokenizer.from_file(path)
+            except Exception as exc:  # the library raises a bare Exception for a bad file
+                raise InputError(f"{path}: not a tokenizer.json: {exc}") from exc
 
     def text(self, text: str) -> list[str]:
         if self._hf is None:

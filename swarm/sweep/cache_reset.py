@@ -4,7 +4,7 @@ Place in the map (docs/architecture.md, "Sweeps"): every point sends the same se
 without a reset an engine would reuse the previous point's prompts and its hit rate would
 count work it never did at this load. The way per engine: the profile's ``flush_path``
 (SGLang ``POST /flush_cache``, vLLM ``POST /reset_prefix_cache``); swarm's emulator accepts
-``POST /swarm/flush_cache`` in both profiles; llama.cpp erases each slot (``POST
+``POST /swarm/flush_cache`` in every profile; llama.cpp erases each slot (``POST
 /slots/<id>?action=erase``, the slots listed by ``GET /slots``). TensorRT-LLM's server has none:
 the point records ``none``, and the report warns that reuse from an earlier point may count
 there (as it does for a reset that failed).
@@ -34,15 +34,31 @@ def _call(url: str, method: str, key: str | None, timeout_s: float) -> bytes:
         return bytes(resp.read())
 
 
+class ResetRefused(ValueError):
+    """The engine answered but did not empty its cache (vLLM: ``{"success": false}``)."""
+
+
+def _refused(body: bytes) -> bool:
+    """Whether a 200 answer says the reset did not happen: vLLM answers ``{"success": false}``
+    while blocks are still held by requests."""
+    try:
+        answer = json.loads(body or b"null")
+    except ValueError:
+        return False
+    return isinstance(answer, dict) and answer.get("success") is False
+
+
 def _flush(url: str, key: str | None, timeout_s: float, retry_s: float) -> None:
     """POST ``url``; while the engine refuses because requests are still running (SGLang and the
-    emulator answer 400 then; the previous point's cut requests may still be finishing), try
-    again every 0.5 s for up to ``retry_s``."""
+    emulator answer 400 then, vLLM 200 with ``{"success": false}``; the previous point's cut
+    requests may still be finishing), try again every 0.5 s for up to ``retry_s``."""
     deadline = time.monotonic() + retry_s
     while True:
         try:
-            _call(url, "POST", key, timeout_s)
-            return
+            if not _refused(_call(url, "POST", key, timeout_s)):
+                return
+            if time.monotonic() >= deadline:
+                raise ResetRefused(f"{url} answered success: false until the retries ran out")
         except urllib.error.HTTPError as exc:
             if exc.code not in (400, 503) or time.monotonic() >= deadline:
                 raise
