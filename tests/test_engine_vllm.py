@@ -30,6 +30,8 @@ from swarm.trace.reader import read_requests
 pytestmark = pytest.mark.engine
 
 SWARM = [sys.executable, "-m", "swarm.cli"]
+#: agents per swarm: 2 x 8 calls, about 1 s each on vLLM's CPU build
+AGENTS = 2
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +68,7 @@ def _swarm(folder: Path, targets: list[str], *extra: str, seed: int = 0) -> str:
     target_flags = [flag for t in targets for flag in ("--target", t)]
     out = subprocess.run(
         [
-            *SWARM, "run", *target_flags, "--agents", "4", "--system-prompts", "1", "--seed", str(seed),
+            *SWARM, "run", *target_flags, "--agents", str(AGENTS), "--system-prompts", "1", "--seed", str(seed),
             "--profile", str(folder / "tiny_reasoner.yaml"), "--topology", str(folder / "tot_2x2.yaml"),
             "--arrival", "constant:0.5", "--max-in-flight", "1", "--executor", "inprocess",
             "--output", str(folder / "runs"), "--json", *extra,
@@ -79,7 +81,7 @@ def _swarm(folder: Path, targets: list[str], *extra: str, seed: int = 0) -> str:
 
 @pytest.fixture(scope="module")
 def swarm_run(vllm: str, spec_files: Path) -> tuple[str, tuple[float, float]]:
-    """4 agents, branching 2, depth 2, one request at a time; the server's counters' growth."""
+    """2 agents, branching 2, depth 2, one request at a time; the server's counters' growth."""
     before = _counters(vllm)
     run = _swarm(spec_files, [f"vllm={vllm}"])
     after = _counters(vllm)
@@ -104,7 +106,7 @@ def test_swarm_on_vllm_agrees_with_the_servers_own_counters(
     table = read_requests(run)
     manifest = RunManifest.read(run)
     assert manifest.targets[0].engine == "vllm" and not manifest.targets[0].emulated
-    assert table.num_rows == 4 * CALLS_PER_AGENT
+    assert table.num_rows == AGENTS * CALLS_PER_AGENT
     assert set(table["status"].to_pylist()) == {"ok"}, m.errors(table)
     cached = table["cached_tokens"].to_pylist()
     assert all(c % BLOCK_TOKENS == 0 for c in cached)  # whole blocks only
@@ -151,6 +153,6 @@ def test_the_emulators_vllm_profile_caches_what_the_server_caches(
     rows: dict[str, dict[tuple[str, str], tuple[int, int]]] = {"vllm": {}, "emu": {}}
     for r in table.to_pylist():
         rows[r["target"]][(r["session_id"], r["node"])] = (r["prompt_tokens"], r["cached_tokens"])
-    assert len(rows["vllm"]) == len(rows["emu"]) == 4 * CALLS_PER_AGENT
+    assert len(rows["vllm"]) == len(rows["emu"]) == AGENTS * CALLS_PER_AGENT
     assert rows["emu"] == rows["vllm"]
     assert any(cached for _, cached in rows["vllm"].values())
