@@ -11,11 +11,10 @@ import contextlib
 import os
 import socket
 import subprocess
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+
+from server_process import wait_healthy
 
 MODEL_DIR = Path(os.environ.get("SWARM_MODEL_CACHE", Path.home() / ".cache" / "swarm" / "models"))
 MODEL_FILE = "gemma3-270m-q4_k_m.gguf"
@@ -65,19 +64,7 @@ def llama_server(
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         url = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 120
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"llama-server exited with {proc.returncode}: see {log_path}")
-                try:
-                    with urllib.request.urlopen(url + "/health", timeout=2) as resp:
-                        if resp.status == 200:
-                            break
-                except (urllib.error.URLError, OSError):
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"llama-server not healthy after 120 s: see {log_path}")
-                time.sleep(0.2)
+            wait_healthy(proc, url, "llama-server", log_path, 120)
             yield url
         finally:
             proc.terminate()

@@ -13,11 +13,10 @@ import contextlib
 import os
 import socket
 import subprocess
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+
+from server_process import wait_healthy
 
 VENV = Path(os.environ.get("SWARM_VLLM_VENV", Path.home() / ".cache" / "swarm" / "vllm-venv"))
 MODEL_DIR = (
@@ -77,19 +76,7 @@ def vllm_server(python: Path, model: Path, log_path: Path, *, max_model_len: int
         )
         url = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + READY_TIMEOUT_S
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"vLLM exited with {proc.returncode}: see {log_path}")
-                try:
-                    with urllib.request.urlopen(url + "/health", timeout=2) as resp:
-                        if resp.status == 200:
-                            break
-                except (urllib.error.URLError, OSError):
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"vLLM not healthy after {READY_TIMEOUT_S} s: see {log_path}")
-                time.sleep(0.5)
+            wait_healthy(proc, url, "vLLM", log_path, READY_TIMEOUT_S)
             yield url
         finally:
             with contextlib.suppress(ProcessLookupError):
