@@ -60,7 +60,7 @@ from typing import Any
 from swarm.errors import InputError
 from swarm.record import RequestIdentity
 from swarm.replay.blocktext import segment_words
-from swarm.replay.importers import BadLines
+from swarm.replay.importers import BadLines, parsed_lines
 from swarm.replay.plan import ReplayItem, ReplayPlan
 
 FORMAT = "aiperf_dag"
@@ -433,29 +433,11 @@ class _Expander:
 
 def _read(path: Path, bad: BadLines) -> dict[str, _Conversation]:
     convs: dict[str, _Conversation] = {}
-    with path.open("rb") as f:
-        for line_no, raw in enumerate(f, 1):
-            try:
-                text = raw.decode("utf-8").removeprefix("\ufeff")
-                if not text.strip():
-                    continue
-                conv = _conversation(text, line_no)
-            except UnicodeDecodeError as exc:
-                bad.bad(line_no, f"not UTF-8 text ({exc.reason} at byte {exc.start})")
-                continue
-            except json.JSONDecodeError as exc:
-                bad.bad(line_no, f"not valid JSON ({exc.msg}); truncated line?")
-                continue
-            except RecursionError:
-                bad.bad(line_no, "JSON nested too deeply to be a conversation")
-                continue
-            except ValueError as exc:
-                bad.bad(line_no, str(exc))
-                continue
-            if conv.sid in convs:
-                bad.bad(line_no, f"session_id {conv.sid!r}: already used on line {convs[conv.sid].line}")
-                continue
-            convs[conv.sid] = conv
+    for line_no, conv in parsed_lines(path, bad, _conversation):
+        if conv.sid in convs:
+            bad.bad(line_no, f"session_id {conv.sid!r}: already used on line {convs[conv.sid].line}")
+            continue
+        convs[conv.sid] = conv
     while (problem := _problem(convs)) is not None:
         sid, why = problem
         bad.bad(convs[sid].line, why)

@@ -57,7 +57,7 @@ from typing import Any
 
 from swarm.errors import InputError
 from swarm.record import RequestIdentity
-from swarm.replay.importers import BadLines, Filters
+from swarm.replay.importers import BadLines, Filters, parsed_lines
 from swarm.replay.plan import ReplayItem, ReplayPlan
 
 FORMAT = "bailian"
@@ -134,34 +134,19 @@ def _requests(path: Path, bad: BadLines) -> Iterator[_Request]:
     """The file's requests in order; bad lines reported to ``bad`` (which raises unless skipping)."""
     first_line: dict[int, int] = {}  # chat_id -> the line that used it
     last_t = -math.inf
-    with path.open("rb") as f:
-        for line_no, raw in enumerate(f, 1):
-            try:
-                text = raw.decode("utf-8")
-                if not text.strip():
-                    continue
-                req = _request(text)
-            except UnicodeDecodeError as exc:
-                bad.bad(line_no, f"not UTF-8 text ({exc.reason} at byte {exc.start})")
-                continue
-            except json.JSONDecodeError as exc:
-                bad.bad(line_no, f"not valid JSON ({exc.msg}); truncated line?")
-                continue
-            except ValueError as exc:
-                bad.bad(line_no, str(exc))
-                continue
-            if req.chat_id in first_line:
-                bad.bad(line_no, f"chat_id {req.chat_id}: already used on line {first_line[req.chat_id]}")
-                continue
-            if req.t_s < last_t:
-                bad.bad(
-                    line_no,
-                    f"timestamp {req.t_s:g} s is earlier than the line before ({last_t:g} s): out of order",
-                )
-                continue
-            first_line[req.chat_id] = line_no
-            last_t = req.t_s
-            yield req
+    for line_no, req in parsed_lines(path, bad, lambda text, _: _request(text)):
+        if req.chat_id in first_line:
+            bad.bad(line_no, f"chat_id {req.chat_id}: already used on line {first_line[req.chat_id]}")
+            continue
+        if req.t_s < last_t:
+            bad.bad(
+                line_no,
+                f"timestamp {req.t_s:g} s is earlier than the line before ({last_t:g} s): out of order",
+            )
+            continue
+        first_line[req.chat_id] = line_no
+        last_t = req.t_s
+        yield req
 
 
 def import_bailian(

@@ -31,9 +31,10 @@ import datetime as dt
 import json
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from swarm.errors import InputError
 from swarm.record import RequestIdentity
@@ -92,6 +93,35 @@ class BadLines:
             raise InputError(message + " (use --skip-bad-lines to skip such lines)")
         self.count += 1
         self.first = self.first or message
+
+
+T = TypeVar("T")
+
+
+def parsed_lines(path: Path, bad: BadLines, parse: Callable[[str, int], T]) -> Iterator[tuple[int, T]]:
+    """(line number, ``parse(text, line number)``) for each non-blank line of a JSON-lines
+    trace (a leading byte-order mark dropped); a line that is not UTF-8, not JSON, nested too
+    deeply or refused by ``parse`` (a ValueError) goes to ``bad``."""
+    with path.open("rb") as f:
+        for line_no, raw in enumerate(f, 1):
+            try:
+                text = raw.decode("utf-8").removeprefix("\ufeff")
+                if not text.strip():
+                    continue
+                value = parse(text, line_no)
+            except UnicodeDecodeError as exc:
+                bad.bad(line_no, f"not UTF-8 text ({exc.reason} at byte {exc.start})")
+                continue
+            except json.JSONDecodeError as exc:
+                bad.bad(line_no, f"not valid JSON ({exc.msg}); truncated line?")
+                continue
+            except RecursionError:
+                bad.bad(line_no, "JSON nested too deeply to be a trace record")
+                continue
+            except ValueError as exc:
+                bad.bad(line_no, str(exc))
+                continue
+            yield line_no, value
 
 
 def document_files(path: str | Path, suffix: str) -> list[Path]:
