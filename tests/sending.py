@@ -51,3 +51,23 @@ def send_replay(
     plan: ReplayPlan, target: ResolvedTarget, *, stop_after_s: float | None = None, **source: Any
 ) -> tuple[list[RequestRecord], TargetOutcome]:
     return send(ReplaySource(plan, **source), target, stop_after_s=stop_after_s)
+
+
+def replay_one_at_a_time(plan: ReplayPlan, url: str, output_dir: str) -> Any:
+    """``plan`` replayed through ``execute_replay`` against the sglang emulator at ``url``, one
+    request at a time, its waits scaled to 0; the run must complete with every request ok.
+    Returns the run's request rows (a pyarrow Table)."""
+    import pyarrow.compute as pc
+
+    from swarm.launch import execute_replay
+    from swarm.runtime.specs import TargetSpec
+    from swarm.trace.reader import read_requests
+
+    result = execute_replay(
+        plan, [TargetSpec(name="emu", url=url, engine="sglang")], max_in_flight=1,
+        output_dir=output_dir, tool_time_scale=0.0,
+    )  # fmt: skip
+    assert result.manifest.status.value == "complete"
+    table = read_requests(result.run_dir)
+    assert pc.all(pc.equal(table["status"], "ok")).as_py()
+    return table

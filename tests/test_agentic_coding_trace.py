@@ -25,8 +25,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-import pyarrow.compute as pc
 import pytest
+from sending import replay_one_at_a_time
 
 from swarm.emulator.http_server import EmulatorThread
 from swarm.errors import InputError
@@ -217,20 +217,10 @@ def test_a_replay_on_the_emulator_reuses_what_the_ideal_says(
     request's realised cached tokens equal its ideal, which is the prefix its hash ids share with
     an earlier prompt: the main agent its own growing prefix, the sub-agents theirs (the nested
     one the first block of its parent's)."""
-    from swarm.launch import execute_replay
-    from swarm.runtime.specs import TargetSpec
-    from swarm.trace.reader import read_requests
-
     emu = emulator(engine="sglang", timing="zero", cache_capacity_tokens=None)
     plan = import_agentic_coding(FIXTURE)
-    result = execute_replay(
-        plan, [TargetSpec(name="emu", url=emu.url, engine="sglang")], max_in_flight=1,
-        output_dir=str(tmp_path / "runs"), tool_time_scale=0.0,
-    )  # fmt: skip
-    assert result.manifest.status.value == "complete"
-    table = read_requests(result.run_dir)
+    table = replay_one_at_a_time(plan, emu.url, str(tmp_path / "runs"))
     assert table.num_rows == 9
-    assert pc.all(pc.equal(table["status"], "ok")).as_py()
     cached = table["cached_tokens"].to_pylist()
     assert cached == table["ideal_cached_tokens_est"].to_pylist()
     by_node = dict(zip(table["node"].to_pylist(), cached, strict=True))

@@ -26,8 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pyarrow.compute as pc
 import pytest
+from sending import replay_one_at_a_time
 
 from swarm.emulator.http_server import EmulatorThread
 from swarm.errors import InputError
@@ -260,20 +260,10 @@ def test_a_replay_on_the_emulator_reuses_what_the_ideal_says(
     request's realised cached tokens equal its ideal: a call whose input repeats an earlier call's
     messages reuses that call's whole prompt (the recorded output after it differs from what the
     emulator generated), the researchers only the words their system prompt shares."""
-    from swarm.launch import execute_replay
-    from swarm.runtime.specs import TargetSpec
-    from swarm.trace.reader import read_requests
-
     emu = emulator(engine="sglang", timing="zero", cache_capacity_tokens=None)
     plan = import_otel_spans(FIXTURE)
-    result = execute_replay(
-        plan, [TargetSpec(name="emu", url=emu.url, engine="sglang")], max_in_flight=1,
-        output_dir=str(tmp_path / "runs"), tool_time_scale=0.0,
-    )  # fmt: skip
-    assert result.manifest.status.value == "complete"
-    table = read_requests(result.run_dir)
+    table = replay_one_at_a_time(plan, emu.url, str(tmp_path / "runs"))
     assert table.num_rows == 7
-    assert pc.all(pc.equal(table["status"], "ok")).as_py()
     assert table["cached_tokens"].to_pylist() == table["ideal_cached_tokens_est"].to_pylist()
     rows = {r["node"]: r for r in table.to_pylist()}
     prompt = {it.identity.node: len(words(it)) for it in plan.items}
