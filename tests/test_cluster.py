@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import threading
@@ -168,6 +169,52 @@ def test_run_folder_and_worker_writes_on_a_filesystem_uri(
     assert {p.split("-w")[0] for p in manifest.parts} == {"part-t"}  # written by the workers
     assert read_requests(result.run_dir).num_rows == 80 == sum(manifest.counts.values())
     assert [w.worker for w in manifest.workers] == [0, 1]
+
+
+def test_many_small_workers_agree_on_the_start_and_every_record_arrives_once(
+    ray_cluster: None, catalog: Catalog, emulator: Callable[..., EmulatorThread], tmp_path: Path
+) -> None:
+    """32 workers of 1/16 CPU each: the driver talks to all of them at once."""
+    emu = emulator(engine="sglang", timing="zero")
+    agents = 128
+    spec = WorkloadSpec(
+        agents=agents,
+        mix=[MixEntry(profile="tiny", topology="chain")],
+        arrival=ArrivalSpec(process="constant", rate=100),
+    )
+    workload = Workload(spec, catalog)
+    seen: list[tuple[int, int]] = []
+
+    def watch(stats: RunStats) -> None:  # the live view, as the progress display reads it
+        while not stats.finished:
+            seen.append((stats.requests, stats.agents_started))
+            time.sleep(0.05)
+
+    outcome, stats = run_on_ray(
+        RayExecutor(workers=32, poll_s=0.2), workload, emu.url, tmp_path / "run", during=watch
+    )
+    assert len(outcome.workers) == 32 and all(w["alive"] for w in outcome.workers)
+    assert all(abs(w["clock_offset_ns"]) < 50_000_000 for w in outcome.workers)  # one host
+    table = read_requests(tmp_path / "run")
+    # drains: every record once, each worker's rows as counted, the counts add up
+    assert table.num_rows == agents * 4 == stats.requests == stats.requests_sent
+    assert len(set(table["request_id"].to_pylist())) == table.num_rows
+    workers = table["worker"].to_pylist()
+    assert sorted(set(workers)) == list(range(32))
+    assert [workers.count(i) for i in range(32)] == [w["requests"] for w in outcome.workers]
+    assert all(w["requests_sent"] == w["requests"] and w["records_lost"] == 0 for w in outcome.workers)
+    # the agreed start: every agent's first call is due at the one start instant plus its own
+    # offset, whichever worker ran it (workers convert the instant to their own clocks)
+    offsets = workload.start_offsets_s
+    starts = [
+        row["scheduled_ns"] - round(offsets[row["agent_id"]] * 1e9)
+        for row in table.select(["agent_id", "depth", "scheduled_ns"]).to_pylist()
+        if row["depth"] == 0
+    ]
+    assert len(starts) == agents and max(starts) - min(starts) < 2_000_000
+    # the live view only grows, and ends at the trace's figures
+    assert seen and all(a[0] <= b[0] and a[1] <= b[1] for a, b in itertools.pairwise(seen))
+    assert stats.agents_started == stats.agents_done == agents
 
 
 def test_cluster_yaml_is_a_valid_launcher_config() -> None:

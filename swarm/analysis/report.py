@@ -8,6 +8,7 @@ metrics) and computes with ``figures`` (formulas in ``metrics``) and ``server``;
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +20,7 @@ from swarm.analysis import metrics as m
 from swarm.analysis.engine_metrics import read_server_metrics, target_figures
 from swarm.analysis.figures import RunReport, TargetReport, first_engine
 from swarm.record import LATE_NS
-from swarm.trace.manifest import RunManifest, changed_contents
+from swarm.trace.manifest import RunManifest, WorkerInfo, changed_contents
 from swarm.trace.reader import (
     BadPart,
     RunLocation,
@@ -99,6 +100,32 @@ GENERATOR_BEHIND = "the generator fell behind its schedule"
 EMULATOR_OVERRUN_LIMIT = 1.2
 
 
+def lost_worker_warning(mf: RunManifest, w: WorkerInfo, shown_sessions: int = 5) -> str:
+    """One sentence on a worker that was lost: where (node), when, and what went with it."""
+    where = f" on node {w.node_ip or w.host}" + (f" (id {w.node_id[:12]})" if w.node_id else "")
+    when = ""
+    if w.lost_at:
+        when = f" at {w.lost_at}"
+        try:
+            into_s = (
+                dt.datetime.fromisoformat(w.lost_at) - dt.datetime.fromisoformat(mf.created_at)
+            ).total_seconds()
+            when += f" ({into_s:.1f} s into the run)"
+        except ValueError:
+            pass
+    ids = w.sessions_cut_ids
+    named = ", ".join(ids[:shown_sessions]) + (
+        f" and {len(ids) - shown_sessions} more" if len(ids) > shown_sessions else ""
+    )
+    return (
+        f"target {w.target}: worker {w.worker}{where} was lost{when}: {w.sessions_cut} of its "
+        f"{w.sessions} sessions cut"
+        + (f" ({named})" if named else "")
+        + f"; {w.records_lost} of the {w.requests_sent} requests it sent are not in the trace "
+        f"(it had handed over {w.requests}); {w.error or 'no error recorded'}"
+    )
+
+
 def run_warnings(run: LoadedRun, targets: dict[str, TargetReport]) -> list[str]:
     """What a reader of the figures must know first: a run that did not finish, rows lost,
     requests that failed, a generator that fell behind its schedule."""
@@ -137,6 +164,7 @@ def run_warnings(run: LoadedRun, targets: dict[str, TargetReport]) -> list[str]:
         out.append(f"the engines' scraped metrics cannot be read and are left out: {run.server_error}")
     if mf.records_lost:
         out.append(f"{mf.records_lost} requests were made but could not be written to the trace")
+    out += [lost_worker_warning(mf, w) for w in mf.workers if not w.alive]
     out += [f"{info.name}: {why}" for info in mf.targets if (why := info.shortfall()) is not None]
     for name, entry in targets.items():
         fig = entry.figures

@@ -4,23 +4,31 @@ Place in the map (docs/architecture.md, "Ray"): implements the Executor protocol
 for every request source (agents, replays).
 
 1. Workers: ``--workers N`` actors (default: the CPUs Ray reports, less one for the driver),
-   each with ``num_cpus`` set explicitly and the SPREAD strategy, so they land on different
-   nodes. The source deals its sessions over them (``RequestSource.split``: agents round-robin
+   placed by ``cluster.placement``: over every node that has CPUs, in proportion to them, each
+   pinned softly to its node, with ``num_cpus`` set so all fit at once. Workers that do not
+   all start within ``WORKER_START_S`` end the run with an error saying how many CPUs are free.
+   The source deals its sessions over them (``RequestSource.split``: agents round-robin
    by id, replayed sessions round-robin in start order): a session stays on one worker, and an
    agent swarm's traffic is the same for any N.
 2. Clocks: each worker's wall-clock offset to the driver is measured with five round-trip
    pings (the one with the smallest round trip wins: offset = worker time - midpoint). The
    driver picks a start instant 2 s ahead; each worker converts it to its own clock, and
    shifts the wall times in its records onto the driver's clock.
-3. Every ``poll_s`` the driver drains each worker: the records finished since the last drain
-   (an Arrow batch, written at once) and its cumulative stats (merged for the live view).
-4. A worker that dies is noted (which, and how many of its sessions were cut) and the run
-   goes on with the others; everything drained before the death is in the trace.
+3. Every ``poll_s`` the driver drains each worker (``cluster.drains``): the records finished
+   since the last drain (an Arrow batch, written at once), its cumulative stats (merged for
+   the live view) and the sessions it finished. A drain that does not answer stays
+   outstanding without holding up the others.
+4. A worker that dies (its actor killed, its node lost) is noted: which, on which node, when,
+   the sessions it cut (named), and the requests it sent whose records never came (counted
+   lost: ``rows + lost = sent``). The run goes on with the others; everything drained before
+   the death is in the trace, and with ``--worker-writes`` every part it closed.
 5. SIGINT / SIGTERM: workers stop sending and cancel in-flight requests (recorded as
    ``cancelled``); the driver drains what is left and reports the run interrupted.
 6. The circuit breaker (``--max-error-rate``) sees every drained record's status at the driver,
    so it judges the target over all workers; when it trips, or when the trace cannot be
    written, the workers are stopped as for a signal and the reason is the outcome's.
+7. Workers are never detached: they belong to the driver's job, so a driver that dies (even by
+   SIGKILL) ends the job and Ray kills its workers; the cluster is free for the next run.
 """
 
 from __future__ import annotations
@@ -34,16 +42,20 @@ from typing import Any
 
 from swarm.clients.client import read_api_key
 from swarm.cluster.connection import DEFAULT_TIMEOUT_S, RayConnection
+from swarm.cluster.drains import Drains, WorkerAccount
+from swarm.cluster.placement import PlacementPlan, nodes_with_cpus, plan_placement
 from swarm.cluster.worker import SwarmWorker, WorkerPayload
 from swarm.errors import InputError
 from swarm.runtime.context import Placement, TargetOutcome, TargetRun
-from swarm.runtime.live_stats import RunStats
 from swarm.runtime.loop import stop_conditions_for
-from swarm.trace.sink import TraceWriteError
+from swarm.trace.sink import PART_SUFFIX, REQUESTS_DIR
+from swarm.trace.storage import RunStorage
 
 log = logging.getLogger(__name__)
 
 START_LEAD_S = 2.0
+#: How long the workers may take to start (placed, imported, answering), seconds.
+WORKER_START_S = 120.0
 
 
 def runtime_env_for(address: str | None) -> dict[str, Any]:
@@ -140,11 +152,10 @@ class RayExecutor:
         wanted = max(1, min(self.workers or self.default_workers(), run.source.session_count()))
         parts = run.source.split(wanted)  # fewer when a cap cannot be shared by that many
         n = len(parts)
-        total_cpus = float(ray.cluster_resources().get("CPU", 1.0))
         # kept workers are sized for the most a run may ask (--workers), so a later run that
         # wants more of them still fits beside the ones already placed
         most = max(n, self.workers or self.default_workers()) if self.keep_workers else n
-        cpus_each = min(1.0, total_cpus / most)
+        plan = plan_placement(nodes_with_cpus(ray.nodes()), most)
         if self.worker_writes and run.storage is None:
             raise InputError("--worker-writes needs a run folder")
         payloads = [
@@ -163,9 +174,12 @@ class RayExecutor:
         # the driver judges the target over all workers: the circuit breaker lives here
         conditions = stop_conditions_for(run, Placement())
         remote_cls: Any = ray.remote(SwarmWorker)
-        actor_cls: Any = remote_cls.options(
-            num_cpus=cpus_each, scheduling_strategy="SPREAD", max_concurrency=64
-        )
+
+        def new_actor(i: int) -> Any:
+            return remote_cls.options(
+                num_cpus=plan.cpus_each, scheduling_strategy=strategy_for(plan, i), max_concurrency=64
+            ).remote(i, payloads[i])
+
         if self.keep_workers:
             for i, actor in enumerate(self._pool[:n]):
                 try:
@@ -173,26 +187,37 @@ class RayExecutor:
                 except (RayActorError, GetTimeoutError) as exc:  # gone since the last run: replace it
                     log.warning("kept worker %d is gone (%s): starting another", i, type(exc).__name__)
                     ray.kill(actor)
-                    self._pool[i] = actor_cls.remote(i, payloads[i])
-            self._pool += [actor_cls.remote(i, payloads[i]) for i in range(len(self._pool), n)]
+                    self._pool[i] = new_actor(i)
+            self._pool += [new_actor(i) for i in range(len(self._pool), n)]
             actors: list[Any] = self._pool[:n]
         else:
-            actors = [actor_cls.remote(i, payloads[i]) for i in range(n)]
+            actors = [new_actor(i) for i in range(n)]
         self.actors = actors
         key = read_api_key(target.api_key_env, target.api_key_file)
-        ray.get([a.set_api_key.remote(key) for a in actors])
+        try:
+            ray.get([a.set_api_key.remote(key) for a in actors], timeout=WORKER_START_S)
+        except GetTimeoutError:
+            free = ray.available_resources().get("CPU", 0.0)
+            for a in actors:
+                ray.kill(a)
+            self._pool, self.actors = [], []
+            raise InputError(
+                f"{n} Ray workers of {plan.cpus_each:g} CPU each did not all start within {WORKER_START_S:g} s; "
+                f"the cluster has {free:g} CPUs free (are another run's workers holding them?); "
+                "--workers sets how many"
+            ) from None
         infos: list[dict[str, Any]] = ray.get([a.describe.remote() for a in actors])
         offsets = [measure_offset(a) for a in actors]
-        sessions = [part.session_count() for part in parts]
+        accounts = []
         for i, info in enumerate(infos):
             info.update(
                 target=target.name, worker=i, clock_offset_ns=offsets[i][0], alive=True,
-                sessions=sessions[i], sessions_cut=0, requests=0,
+                sessions=parts[i].session_count(), sessions_cut=0, requests=0,
             )  # fmt: skip
+            accounts.append(WorkerAccount(i, actors[i], info, list(parts[i].session_ids())))
+        drains = Drains(accounts, sink, stats, conditions)
         start_wall = time.time_ns() + int(START_LEAD_S * 1e9)
         runs = {actors[i].run.remote(start_wall, offsets[i][0]): i for i in range(n)}
-        alive = set(range(n))
-        latest: dict[int, RunStats] = {}
         outcomes: dict[int, dict[str, Any]] = {}
         stop_sent = False
 
@@ -200,64 +225,30 @@ class RayExecutor:
             conditions.interrupt()
 
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-        def mark_dead(i: int, why: str) -> None:
-            if i in alive:
-                alive.discard(i)
-                last = latest.get(i)
-                done = last.agents_done if last is not None else 0
-                infos[i].update(alive=False, error=why[:300], sessions_cut=sessions[i] - done)
-                log.warning("worker %d died: %s", i, why)
-
-        def drain_all() -> None:
-            refs = {actors[i].drain.remote(): i for i in sorted(alive)}
-            for ref, i in refs.items():
-                try:
-                    batch, wstats = ray.get(ref, timeout=60)
-                except RayActorError as exc:
-                    mark_dead(i, f"{type(exc).__name__}: {exc}")
-                    continue
-                except GetTimeoutError:
-                    log.warning("worker %d did not answer a drain within 60 s", i)
-                    continue
-                if batch is not None and batch.num_rows:
-                    try:
-                        sink.write_batch(batch)
-                    except TraceWriteError as exc:
-                        conditions.halt(str(exc))
-                    infos[i]["requests"] += batch.num_rows
-                    if not conditions.cancelling:
-                        conditions.observe_many(batch.column("status").to_pylist())
-                latest[i] = wstats
-            merged = RunStats()
-            for s in latest.values():
-                merged.merge(s)
-            stats.replace_with(merged)
-
         try:
             pending = dict(runs)
             while pending:
                 if conditions.cancelling and not stop_sent:
                     stop_sent = True
-                    for i in alive:
-                        actors[i].stop.remote()
+                    for a in drains.alive():
+                        a.actor.stop.remote()
                 ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=self.poll_s)
-                drain_all()
+                drains.tick(wait_s=self.poll_s)
                 for ref in ready:
                     i = pending.pop(ref)
                     try:
                         outcomes[i] = ray.get(ref)
                     except RayActorError as exc:
-                        mark_dead(i, f"{type(exc).__name__}: {exc}")
+                        drains.lose(accounts[i], f"{type(exc).__name__}: {exc}")
                 for ref in list(pending):
-                    if pending[ref] not in alive:
+                    if not accounts[pending[ref]].alive:
                         pending.pop(ref)
-            drain_all()
+            drains.final()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             if self.keep_workers:  # the dead leave the pool; the rest wait for the next run
-                dead = {id(actors[i]) for i in range(n) if i not in alive}
+                dead = {id(a.actor) for a in accounts if not a.alive}
                 for a in actors:
                     if id(a) in dead:
                         ray.kill(a)
@@ -266,12 +257,14 @@ class RayExecutor:
                 for a in actors:
                     ray.kill(a)
             self.actors = []
+        if self.worker_writes and run.storage is not None:
+            count_written_rows(accounts, outcomes, run.storage, target.name)
+            drains.merge()
         for i, out in outcomes.items():
             infos[i]["peak_rss_bytes"] = int(out.get("peak_rss_bytes", 0))
             infos[i]["start_rss_bytes"] = int(out.get("start_rss_bytes", 0))
-        for i, info in enumerate(infos):  # assigned sessions that did not run to their end
-            done = latest[i].agents_done if i in latest else 0
-            info["sessions_cut"] = max(int(info["sessions"]) - done, 0)
+        for a in accounts:
+            a.settle()
         stats.finished = True
         stop_requested = conditions.interrupted
         for o in outcomes.values():  # a worker that wrote its own parts and could not
@@ -294,4 +287,47 @@ class RayExecutor:
             workers=infos,
             halt_reason=halt_reason,
             records_lost=sum(int(o.get("records_lost", 0)) for o in outcomes.values()),
+            records_lost_with_workers=sum(a.lost for a in accounts if not a.alive),
         )
+
+
+def strategy_for(plan: PlacementPlan, i: int) -> Any:
+    """Worker ``i``'s scheduling strategy: its planned node, softly (Ray places it elsewhere
+    if that node is gone); SPREAD when the plan names no nodes."""
+    if i >= len(plan.node_ids):
+        return "SPREAD"
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(plan.node_ids[i], soft=True)
+
+
+def count_written_rows(
+    accounts: list[WorkerAccount], outcomes: dict[int, dict[str, Any]], storage: RunStorage, target: str
+) -> None:
+    """With ``--worker-writes`` the rows are in the workers' own parts: a worker that ran to
+    its end wrote all it recorded but what its outcome counts lost; a lost worker's rows are
+    those of its closed parts (its statuses counted from them, for the manifest's counts)."""
+    import pyarrow.parquet as pq
+
+    names = storage.list(REQUESTS_DIR)
+    for a in accounts:
+        if a.alive and a.index in outcomes:
+            out = outcomes[a.index]
+            a.rows = int(out.get("requests", 0)) - int(out.get("records_lost", 0))
+            continue
+        prefix = f"part-{target}-w{a.index}-"
+        by_status: dict[str, int] = {}
+        rows = 0
+        for name in names:
+            if not (name.startswith(prefix) and name.endswith(PART_SUFFIX)):
+                continue
+            column = pq.read_table(
+                storage.path(f"{REQUESTS_DIR}/{name}"), columns=["status"], filesystem=storage.fs
+            )
+            for status in column["status"].to_pylist():
+                by_status[status] = by_status.get(status, 0) + 1
+            rows += column.num_rows
+        a.rows = rows
+        if a.stats is not None:
+            a.stats.by_status = by_status
+            a.stats.requests = rows

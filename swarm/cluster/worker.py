@@ -16,6 +16,7 @@ import logging
 import os
 import resource
 import socket
+import sys
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -47,6 +48,18 @@ class WorkerPayload:
     direct_output: str | None = None  # run folder (path or URI) the worker writes itself
     seed_shared_prefixes: bool = False  # several workers: see Placement
     flush_interval_s: float = 10.0  # direct_output: close a part at least this often
+
+
+def ray_node() -> dict[str, str]:
+    """This process's Ray node (``node_id``, ``node_ip``), or nothing outside Ray: Ray is
+    imported only when this process already runs it (a worker actor)."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return {}
+    return {
+        "node_id": ray.get_runtime_context().get_node_id(),
+        "node_ip": ray.util.get_node_ip_address(),
+    }
 
 
 def rss_bytes() -> int:
@@ -111,7 +124,8 @@ class SwarmWorker:
         self.sessions = payload.source.session_count()
 
     async def describe(self) -> dict[str, Any]:
-        return {"host": socket.gethostname(), "pid": os.getpid()}
+        """Where this worker runs: host, pid, and under Ray its node's id and address."""
+        return {"host": socket.gethostname(), "pid": os.getpid(), **ray_node()}
 
     async def ping(self) -> int:
         """This worker's wall clock, for the driver's offset measurement."""
@@ -149,11 +163,13 @@ class SwarmWorker:
         result["start_rss_bytes"] = start_rss
         return result
 
-    async def drain(self) -> tuple[pa.RecordBatch | None, RunStats]:
-        """Records finished since the last call (one Arrow batch) and the cumulative stats."""
+    async def drain(self) -> tuple[pa.RecordBatch | None, RunStats, list[str]]:
+        """Records finished since the last call (one Arrow batch), the cumulative stats, and
+        the ids of the sessions that ran to their end since the last call."""
         records = self._buffer.take()
+        finished, self.stats.finished_sessions = self.stats.finished_sessions, []
         batch = records_to_batch(records, keep_text=self.payload.keep_text) if records else None
-        return batch, self.stats
+        return batch, self.stats, finished
 
     async def stop(self) -> None:
         self._stop.interrupt()

@@ -52,6 +52,9 @@ class AgentSource:
     def session_count(self) -> int:
         return len(self.agent_ids)
 
+    def session_ids(self) -> list[str]:
+        return [self.workload.session_id(i) for i in self.agent_ids]
+
     def split(self, parts: int) -> list[AgentSource]:
         """Agents dealt round-robin by id, each part with its share of the limits (fewer parts
         than asked when the in-flight cap is smaller)."""
@@ -99,7 +102,7 @@ class _AgentsRun:
             try:
                 await agent.run(due_perf_ns)
             finally:
-                self.d.session_ended(cut=agent.cut_short)
+                self.d.session_ended(cut=agent.cut_short, session_id=self.workload.session_id(agent_id))
 
         return start
 

@@ -85,6 +85,8 @@ class TargetOutcome:
     halt_reason: str | None = None
     #: records made but not written (the trace could not be written)
     records_lost: int = 0
+    #: records of requests sent by workers that were lost, never handed over or closed into a part
+    records_lost_with_workers: int = 0
 
 
 @dataclass

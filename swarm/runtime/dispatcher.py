@@ -162,12 +162,14 @@ class Dispatcher:
     def session_started(self) -> None:
         self.stats.agents_started += 1
 
-    def session_ended(self, cut: bool) -> None:
+    def session_ended(self, cut: bool, session_id: str = "") -> None:
         """A session (an agent, a replayed session) ended: ran to its end, or cut by a stop."""
         if cut:
             self.stats.agents_cut += 1
         else:
             self.stats.agents_done += 1
+            if session_id:
+                self.stats.finished_sessions.append(session_id)
 
     async def send(self, build: Outgoing | Callable[[int], Outgoing]) -> RequestRecord | None:
         """Send one request once a slot under the in-flight cap is free; None when the run no
@@ -188,6 +190,7 @@ class Dispatcher:
             if not stop.admit():
                 return None
             self.in_flight += 1
+            self.stats.requests_sent += 1
             try:
                 out = build(slot_wait_ns) if callable(build) else build
                 request = out.request

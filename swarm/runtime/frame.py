@@ -228,6 +228,7 @@ def run_on_targets(
                         log.error("%s", exc)
                     for k, v in stats.by_status.items():
                         manifest.counts[k] = manifest.counts.get(k, 0) + v
+                    manifest.requests_sent += stats.requests_sent
                     info.sessions_started = stats.agents_started
                     info.sessions_finished = stats.agents_done
                     info.sessions_cut = stats.agents_cut
@@ -252,9 +253,16 @@ def run_on_targets(
                 dead = [w for w in outcome.workers if not w.get("alive", True)]
                 if dead:
                     cut = sum(int(w.get("sessions_cut", 0)) for w in dead)
-                    reasons.append(
-                        f"target {target.name}: worker(s) {', '.join(str(w['worker']) for w in dead)} died; {cut} sessions cut"
+                    where = ", ".join(
+                        f"{w['worker']}"
+                        + (f" (node {w['node_ip'] or w['node_id'][:12]})" if w.get("node_id") else "")
+                        for w in dead
                     )
+                    reasons.append(
+                        f"target {target.name}: worker(s) {where} died; {cut} sessions cut, "
+                        f"{outcome.records_lost_with_workers} records lost with them"
+                    )
+                manifest.records_lost_with_workers += outcome.records_lost_with_workers
                 lost += outcome.records_lost  # rows workers could not write themselves
                 manifest.records_lost += outcome.records_lost
                 failure = sink.failure

@@ -57,7 +57,10 @@ class LogHistogram:
 class RunStats:
     """Counters of one target's run so far (one process, or merged over workers)."""
 
+    #: records made (every sent request ends in exactly one record)
     requests: int = 0
+    #: requests handed to the client so far, answered or not: ``requests`` plus those in flight
+    requests_sent: int = 0
     by_status: dict[str, int] = field(default_factory=dict)
     in_flight: int = 0
     agents_started: int = 0
@@ -80,6 +83,9 @@ class RunStats:
     finished: bool = False
     ttft: LogHistogram = field(default_factory=LogHistogram)
     lag: LogHistogram = field(default_factory=LogHistogram)
+    #: ids of the sessions that ran to their end since a Ray worker last handed its stats over
+    #: (the driver keeps them, to name the sessions a lost worker cut); not merged
+    finished_sessions: list[str] = field(default_factory=list)
 
     def add(self, r: RequestRecord) -> None:
         self.requests += 1
@@ -116,7 +122,7 @@ class RunStats:
 
     def merge(self, other: RunStats) -> None:
         for name in (
-            "requests", "in_flight", "agents_started", "agents_done", "agents_cut", "prompt_tokens",
+            "requests", "requests_sent", "in_flight", "agents_started", "agents_done", "agents_cut", "prompt_tokens",
             "cached_tokens", "prompt_tokens_est", "ideal_cached_tokens", "completion_tokens", "chunks", "late",
             "slot_waits",
         ):  # fmt: skip

@@ -200,6 +200,9 @@ class ReplaySource:
     def session_count(self) -> int:
         return len(self.sessions)
 
+    def session_ids(self) -> list[str]:
+        return [s.key for s in self.sessions]
+
     def split(self, parts: int) -> list[ReplaySource]:
         """Sessions dealt round-robin in start order; each part runs on one worker with its
         share of the in-flight cap and of ``max_sessions`` (fewer parts than asked when either
@@ -346,6 +349,9 @@ class _ReplayRun:
         )
         return Outgoing(request, tokens, client.encode(request))
 
+    def _session_key(self, s_i: int) -> str:
+        return self.source.sessions[s_i].key
+
     # -- schedule -------------------------------------------------------------------------------
 
     def finish(self) -> None:
@@ -353,7 +359,7 @@ class _ReplayRun:
         for s_i, started in enumerate(self.started):
             if started and not self.ended[s_i]:
                 self.ended[s_i] = True
-                self.d.session_ended(cut=True)
+                self.d.session_ended(cut=True, session_id=self._session_key(s_i))
 
     @property
     def schedule(self) -> list[Scheduled]:
@@ -453,6 +459,6 @@ class _ReplayRun:
         if self.remaining[s_i] == 0:
             if self.started[s_i] and not self.ended[s_i]:
                 self.ended[s_i] = True
-                self.d.session_ended(self.cut[s_i])
+                self.d.session_ended(self.cut[s_i], session_id=self._session_key(s_i))
             if (event := self._done_events.get(s_i)) is not None:
                 event.set()

@@ -42,6 +42,10 @@ class RequestSource(Protocol):
         """Sessions this source (or part) will start: agents, or replayed sessions."""
         ...
 
+    def session_ids(self) -> Sequence[str]:
+        """The trace's ``session_id`` of each session, in the order they are dealt."""
+        ...
+
     def split(self, parts: int) -> Sequence[RequestSource]:
         """This source dealt over ``parts`` workers, each session on exactly one."""
         ...

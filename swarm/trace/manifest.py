@@ -77,14 +77,33 @@ class WorkerInfo(BaseModel):
 
     target: str = Field(default="", description="the target this worker sent to")
     worker: int
-    host: str = ""
+    host: str = Field(default="", description="the worker process's host name")
     pid: int = 0
+    node_id: str = Field(default="", description="the Ray node it ran on (empty outside Ray)")
+    node_ip: str = Field(default="", description="that node's address")
     clock_offset_ns: int = Field(default=0, description="worker wall clock minus driver's")
     alive: bool = True
     error: str | None = Field(default=None, description="why the worker ended early, if it did")
     sessions: int = Field(default=0, description="agent sessions assigned to it")
     sessions_cut: int = Field(default=0, description="assigned sessions that did not finish")
-    requests: int = Field(default=0, description="records received from it")
+    requests: int = Field(default=0, description="records received from it (its rows in the trace)")
+    requests_sent: int = Field(
+        default=0, description="requests it sent, as it last reported (rows + records_lost)"
+    )
+    records_lost: int = Field(
+        default=0,
+        description="requests it sent whose records never reached the trace (a lost worker: those in "
+        "flight or not yet handed over when it was lost)",
+    )
+    lost_at: str | None = Field(
+        default=None, description="when the driver found the worker gone (UTC, ISO 8601); None if it was not"
+    )
+    last_drain_at: str | None = Field(
+        default=None, description="a lost worker's last hand-over of records (UTC, ISO 8601)"
+    )
+    sessions_cut_ids: list[str] = Field(
+        default_factory=list, description="a lost worker's sessions that did not run to their end"
+    )
     peak_rss_bytes: int = Field(default=0, description="the worker process's peak resident memory")
     start_rss_bytes: int = Field(default=0, description="its resident memory when its agents started")
 
@@ -117,6 +136,15 @@ class RunManifest(BaseModel):
     counts: dict[str, int] = Field(default_factory=dict, description="requests by status")
     records_lost: int = Field(
         default=0, description="requests made but not written to the trace (it could not be written)"
+    )
+    records_lost_with_workers: int = Field(
+        default=0,
+        description="requests sent by workers that were lost (their node gone) whose records never reached "
+        "the driver or a closed part",
+    )
+    requests_sent: int = Field(
+        default=0,
+        description="requests sent: the rows in the trace plus records_lost plus records_lost_with_workers",
     )
     parts: list[str] = Field(default_factory=list)
     server_metrics: str | None = Field(

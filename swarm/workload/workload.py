@@ -269,6 +269,10 @@ class Workload:
                 )
         return out
 
+    def session_id(self, agent_id: int) -> str:
+        """The trace's ``session_id`` of agent ``agent_id``."""
+        return f"{self.spec.seed}-{agent_id}"
+
     def agent(self, agent_id: int) -> AgentPlan:
         if not 0 <= agent_id < self.spec.agents:
             raise IndexError(agent_id)
@@ -282,7 +286,7 @@ class Workload:
         )
         return AgentPlan(
             agent_id=agent_id,
-            session_id=f"{self.spec.seed}-{agent_id}",
+            session_id=self.session_id(agent_id),
             profile=profile,
             topology=topology,
             system_prompt_id=sp_id,
