@@ -1,6 +1,6 @@
 """``python -m bench [CASE ...] [--json] [--quick]`` runs the benchmark cases and prints one table.
 
-Cases (default: all but ray-scale, about 8-9 minutes on a 2-core machine):
+Cases (default: all but ray-scale and cluster, about 8-9 minutes on a 2-core machine):
 
 - ``path``: streamed chunks/s through swarm's full path vs a bare aiohttp loop (ratio)
 - ``client-delay``: receive time minus the emulator's send stamp, TTFT and ITL, 500 / 2,000 /
@@ -10,6 +10,8 @@ Cases (default: all but ray-scale, about 8-9 minutes on a 2-core machine):
 - ``arrival``: p99 lateness of sends on a Poisson schedule at the highest sustained rate
 - ``replay-timing``: timed replay's gap error and lateness (Poisson and Mooncake traces)
 - ``ray-scale``: 500 / 2,000 / 10,000 agents over 1 and 2 Ray workers (long; not in the default)
+- ``cluster``: 1, 2, 4, 8 workers on a loopback multi-node Ray: requests/s, driver and worker
+  CPU per 1,000 records, the sizing figures (not in the default)
 - ``default-run``: the README's ``swarm run``: wall time, late sends, emulated ITL vs the model
 - ``h1-parse``: CPU per streamed response, the client's HTTP/1.1 exchange (httptools, llhttp)
   vs the previous hand-written parser (kept in the case as the baseline)
@@ -32,8 +34,9 @@ CASES = (
     "default-run",
     "h1-parse",
     "ray-scale",
+    "cluster",
 )
-DEFAULT = CASES[:-1]
+DEFAULT = CASES[:-2]
 
 
 def main() -> None:
@@ -44,7 +47,7 @@ def main() -> None:
         "cases",
         nargs="*",
         metavar="CASE",
-        help=f"cases to run: {', '.join(CASES)} (default: all but ray-scale)",
+        help=f"cases to run: {', '.join(CASES)} (default: all but ray-scale and cluster)",
     )
     parser.add_argument("--json", action="store_true", help="print a JSON list of result rows")
     parser.add_argument("--quick", action="store_true", help="smallest sizes only (a smoke run)")
@@ -94,6 +97,10 @@ def main() -> None:
             from bench import ray_scale
 
             rows += ray_scale.run(sizes=(500,) if args.quick else ray_scale.SIZES)
+        elif case == "cluster":
+            from bench import cluster
+
+            rows += cluster.run((1, 2) if args.quick else cluster.WORKERS)
     print_rows(rows, args.json)
 
 

@@ -263,6 +263,7 @@ class RayExecutor:
         for i, out in outcomes.items():
             infos[i]["peak_rss_bytes"] = int(out.get("peak_rss_bytes", 0))
             infos[i]["start_rss_bytes"] = int(out.get("start_rss_bytes", 0))
+            infos[i]["cpu_s"] = float(out.get("cpu_s", 0.0))
         for a in accounts:
             a.settle()
         stats.finished = True

@@ -142,6 +142,7 @@ class SwarmWorker:
         shifted onto the driver's clock.
         """
         start_rss = rss_bytes()
+        start_cpu_s = time.process_time()
         placement = Placement.at_driver_wall(
             start_wall_ns, offset_ns, self.index, self.payload.seed_shared_prefixes
         )
@@ -161,6 +162,7 @@ class SwarmWorker:
         result["parts"] = list(self._parquet.parts) if self._parquet is not None else []
         result["peak_rss_bytes"] = peak_rss_bytes()
         result["start_rss_bytes"] = start_rss
+        result["cpu_s"] = time.process_time() - start_cpu_s
         return result
 
     async def drain(self) -> tuple[pa.RecordBatch | None, RunStats, list[str]]:

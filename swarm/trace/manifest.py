@@ -106,6 +106,7 @@ class WorkerInfo(BaseModel):
     )
     peak_rss_bytes: int = Field(default=0, description="the worker process's peak resident memory")
     start_rss_bytes: int = Field(default=0, description="its resident memory when its agents started")
+    cpu_s: float = Field(default=0.0, description="CPU seconds its process used while it ran (all threads)")
 
 
 class RunManifest(BaseModel):
