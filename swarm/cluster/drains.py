@@ -147,15 +147,15 @@ class Drains:
         deadline = time.monotonic() + FINAL_DRAIN_S
         while any(a.outstanding is not None for a in self.alive()) and time.monotonic() < deadline:
             self._collect(min(1.0, max(deadline - time.monotonic(), 0.0)))
+        asked_ns = self.clock_ns()
         for a in self.alive():
             a.outstanding = a.actor.drain.remote()
-            a.outstanding_since_ns = self.clock_ns()
+            a.outstanding_since_ns = asked_ns
         while any(a.outstanding is not None for a in self.alive()) and time.monotonic() < deadline:
             self._collect(min(1.0, max(deadline - time.monotonic(), 0.0)))
         for a in self.alive():
-            if a.outstanding is not None:
-                log.warning("worker %d did not answer its last drain within %g s", a.index, FINAL_DRAIN_S)
-                a.outstanding = None
+            if a.last_drain_ns is None or a.last_drain_ns < asked_ns:  # its last records never came
+                self.lose(a, f"did not answer its last drain within {FINAL_DRAIN_S:g} s")
         self.merge()
 
     def _collect(self, wait_s: float) -> None:
