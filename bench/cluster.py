@@ -31,10 +31,10 @@ import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from bench.common import Row, invalid_because, labelled
+from bench.ray_scale import bench_agents
 
 WORKERS = (1, 2, 4, 8)
 #: the same swarm for every worker count: 16,000 requests, several seconds on any machine
@@ -54,18 +54,9 @@ def one(address: str, workers: int, url: str) -> dict[str, Any]:
     from swarm.trace.reader import read_requests
     from swarm.trace.sink import ParquetTraceSink
     from swarm.trace.storage import RunStorage
-    from swarm.workload.arrival import ArrivalSpec
-    from swarm.workload.catalog import Catalog
-    from swarm.workload.workload import MixEntry, Workload, WorkloadSpec
 
     agents = AGENTS
-    catalog = Catalog(agent_dirs=[Path(__file__).parent / "profiles"])
-    spec = WorkloadSpec(
-        agents=agents,
-        mix=[MixEntry(profile="bench_agent", topology="chain")],
-        arrival=ArrivalSpec(process="all_at_once", rate=None),
-    )
-    workload = Workload(spec, catalog)
+    workload = bench_agents(agents)
     with tempfile.TemporaryDirectory() as tmp, RayExecutor(workers=workers, address=address) as executor:
         storage = RunStorage.at(tmp)
         sink = ParquetTraceSink(storage, writer="bench")

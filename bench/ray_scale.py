@@ -31,6 +31,21 @@ WORKERS = (1, 2)
 TTFT_MS, ITL_MS = 50.0, 10.0
 
 
+def bench_agents(agents: int) -> Any:
+    """The Ray cases' swarm: ``agents`` ``bench_agent``s (chains of 4 calls, 16-token answers,
+    no think time), all at once."""
+    from swarm.workload.arrival import ArrivalSpec
+    from swarm.workload.catalog import Catalog
+    from swarm.workload.workload import MixEntry, Workload, WorkloadSpec
+
+    spec = WorkloadSpec(
+        agents=agents,
+        mix=[MixEntry(profile="bench_agent", topology="chain")],
+        arrival=ArrivalSpec(process="all_at_once", rate=None),
+    )
+    return Workload(spec, Catalog(agent_dirs=[Path(__file__).parent / "profiles"]))
+
+
 def one(agents: int, workers: int, url: str) -> dict[str, Any]:
     """Run one configuration in this process (the driver); print its figures as JSON."""
     import numpy as np
@@ -45,17 +60,8 @@ def one(agents: int, workers: int, url: str) -> dict[str, Any]:
     from swarm.trace.reader import read_requests
     from swarm.trace.sink import ParquetTraceSink
     from swarm.trace.storage import RunStorage
-    from swarm.workload.arrival import ArrivalSpec
-    from swarm.workload.catalog import Catalog
-    from swarm.workload.workload import MixEntry, Workload, WorkloadSpec
 
-    catalog = Catalog(agent_dirs=[Path(__file__).parent / "profiles"])
-    spec = WorkloadSpec(
-        agents=agents,
-        mix=[MixEntry(profile="bench_agent", topology="chain")],
-        arrival=ArrivalSpec(process="all_at_once", rate=None),
-    )
-    workload = Workload(spec, catalog)
+    workload = bench_agents(agents)
     with tempfile.TemporaryDirectory() as tmp, RayExecutor(workers=workers) as executor:
         storage = RunStorage.at(tmp)
         sink = ParquetTraceSink(storage, writer="bench")

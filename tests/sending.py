@@ -16,6 +16,17 @@ from swarm.runtime.sources import RequestSource
 from swarm.trace.sink import RecordBuffer
 from swarm.workload.workload import Workload
 
+#: An agent profile that keeps sending: short prompts, 8-token answers, 50 ms of thinking
+#: between calls (the tests that kill something mid-run use it).
+STEADY_PROFILE = """\
+name: steady
+system_prompt: {style: prose, tokens: 100}
+task_tokens: {dist: constant, value: 20}
+instruction_tokens: {dist: constant, value: 8}
+output_tokens: {default: {dist: constant, value: 8}}
+think_time_s: {dist: constant, value: 0.05}
+"""
+
 
 def send(
     source: RequestSource, target: ResolvedTarget, *, stop_after_s: float | None = None, **run: Any

@@ -17,19 +17,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from sending import STEADY_PROFILE
 
 from swarm.analysis.report import build_report, load_run
 from swarm.trace.manifest import RunManifest, RunStatus
 from swarm.trace.reader import list_parts, read_requests, unfinished_parts
-
-PROFILE = """\
-name: steady
-system_prompt: {style: prose, tokens: 100}
-task_tokens: {dist: constant, value: 20}
-instruction_tokens: {dist: constant, value: 8}
-output_tokens: {default: {dist: constant, value: 8}}
-think_time_s: {dist: constant, value: 0.05}
-"""
 
 FLUSH_S = 0.5
 
@@ -50,7 +42,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_kill_9_of_the_driver_loses_at_most_the_last_flush_interval(tmp_path: Path) -> None:
-    (tmp_path / "steady.yaml").write_text(PROFILE)
+    (tmp_path / "steady.yaml").write_text(STEADY_PROFILE)
     out = tmp_path / "runs"
     cmd = [
         sys.executable, "-m", "swarm", "run", "--executor", "inprocess", "--no-progress",

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from sending import STEADY_PROFILE
 
 from swarm.cluster.loopback import LoopbackCluster, LoopbackNode
 from swarm.emulator.http_server import EmulatorThread
@@ -31,14 +32,6 @@ from swarm.trace.reader import read_requests
 
 pytestmark = pytest.mark.slow
 
-PROFILE = """\
-name: steady
-system_prompt: {style: prose, tokens: 100}
-task_tokens: {dist: constant, value: 20}
-instruction_tokens: {dist: constant, value: 8}
-output_tokens: {default: {dist: constant, value: 8}}
-think_time_s: {dist: constant, value: 0.05}
-"""
 CALLS_PER_AGENT = 4  # the chain topology
 
 
@@ -55,7 +48,7 @@ def cluster() -> Iterator[LoopbackCluster]:
 @pytest.fixture
 def profile(tmp_path: Path) -> Path:
     path = tmp_path / "steady.yaml"
-    path.write_text(PROFILE)
+    path.write_text(STEADY_PROFILE)
     return path
 
 
