@@ -18,8 +18,10 @@ def test_workers_go_to_every_node_in_proportion_to_its_cpus_dealt_in_turn() -> N
     assert plan.cpus_each == 1.0
 
 
-def test_every_node_gets_one_before_any_gets_a_second() -> None:
+def test_every_node_gets_one_and_the_rest_follow_the_cpus() -> None:
     assert worker_counts(nodes(16, 1, 1), 3) == [1, 1, 1]
+    assert worker_counts(nodes(8, 8, 1), 16) == [8, 7, 1]  # whole CPUs each, not [7, 7, 2]
+    assert plan_placement(nodes(8, 8, 1), 16).cpus_each == 1.0
     assert worker_counts(nodes(1, 16, 2), 2) == [0, 1, 1]  # fewer workers than nodes: the largest
     counts = worker_counts(nodes(3, 1, 1, 5), 13)
     assert sum(counts) == 13 and min(counts) >= 1 and counts[3] == max(counts)
@@ -28,11 +30,15 @@ def test_every_node_gets_one_before_any_gets_a_second() -> None:
 def test_more_workers_than_cpus_share_them_so_all_fit_at_once() -> None:
     plan = plan_placement(nodes(1, 1), 32)
     assert Counter(plan.node_ids) == {"n0": 16, "n1": 16}
-    assert plan.cpus_each == 1 / 16
-    uneven = plan_placement(nodes(2, 1), 4)
-    per_node = Counter(uneven.node_ids)
-    for n in nodes(2, 1):
-        assert per_node[n.node_id] * uneven.cpus_each <= n.cpus
+    assert plan.cpus_each == 0.0625
+    for cpus in [(2, 1), (2,), (1,), (3, 3, 1), (8, 8, 1), (5, 2)]:
+        for workers in range(1, 33):
+            placed = plan_placement(nodes(*cpus), workers)
+            # as Ray keeps amounts: in 1/10,000 units, rounded to nearest
+            units = round(placed.cpus_each * 10_000)
+            for n, count in Counter(placed.node_ids).items():
+                assert count * units <= nodes(*cpus)[int(n[1:])].cpus * 10_000, (cpus, workers)
+            assert len(placed.node_ids) == workers
 
 
 def test_only_alive_nodes_with_cpus_take_workers() -> None:

@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 #: How long the final drains may take, seconds (a worker that does not answer is left out).
 FINAL_DRAIN_S = 60.0
+#: An unreachable worker's last drain is asked again after this long, seconds.
+RETRY_S = 0.5
 #: A drain outstanding this long is warned about once.
 SLOW_DRAIN_S = 30.0
 
@@ -57,10 +59,15 @@ class WorkerAccount:
     finished: set[str] = field(default_factory=set)
     last_drain_ns: int | None = None
     lost_ns: int | None = None
-    #: the drain call in flight, and since when (driver wall clock)
-    outstanding: Any = None
+    #: the drain call in flight (its number, its ref), and since when (driver wall clock)
+    outstanding: tuple[int, Any] | None = None
     outstanding_since_ns: int = 0
     warned_slow: bool = False
+    #: why its latest drain failed, when it did (an unreachable worker)
+    last_error: str | None = None
+    #: drains asked of it so far, and the number of the latest one answered
+    asked: int = 0
+    answered: int = 0
 
     @property
     def sent(self) -> int:
@@ -92,6 +99,25 @@ class WorkerAccount:
             )
 
 
+class RemoteCalls:
+    """The few Ray calls ``Drains`` makes, behind a seam so the accounting runs in one process
+    in tests: ``wait`` returns the refs ready within the timeout, ``get`` a ref's value or raises.
+    ``unavailable`` errors mean "not reachable now, ask again"; ``fatal`` ones that the worker is
+    gone (any other Ray error of a call: the actor died, the reply's object was lost with its
+    node, the method raised)."""
+
+    def __init__(self) -> None:
+        import ray
+        from ray.exceptions import ActorUnavailableError, RayError
+
+        self.wait: Callable[[list[Any], float], list[Any]] = lambda refs, timeout_s: ray.wait(
+            refs, num_returns=len(refs), timeout=timeout_s
+        )[0]
+        self.get: Callable[[Any], Any] = ray.get
+        self.unavailable: tuple[type[BaseException], ...] = (ActorUnavailableError,)
+        self.fatal: tuple[type[BaseException], ...] = (RayError,)
+
+
 class Drains:
     """Every tick: each live worker's records into the sink, its stats into the live view."""
 
@@ -102,13 +128,21 @@ class Drains:
         stats: RunStats,
         conditions: StopConditions,
         *,
+        calls: RemoteCalls | None = None,
         clock_ns: Callable[[], int] = time.time_ns,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        final_drain_s: float = FINAL_DRAIN_S,
     ) -> None:
         self.accounts = accounts
         self.sink = sink
         self.stats = stats
         self.conditions = conditions
+        self.calls = calls if calls is not None else RemoteCalls()
         self.clock_ns = clock_ns
+        self.monotonic = monotonic
+        self.sleep = sleep
+        self.final_drain_s = final_drain_s
 
     def alive(self) -> list[WorkerAccount]:
         return [a for a in self.accounts if a.alive]
@@ -130,53 +164,76 @@ class Drains:
             len(account.cut_ids()), account.lost,
         )  # fmt: skip
 
+    def _ask(self, a: WorkerAccount) -> None:
+        a.asked += 1
+        a.outstanding = (a.asked, a.actor.drain.remote())
+        a.outstanding_since_ns = self.clock_ns()
+
     def tick(self, wait_s: float) -> None:
         """Ask every live worker without a drain in flight for one, and take the answers that
         come within ``wait_s``."""
-        now = self.clock_ns()
         for a in self.alive():
             if a.outstanding is None:
-                a.outstanding = a.actor.drain.remote()
-                a.outstanding_since_ns = now
+                self._ask(a)
         self._collect(wait_s)
         self.merge()
 
     def final(self) -> None:
-        """After every worker's run: one last drain of each live worker, issued after the run
-        ended, so everything it recorded is taken (or the worker is counted lost)."""
-        deadline = time.monotonic() + FINAL_DRAIN_S
-        while any(a.outstanding is not None for a in self.alive()) and time.monotonic() < deadline:
-            self._collect(min(1.0, max(deadline - time.monotonic(), 0.0)))
-        asked_ns = self.clock_ns()
+        """After every worker's run: one last drain of each live worker, asked after its run
+        ended (at once, or as soon as an earlier drain still in flight answers), so everything
+        it recorded is taken. A worker whose last drain has not answered by the deadline is
+        counted lost, with its last records; an unreachable one is asked again until then."""
+        deadline = self.monotonic() + self.final_drain_s
+        final_ask: dict[int, int] = {}  # the number of each worker's last drain
+        asked_at: dict[int, float] = {}
+        while True:
+            resting = False
+            for a in self.alive():
+                if a.outstanding is not None:
+                    continue
+                if a.index in final_ask:
+                    if a.answered >= final_ask[a.index]:
+                        continue
+                    if self.monotonic() - asked_at[a.index] < RETRY_S:  # unreachable: ask again soon
+                        resting = True
+                        continue
+                self._ask(a)
+                final_ask[a.index], asked_at[a.index] = a.asked, self.monotonic()
+            waiting = any(a.outstanding is not None for a in self.alive())
+            remaining = deadline - self.monotonic()
+            if not (waiting or resting) or remaining <= 0:
+                break
+            if waiting:
+                self._collect(min(RETRY_S, remaining))
+            else:
+                self.sleep(min(RETRY_S, remaining))
         for a in self.alive():
-            a.outstanding = a.actor.drain.remote()
-            a.outstanding_since_ns = asked_ns
-        while any(a.outstanding is not None for a in self.alive()) and time.monotonic() < deadline:
-            self._collect(min(1.0, max(deadline - time.monotonic(), 0.0)))
-        for a in self.alive():
-            if a.last_drain_ns is None or a.last_drain_ns < asked_ns:  # its last records never came
-                self.lose(a, f"did not answer its last drain within {FINAL_DRAIN_S:g} s")
+            if a.index not in final_ask or a.answered < final_ask[a.index]:
+                why = a.last_error or f"no answer within {self.final_drain_s:g} s"
+                self.lose(a, f"its last drain did not come: {why}")
         self.merge()
 
     def _collect(self, wait_s: float) -> None:
-        import ray
-        from ray.exceptions import ActorUnavailableError, RayActorError
-
-        waiting = {a.outstanding: a for a in self.alive() if a.outstanding is not None}
+        waiting: dict[int, tuple[WorkerAccount, int, Any]] = {
+            id(a.outstanding[1]): (a, *a.outstanding) for a in self.alive() if a.outstanding is not None
+        }
         if not waiting:
             return
-        ready, _ = ray.wait(list(waiting), num_returns=len(waiting), timeout=wait_s)
+        ready = self.calls.wait([ref for _, _, ref in waiting.values()], wait_s)
         now = self.clock_ns()
         for ref in ready:
-            a = waiting[ref]
+            a, number, _ = waiting[id(ref)]
             a.outstanding = None
             try:
-                batch, wstats, finished = ray.get(ref)
-            except ActorUnavailableError:  # not reachable now: its run's call says whether it is gone
+                batch, wstats, finished = self.calls.get(ref)
+            except self.calls.unavailable as exc:  # not reachable now: asked again next time
+                a.last_error = f"{type(exc).__name__}: {exc}"
                 continue
-            except RayActorError as exc:
+            except self.calls.fatal as exc:
                 self.lose(a, f"{type(exc).__name__}: {exc}")
                 continue
+            a.last_error = None
+            a.answered = number
             a.last_drain_ns = now
             a.finished.update(finished)
             if batch is not None and batch.num_rows:

@@ -47,6 +47,7 @@ from swarm.cluster.placement import PlacementPlan, nodes_with_cpus, plan_placeme
 from swarm.cluster.worker import SwarmWorker, WorkerPayload
 from swarm.errors import InputError
 from swarm.runtime.context import Placement, TargetOutcome, TargetRun
+from swarm.runtime.live_stats import RunStats
 from swarm.runtime.loop import stop_conditions_for
 from swarm.trace.sink import PART_SUFFIX, REQUESTS_DIR
 from swarm.trace.storage import RunStorage
@@ -145,7 +146,7 @@ class RayExecutor:
 
     def run_target(self, run: TargetRun) -> TargetOutcome:
         import ray
-        from ray.exceptions import GetTimeoutError, RayActorError
+        from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
         self._connect()
         target, sink, stats = run.target, run.sink, run.stats
@@ -238,7 +239,7 @@ class RayExecutor:
                     i = pending.pop(ref)
                     try:
                         outcomes[i] = ray.get(ref)
-                    except RayActorError as exc:
+                    except RayError as exc:  # the actor died, its node was lost, or its run raised
                         drains.lose(accounts[i], f"{type(exc).__name__}: {exc}")
                 for ref in list(pending):
                     if not accounts[pending[ref]].alive:
@@ -288,7 +289,8 @@ class RayExecutor:
             workers=infos,
             halt_reason=halt_reason,
             records_lost=sum(int(o.get("records_lost", 0)) for o in outcomes.values()),
-            records_lost_with_workers=sum(a.lost for a in accounts if not a.alive),
+            # a live worker loses records only when a drain's answer was lost on its way
+            records_lost_with_workers=sum(a.lost for a in accounts),
         )
 
 
@@ -329,6 +331,9 @@ def count_written_rows(
                 by_status[status] = by_status.get(status, 0) + 1
             rows += column.num_rows
         a.rows = rows
-        if a.stats is not None:
-            a.stats.by_status = by_status
-            a.stats.requests = rows
+        if a.stats is None:  # lost before its first drain
+            a.stats = RunStats()
+        # its counts are its rows; parts closed after its last drain hold requests sent since
+        a.stats.by_status = by_status
+        a.stats.requests = rows
+        a.stats.requests_sent = max(a.stats.requests_sent, rows)

@@ -6,18 +6,23 @@ the executor pins each actor to its node with a soft node-affinity strategy, so 
 places it elsewhere when that node is gone by the time the actor starts.
 
 The rule: only alive nodes with CPUs take workers (a head started with ``--num-cpus 0``
-takes none). Every node gets one worker, and the rest are shared out in proportion to each
-node's CPUs by largest remainder (fewer workers than nodes: one each on the nodes with the
+takes none). Workers are shared out in proportion to each node's CPUs by largest remainder,
+every node getting at least one (fewer workers than nodes: one each on the nodes with the
 most CPUs). They are dealt
 in turn (worker 0 on the first node, worker 1 on the second, ...) so that sessions, dealt
 round-robin over workers, spread over nodes too. Each worker takes
-``min(1, min over nodes of node CPUs / workers there)`` CPUs, so all of them fit at once.
+``min(1, min over nodes of node CPUs / workers there)`` CPUs, rounded down to Ray's 1/10,000,
+so all of them fit at once.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
+
+#: Ray's resource granularity: amounts are kept in 1/10,000 units.
+CPU_GRAIN = 10_000
 
 
 @dataclass(frozen=True)
@@ -48,23 +53,24 @@ def nodes_with_cpus(ray_nodes: list[dict[str, Any]]) -> list[NodeCapacity]:
 
 
 def worker_counts(nodes: list[NodeCapacity], workers: int) -> list[int]:
-    """How many of ``workers`` go to each node: one each, and the rest in proportion to CPUs
-    (largest remainder); fewer workers than nodes go one each to the nodes with most CPUs."""
+    """How many of ``workers`` go to each node: in proportion to CPUs (largest remainder), at
+    least one on every node; fewer workers than nodes go one each to the nodes with most CPUs."""
     if workers < 1 or not nodes:
         return [0] * len(nodes)
-    if workers < len(nodes):  # one each on the nodes with the most CPUs
+    if workers < len(nodes):
         largest = sorted(range(len(nodes)), key=lambda i: (-nodes[i].cpus, i))[:workers]
         return [1 if i in largest else 0 for i in range(len(nodes))]
     total = sum(n.cpus for n in nodes)
-    counts = [1] * len(nodes)
-    left = workers - sum(counts)
-    if left:
-        shares = [left * n.cpus / total for n in nodes]
-        whole = [int(s) for s in shares]
-        counts = [c + w for c, w in zip(counts, whole, strict=True)]
-        by_remainder = sorted(range(len(nodes)), key=lambda i: (-(shares[i] - whole[i]), -nodes[i].cpus, i))
-        for i in by_remainder[: left - sum(whole)]:
-            counts[i] += 1
+    shares = [workers * n.cpus / total for n in nodes]
+    counts = [max(1, int(s)) for s in shares]
+    while sum(counts) > workers:  # the minimum of one took some: from the most crowded node
+        i = max(
+            (i for i in range(len(nodes)) if counts[i] > 1), key=lambda i: (counts[i] / nodes[i].cpus, -i)
+        )
+        counts[i] -= 1
+    while sum(counts) < workers:  # the remainders: to the largest
+        i = max(range(len(nodes)), key=lambda i: (shares[i] - counts[i], nodes[i].cpus, -i))
+        counts[i] += 1
     return counts
 
 
@@ -85,4 +91,5 @@ def plan_placement(nodes: list[NodeCapacity], workers: int) -> PlacementPlan:
                 order.append(node.node_id)
                 left[i] -= 1
     cpus_each = min([1.0] + [n.cpus / c for n, c in zip(nodes, counts, strict=True) if c])
-    return PlacementPlan(tuple(order), cpus_each)
+    # Ray keeps resource amounts to 1/10,000, rounded to nearest: round down so all still fit
+    return PlacementPlan(tuple(order), math.floor(cpus_each * CPU_GRAIN) / CPU_GRAIN)

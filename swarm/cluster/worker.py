@@ -12,6 +12,7 @@ be tested in one process.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import resource
@@ -171,7 +172,9 @@ class SwarmWorker:
         records = self._buffer.take()
         finished, self.stats.finished_sessions = self.stats.finished_sessions, []
         batch = records_to_batch(records, keep_text=self.payload.keep_text) if records else None
-        return batch, self.stats, finished
+        # a copy taken now: Ray may serialise the answer after this coroutine, while the
+        # event loop goes on recording, and the stats must match the batch
+        return batch, copy.deepcopy(self.stats), finished
 
     async def stop(self) -> None:
         self._stop.interrupt()

@@ -190,7 +190,6 @@ class Dispatcher:
             if not stop.admit():
                 return None
             self.in_flight += 1
-            self.stats.requests_sent += 1
             try:
                 out = build(slot_wait_ns) if callable(build) else build
                 request = out.request
@@ -199,6 +198,7 @@ class Dispatcher:
                     if out.tokens is not None:
                         changes["ideal_cached_tokens_est"] = self.index.observe(out.tokens)
                     request = dataclasses.replace(request, **changes)
+                self.stats.requests_sent += 1  # every send ends in exactly one record
                 record = await self.client.send(request, out.payload)
                 self.sent += 1
             finally:
