@@ -86,6 +86,9 @@ def test_retries_are_off_by_default(emulator: object, tmp_path: Path, specs: tup
     failed = [r for r in rows if r["status"] != "ok"]
     assert failed and all(r["http_status"] == 503 for r in failed)
     assert len({r["request_id"] for r in rows}) == len(rows)
+    # every request sent is a row, failed ones included (rows + lost = sent, nothing lost here)
+    assert manifest.requests_sent == len(rows) == sum(manifest.counts.values())
+    assert manifest.records_lost == manifest.records_lost_with_workers == 0
 
 
 def test_each_retry_is_its_own_row_linked_to_the_first(

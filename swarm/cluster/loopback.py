@@ -137,7 +137,8 @@ class LoopbackCluster:
         resources = json.dumps({node.resource: 1})
         command = [
             *ray_command(), "start", "--block", f"--node-ip-address={node.ip}", f"--num-cpus={node.cpus:g}",
-            f"--resources={resources}", "--disable-usage-stats", *args,
+            f"--resources={resources}", "--disable-usage-stats",
+            f"--dashboard-agent-listen-port={free_port()}", *args,
         ]  # fmt: skip
         env = {**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled"), **self.env}
         with open(node.log_path, "wb") as out:
@@ -202,11 +203,25 @@ class LoopbackCluster:
         return list(found.values())
 
     def processes(self) -> list[psutil.Process]:
-        """Every process of the cluster still running."""
-        out: list[psutil.Process] = []
+        """Every process of the cluster still running: its nodes' process groups, everything
+        below them, and anything else naming its temporary folder."""
+        found: dict[int, psutil.Process] = {}
         for node in self.nodes:
-            out += [p for p in self._group_processes(node) if _running(p)]
-        return out
+            found.update((p.pid, p) for p in self._group_processes(node))
+        if self.temp_dir:
+            for p in psutil.process_iter():
+                try:
+                    if any(self.temp_dir in a for a in p.cmdline()):
+                        found[p.pid] = p
+                except psutil.Error:
+                    continue
+        return [p for p in found.values() if _running(p)]
+
+    def alive_workers(self) -> list[LoopbackNode]:
+        """The worker nodes whose raylet still runs."""
+        return [
+            n for n in self.nodes if n.name != "head" and n.raylet_pid and psutil.pid_exists(n.raylet_pid)
+        ]
 
     def kill_raylet(self, name: str) -> int:
         """SIGKILL node ``name``'s raylet (a node lost); returns its pid."""

@@ -43,7 +43,9 @@ class RequestSource(Protocol):
         ...
 
     def session_ids(self) -> Sequence[str]:
-        """The trace's ``session_id`` of each session, in the order they are dealt."""
+        """A name for each session, in the order they are dealt: an agent's trace
+        ``session_id``; a replayed session's first request's ``session_id`` (``item<index>``
+        when it has none; a session joined from several by dependencies is named by its first)."""
         ...
 
     def split(self, parts: int) -> Sequence[RequestSource]:
