@@ -27,7 +27,7 @@ class Gone(Exception):
     pass
 
 
-@dataclass
+@dataclass(eq=False)  # hashed by identity, as refs are
 class Ref:
     answer: Callable[[], Any]
     ready: bool = True

@@ -59,9 +59,10 @@ def swarm_run(args: list[str], env: dict[str, str] | None = None) -> subprocess.
     )  # fmt: skip
 
 
-def finish(proc: subprocess.Popen[str], timeout_s: float = 300) -> str:
+def finish(proc: subprocess.Popen[str], timeout_s: float = 300, logs: Callable[[], str] | None = None) -> str:
+    """The run's output once it ended well; its stderr (and the cluster's logs) if not."""
     out, err = proc.communicate(timeout=timeout_s)
-    assert proc.returncode == 0, err[-3000:]
+    assert proc.returncode == 0, err[-3000:] + ("\n" + logs() if logs is not None else "")
     return out + err
 
 
@@ -162,7 +163,7 @@ def test_ray_address_and_ray_client_join_the_same_cluster(
          "--agents", "10", "--arrival", "constant:100", "--output", str(out)],
         env={"RAY_ADDRESS": cluster.client_address},
     )  # fmt: skip
-    finish(proc)
+    finish(proc, logs=lambda: cluster.log_tail("ray_client_server*"))
     manifest = RunManifest.read(run_dir_of(out))
     assert manifest.status is RunStatus.COMPLETE and manifest.counts == {"ok": 10 * CALLS_PER_AGENT}
     workers = {n.node_id for n in cluster.nodes if n.name.startswith("w")}

@@ -214,15 +214,16 @@ class Drains:
         self.merge()
 
     def _collect(self, wait_s: float) -> None:
-        waiting: dict[int, tuple[WorkerAccount, int, Any]] = {
-            id(a.outstanding[1]): (a, *a.outstanding) for a in self.alive() if a.outstanding is not None
+        # keyed by the refs themselves: Ray Client's wait hands back new objects for the same refs
+        waiting: dict[Any, tuple[WorkerAccount, int]] = {
+            a.outstanding[1]: (a, a.outstanding[0]) for a in self.alive() if a.outstanding is not None
         }
         if not waiting:
             return
-        ready = self.calls.wait([ref for _, _, ref in waiting.values()], wait_s)
+        ready = self.calls.wait(list(waiting), wait_s)
         now = self.clock_ns()
         for ref in ready:
-            a, number, _ = waiting[id(ref)]
+            a, number = waiting[ref]
             a.outstanding = None
             try:
                 batch, wstats, finished = self.calls.get(ref)

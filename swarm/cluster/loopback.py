@@ -217,6 +217,19 @@ class LoopbackCluster:
                     continue
         return [p for p in found.values() if _running(p)]
 
+    def log_tail(self, pattern: str = "*", chars: int = 2000) -> str:
+        """The ends of the cluster's log files matching ``pattern`` (for a failure's message)."""
+        logs = Path(self.temp_dir) / "session_latest" / "logs"
+        out = []
+        for path in sorted(logs.glob(pattern)):
+            try:
+                text = path.read_text(errors="replace")
+            except OSError:
+                continue
+            if text.strip():
+                out.append(f"--- {path.name}\n{text[-chars:]}")
+        return "\n".join(out)
+
     def alive_workers(self) -> list[LoopbackNode]:
         """The worker nodes whose raylet still runs."""
         return [
