@@ -204,14 +204,16 @@ def test_many_small_workers_agree_on_the_start_and_every_record_arrives_once(
     assert [workers.count(i) for i in range(32)] == [w["requests"] for w in outcome.workers]
     assert all(w["requests_sent"] == w["requests"] and w["records_lost"] == 0 for w in outcome.workers)
     # the agreed start: every agent's first call is due at the one start instant plus its own
-    # offset, whichever worker ran it (workers convert the instant to their own clocks)
+    # offset, whichever worker ran it (each worker converts the instant to its own clock and
+    # its records' times back with one reading of its clocks, so this holds however busy the
+    # machine; within 1 us for the float offsets' rounding)
     offsets = workload.start_offsets_s
     starts = [
         row["scheduled_ns"] - round(offsets[row["agent_id"]] * 1e9)
         for row in table.select(["agent_id", "depth", "scheduled_ns"]).to_pylist()
         if row["depth"] == 0
     ]
-    assert len(starts) == agents and max(starts) - min(starts) < 2_000_000
+    assert len(starts) == agents and max(starts) - min(starts) <= 1_000
     # the live view only grows, and ends at the trace's figures
     assert seen and all(a[0] <= b[0] and a[1] <= b[1] for a, b in itertools.pairwise(seen))
     assert stats.agents_started == stats.agents_done == agents

@@ -114,3 +114,51 @@ def test_sigterm_ends_a_run_waiting_for_ray(tmp_path: Path, ray_tmpdir: Path) ->
                 c.close()
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
+
+
+def _listening() -> socket.socket:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    return server
+
+
+def test_a_ray_client_session_whose_server_dies_at_birth_is_tried_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ray Client's server can lose the process it forks for a new session (a Ray bug): the
+    connection asks for a new session, up to three times in all, and then says what failed."""
+    import ray
+
+    from swarm.cluster.connection import RayConnection
+    from swarm.errors import InputError
+
+    calls: list[str] = []
+
+    def init_failing(times: int) -> object:
+        def init(**kwargs: object) -> None:
+            calls.append(str(kwargs["address"]))
+            if len(calls) <= times:
+                raise ConnectionAbortedError(
+                    "Initialization failure from server:\nStarting Ray client server failed."
+                )
+
+        return init
+
+    with _listening() as server:
+        address = f"ray://127.0.0.1:{server.getsockname()[1]}"
+        monkeypatch.setattr(ray, "init", init_failing(2))
+        monkeypatch.setattr(ray, "is_initialized", lambda: False)
+        RayConnection(address, timeout_s=30).open({}).close()
+        assert calls == [address] * 3
+        calls.clear()
+        monkeypatch.setattr(ray, "init", init_failing(3))
+        with pytest.raises(InputError, match="Initialization failure from server"):
+            RayConnection(address, timeout_s=30).open({})
+        assert len(calls) == 3
+        # a plain address is not tried again: only Ray Client sessions die this way
+        calls.clear()
+        plain = f"127.0.0.1:{server.getsockname()[1]}"
+        with pytest.raises(InputError):
+            RayConnection(plain, timeout_s=30).open({})
+        assert calls == [plain]

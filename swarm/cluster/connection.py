@@ -14,6 +14,9 @@ connection is closed: Ray's local processes are tied to the thread that started 
 parent-death signal), so a thread that ended would take them with it. A ``host:port`` address
 is first tried with a plain TCP connect, so a cluster that is gone is named in a second.
 
+With Ray Client (``ray://``), a session whose server process dies as it starts (a known Ray
+bug: the client server forks while gRPC threads run) is tried again, up to three times.
+
 A local Ray's workers run at the driver's priority (``RAY_worker_niceness=0``; Ray's default
 of 15 starves the generator beside an emulator on the same cores). A cluster's workers run as
 that cluster was started.
@@ -34,6 +37,8 @@ log = logging.getLogger(__name__)
 
 #: How long starting a local Ray or joining a cluster may take, seconds.
 DEFAULT_TIMEOUT_S = 60.0
+#: Tries to open a Ray Client session (``ray://``) whose server failed to start one.
+CLIENT_ATTEMPTS = 3
 #: The tick at which the waiting thread looks up (signals are handled between ticks).
 _TICK_S = 0.2
 
@@ -125,7 +130,24 @@ class RayConnection:
         quiet = _DropMainThreadWarning()
         worker_log.addFilter(quiet)  # ours is not the main thread, on purpose (see above)
         try:
-            ray.init(**kwargs)
+            for attempt in range(1, CLIENT_ATTEMPTS + 1):
+                try:
+                    ray.init(**kwargs)
+                    break
+                except ConnectionAbortedError as exc:
+                    if not (
+                        self.address.startswith("ray://")
+                        and attempt < CLIENT_ATTEMPTS
+                        and not self._abandoned
+                    ):
+                        raise
+                    # Ray Client's server forks one server per client, and that fork can die at
+                    # birth (ray-project/ray#63202): a new connection gets a new one
+                    log.warning(
+                        "the Ray Client server at %s failed to start a session (%s); trying again",
+                        self.address,
+                        str(exc).strip().splitlines()[0][:200],
+                    )
         except BaseException as exc:  # handed to the waiting thread, which raises it
             self._error = exc
             self._ready.set()

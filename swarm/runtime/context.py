@@ -110,6 +110,21 @@ class TargetRun:
     measure_send_stamps: bool = False
 
 
+def wall_minus_perf_ns(samples: int = 5) -> int:
+    """``time_ns() - perf_counter_ns()`` now, from the tightest of ``samples`` readings (the
+    wall clock read between two perf readings; a process preempted between them would move
+    the difference by as long as it waited)."""
+    best: tuple[int, int] | None = None
+    for _ in range(samples):
+        p1 = time.perf_counter_ns()
+        wall = time.time_ns()
+        p2 = time.perf_counter_ns()
+        if best is None or p2 - p1 < best[0]:
+            best = (p2 - p1, wall - (p1 + p2) // 2)
+    assert best is not None
+    return best[1]
+
+
 @dataclass(frozen=True)
 class Placement:
     """Where a target run's loop runs: the process's clock against the driver's, which
@@ -122,15 +137,18 @@ class Placement:
     clock_offset_ns: int = 0
     #: this worker runs only some sessions: count the prefixes they all share as sent
     seed_shared_prefixes: bool = False
+    #: this process's wall clock minus its perf counter, read once: the start and every
+    #: record's wall times are converted with the same reading
+    wall_minus_perf_ns: int | None = None
 
     @staticmethod
     def at_driver_wall(
         start_wall_ns: int, clock_offset_ns: int, worker: int, seed_shared_prefixes: bool
     ) -> Placement:
         """The placement of a worker told to start at the driver's wall time ``start_wall_ns``."""
-        wall_now, perf_now = time.time_ns(), time.perf_counter_ns()
-        start_perf = perf_now + (start_wall_ns + clock_offset_ns - wall_now)
-        return Placement(worker, start_perf, clock_offset_ns, seed_shared_prefixes)
+        mapping = wall_minus_perf_ns()
+        start_perf = start_wall_ns + clock_offset_ns - mapping
+        return Placement(worker, start_perf, clock_offset_ns, seed_shared_prefixes, mapping)
 
     def wall_clock(self) -> int:
         """The driver's wall clock now."""

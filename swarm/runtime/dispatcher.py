@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from swarm.record import RequestRecord, Status
 from swarm.request import EngineRequest
+from swarm.runtime.context import wall_minus_perf_ns as read_wall_minus_perf_ns
 from swarm.runtime.gc_policy import AgentRunCollector, QuietCollector
 from swarm.runtime.live_stats import RunStats
 from swarm.runtime.retry import is_retryable, retry_delay_s
@@ -120,6 +121,7 @@ class Dispatcher:
         max_in_flight: int = 0,
         index: PrefixIndex | None = None,
         clock_offset_ns: int = 0,
+        wall_minus_perf_ns: int | None = None,
         clock_ns: Callable[[], int] = time.perf_counter_ns,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
@@ -132,7 +134,8 @@ class Dispatcher:
         self._sleep = sleep
         self._sem = asyncio.Semaphore(max_in_flight) if max_in_flight > 0 else None
         # the driver's wall clock = this process's perf counter + this
-        self._wall0 = time.time_ns() - clock_offset_ns - time.perf_counter_ns()
+        mapping = wall_minus_perf_ns if wall_minus_perf_ns is not None else read_wall_minus_perf_ns()
+        self._wall0 = mapping - clock_offset_ns
         self.start_perf_ns = clock_ns()
         self.in_flight = 0
         self.sent = 0

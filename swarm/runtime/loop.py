@@ -77,6 +77,7 @@ async def drive(
             max_in_flight=source.limits.max_in_flight,
             index=index,
             clock_offset_ns=placement.clock_offset_ns,
+            wall_minus_perf_ns=placement.wall_minus_perf_ns,
         )
         started = source.start(d, run, placement)
         try:
