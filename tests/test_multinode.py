@@ -242,6 +242,7 @@ def check_lost_node(
     # the sessions it cut are named: its own, and as many as it counts
     table = read_requests(run_dir)
     assert lost.sessions_cut == len(lost.sessions_cut_ids) > 0
+    assert manifest.targets[0].sessions_lost == lost.sessions_cut
     assert set(lost.sessions_cut_ids) <= {f"1-{i}" for i in range(lost.worker, 48, 4)}
     # the others ran every one of their sessions to the end
     for w in manifest.workers:

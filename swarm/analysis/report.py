@@ -121,7 +121,7 @@ def lost_worker_warning(mf: RunManifest, w: WorkerInfo, shown_sessions: int = 5)
         f"target {w.target}: worker {w.worker}{where} was lost{when}: {w.sessions_cut} of its "
         f"{w.sessions} sessions cut"
         + (f" ({named})" if named else "")
-        + f"; {w.records_lost} of the {w.requests_sent} requests it sent are not in the trace "
+        + f"; not in the trace: {w.records_lost} of the {w.requests_sent} requests it sent "
         f"(it had handed over {w.requests}); {w.error or 'no error recorded'}"
     )
 

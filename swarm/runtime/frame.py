@@ -253,6 +253,7 @@ def run_on_targets(
                 dead = [w for w in outcome.workers if not w.get("alive", True)]
                 if dead:
                     cut = sum(int(w.get("sessions_cut", 0)) for w in dead)
+                    info.sessions_lost = cut
                     where = ", ".join(
                         f"{w['worker']}"
                         + (f" (node {w['node_ip'] or w['node_id'][:12]})" if w.get("node_id") else "")

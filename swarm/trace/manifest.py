@@ -60,14 +60,20 @@ class TargetInfo(BaseModel):
         default=0, description="sessions started but cut short by the run's stop (interrupt, halt, limit)"
     )
 
+    sessions_lost: int = Field(
+        default=0,
+        description="sessions of workers that were lost (their node gone) that did not run to their end",
+    )
+
     def shortfall(self) -> str | None:
         """What of this target's part did not happen, in words (None when it all did)."""
         if self.outcome == "not_run":
             return "not run (the run ended before it came to this target)"
-        if self.sessions_cut or self.sessions_started < self.sessions_planned:
+        if self.sessions_cut or self.sessions_lost or self.sessions_started < self.sessions_planned:
             return (
                 f"{self.sessions_started} of {self.sessions_planned} agent sessions started, "
                 f"{self.sessions_cut} of them cut short by the run's stop ({self.outcome})"
+                + (f"; {self.sessions_lost} lost with their worker" if self.sessions_lost else "")
             )
         return None
 
