@@ -115,7 +115,7 @@ def _rates(t0: float, c0: float) -> tuple[float, float]:
 
 async def _swarm(url: str) -> tuple[float, float]:
     from swarm.clients.client import HttpEngineClient, open_transport
-    from swarm.clients.engine_profiles import get_profile
+    from swarm.engines.registry import get_engine
     from swarm.request import ChatMessage, EngineRequest
     from swarm.trace.sink import ParquetTraceSink
 
@@ -124,7 +124,7 @@ async def _swarm(url: str) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as tmp:
         sink = ParquetTraceSink(tmp, writer="bench")
         async with open_transport(url) as session:  # what swarm run uses: its own HTTP/1.1 client
-            client = HttpEngineClient(session, url, get_profile("sglang"), model="m")
+            client = HttpEngineClient(session, url, get_engine("sglang"), model="m")
             payload = client.encode(request)
             bad = 0
 

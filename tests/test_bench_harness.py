@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from swarm.clients.client import HttpEngineClient, open_http_session
-from swarm.clients.engine_profiles import get_profile
+from swarm.engines.registry import get_engine
 from swarm.emulator.http_server import EmulatorThread
 from swarm.request import ChatMessage, EngineRequest
 
@@ -46,8 +46,8 @@ def test_send_stamps_give_one_non_negative_delay_per_content_event(
     async def main() -> tuple[object, object]:
         async with open_http_session() as session:
             request = EngineRequest(messages=(ChatMessage("user", "hi"),), max_tokens=12)
-            measured = HttpEngineClient(session, emu.url, get_profile("sglang"), measure_send_stamps=True)
-            plain = HttpEngineClient(session, emu.url, get_profile("sglang"))
+            measured = HttpEngineClient(session, emu.url, get_engine("sglang"), measure_send_stamps=True)
+            plain = HttpEngineClient(session, emu.url, get_engine("sglang"))
             return await measured.send(request), await plain.send(request)
 
     record, plain = asyncio.run(main())

@@ -16,7 +16,7 @@ from aiohttp import web
 from transports import TRANSPORT, transport  # noqa: F401 - each test runs once per transport
 
 from swarm.clients.client import HttpEngineClient, open_transport
-from swarm.clients.engine_profiles import get_profile
+from swarm.engines.registry import get_engine
 from swarm.record import MAX_ERROR_CHARS, RequestRecord, Status
 from swarm.request import ChatMessage, EngineRequest, Timeouts
 
@@ -95,7 +95,7 @@ async def bad_server() -> AsyncIterator[str]:
 
 async def send(url: str, mode: str, timeouts: Timeouts | None = None) -> RequestRecord:
     async with open_transport(url, kind=TRANSPORT["kind"]) as session:
-        client = HttpEngineClient(session, url, get_profile("vllm"), model=mode, timeouts=timeouts)
+        client = HttpEngineClient(session, url, get_engine("vllm"), model=mode, timeouts=timeouts)
         return await client.send(EngineRequest(messages=(ChatMessage("user", "hi"),), max_tokens=4))
 
 
@@ -194,7 +194,7 @@ async def test_api_key_from_env_is_sent_and_never_recorded(monkeypatch: pytest.M
 
     monkeypatch.setenv("SWARM_TEST_KEY", "sk-planted-secret")
     async with serve(echo) as url, open_transport(url, kind=TRANSPORT["kind"]) as session:
-        client = HttpEngineClient(session, url, get_profile("vllm"), api_key_env="SWARM_TEST_KEY")
+        client = HttpEngineClient(session, url, get_engine("vllm"), api_key_env="SWARM_TEST_KEY")
         r = await client.send(EngineRequest(messages=(ChatMessage("user", "hi"),), max_tokens=1))
     assert seen == ["Bearer sk-planted-secret"]
     assert r.status is Status.HTTP_ERROR
@@ -247,7 +247,7 @@ async def _with_closing_server(drop_on: int, sends: int) -> tuple[_ClosingServer
     port = listener.sockets[0].getsockname()[1]
     try:
         async with open_transport("http://", kind=TRANSPORT["kind"]) as session:
-            client = HttpEngineClient(session, f"http://127.0.0.1:{port}", get_profile("llamacpp"))
+            client = HttpEngineClient(session, f"http://127.0.0.1:{port}", get_engine("llamacpp"))
             records = []
             for _ in range(sends):  # one after another: each reuses the previous connection
                 records.append(

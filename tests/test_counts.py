@@ -240,7 +240,7 @@ def test_cli_compare_names_differences_in_words(
 def test_the_emulator_counts_its_steps_against_its_model(emulator: Callable[..., EmulatorThread]) -> None:
     from swarm.analysis.engine_metrics import emulator_figures
     from swarm.clients.client import HttpEngineClient, open_http_session
-    from swarm.clients.engine_profiles import get_profile
+    from swarm.engines.registry import get_engine
     from swarm.request import ChatMessage, EngineRequest
     from swarm.runtime.metrics_scraper import SCHEMA, parse_prometheus
 
@@ -248,7 +248,7 @@ def test_the_emulator_counts_its_steps_against_its_model(emulator: Callable[...,
 
     async def go() -> None:
         async with open_http_session() as session:
-            client = HttpEngineClient(session, emu.url, get_profile("sglang"))
+            client = HttpEngineClient(session, emu.url, get_engine("sglang"))
             await asyncio.gather(
                 *(
                     client.send(EngineRequest(messages=(ChatMessage("user", f"q {i}"),), max_tokens=6))

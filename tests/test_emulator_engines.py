@@ -99,10 +99,10 @@ def test_routes_name_existing_handlers_once(behaviour: beh.EngineBehaviour) -> N
 
 def test_metric_names_are_each_engines() -> None:
     for behaviour, prefix in ((SGLANG, "sglang:"), (TRTLLM, "trtllm_"), (VLLM, "vllm:")):
-        names = [m.name for m in behaviour.metrics] + [h for h, _ in behaviour.histograms]
+        names = [m.name for m in behaviour.metrics] + [h.name for h in behaviour.histograms]
         assert len(set(names)) == len(names)
         assert all(n.startswith(prefix) for n in names)
-    assert {s for _, s in TRTLLM.histograms} == {"ttft", "e2e", "tpot", "queue"}
+    assert {h.meaning for h in TRTLLM.histograms} == {"ttft", "e2e", "tpot", "queue"}
 
 
 def test_only_the_behaviour_module_branches_on_the_engine() -> None:

@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 
 from swarm.clients.client import HttpEngineClient, open_http_session
-from swarm.clients.engine_profiles import get_profile
+from swarm.engines.registry import get_engine
 from swarm.emulator.http_server import EmulatorThread
 from swarm.record import RequestRecord, Status
 from swarm.request import ChatMessage, EngineRequest
@@ -25,7 +25,7 @@ async def send_pair(
     url: str, engine: str, dialect: str, n: int, **kw: object
 ) -> tuple[RequestRecord, RequestRecord]:
     async with open_http_session() as session:
-        client = HttpEngineClient(session, url, get_profile(engine), dialect=dialect)
+        client = HttpEngineClient(session, url, get_engine(engine), dialect=dialect)
         shared = prefix(n)
         out = []
         for q in ("alpha beta gamma", "delta epsilon"):
@@ -71,7 +71,7 @@ def test_generated_tokens_enter_the_cache(emulator: Factory) -> None:
 
     async def go() -> tuple[RequestRecord, RequestRecord]:
         async with open_http_session() as session:
-            client = HttpEngineClient(session, emu.url, get_profile("sglang"))
+            client = HttpEngineClient(session, emu.url, get_engine("sglang"))
             parent_msgs = (ChatMessage("system", prefix(40)), ChatMessage("user", "think"))
             parent = await client.send(EngineRequest(messages=parent_msgs, max_tokens=12, keep_text=True))
             assert parent.output_text
@@ -180,7 +180,7 @@ def test_kv_capacity_makes_requests_wait(emulator: Factory) -> None:
 
     async def go() -> list[RequestRecord]:
         async with open_http_session() as session:
-            client = HttpEngineClient(session, emu.url, get_profile("sglang"))
+            client = HttpEngineClient(session, emu.url, get_engine("sglang"))
             reqs = [
                 EngineRequest(messages=(ChatMessage("user", prefix(20, t)),), max_tokens=10)
                 for t in ("a", "b")

@@ -14,7 +14,7 @@ import pytest
 from transports import TRANSPORT, transport  # noqa: F401 - each test runs once per transport
 
 from swarm.clients.client import HttpEngineClient, open_transport
-from swarm.clients.engine_profiles import get_profile
+from swarm.engines.registry import get_engine
 from swarm.emulator.config import EmulatorConfig
 from swarm.emulator.faults import REQUEST_KINDS, FaultInjector, FaultSpec
 from swarm.emulator.http_server import start_emulator
@@ -32,7 +32,7 @@ async def _send_with_fault(
     emu = await start_emulator(EmulatorConfig(port=0, timing="zero", faults=spec))
     try:
         async with open_transport(emu.url, kind=TRANSPORT["kind"]) as session:
-            client = HttpEngineClient(session, emu.url, get_profile("sglang"), timeouts=SHORT)
+            client = HttpEngineClient(session, emu.url, get_engine("sglang"), timeouts=SHORT)
             records = [
                 await client.send(
                     EngineRequest(
@@ -162,7 +162,7 @@ async def test_the_emulator_logs_each_fault_under_the_clients_request_id() -> No
     emu = await start_emulator(EmulatorConfig(port=0, timing="zero", faults=spec))
     try:
         async with open_transport(emu.url, kind=TRANSPORT["kind"]) as session:
-            client = HttpEngineClient(session, emu.url, get_profile("sglang"), timeouts=SHORT)
+            client = HttpEngineClient(session, emu.url, get_engine("sglang"), timeouts=SHORT)
             records = [
                 await client.send(
                     EngineRequest(

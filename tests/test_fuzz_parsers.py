@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from swarm.analysis.metrics import parse_slos
 from swarm.clients.dialects import ChunkError, StreamDecoder
-from swarm.clients.engine_profiles import get_profile
+from swarm.engines.registry import get_engine
 from swarm.clients.exchange import describe_error_body, parse_retry_after
 from swarm.clients.sse import SSEError, SSEParser
 from swarm.emulator.faults import FaultSpec
@@ -50,7 +50,7 @@ def test_stream_parsers_raise_only_their_own_errors(
 ) -> None:
     data = b"".join(pieces)
     parser = SSEParser(max_line_bytes=512)
-    decoder = StreamDecoder(dialect, get_profile("sglang"), keep_text=keep_text)
+    decoder = StreamDecoder(dialect, get_engine("sglang"), keep_text=keep_text)
     try:
         for start in range(0, len(data), cut):
             payloads = [p for p in parser.feed(data[start : start + cut]) if p != b"[DONE]"]

@@ -19,6 +19,7 @@ MARKER = "<!-- import-directions"
 #: the section of docs/architecture.md each part's modules name in their docstrings
 SECTIONS = {
     "shared": "Shared value types",
+    "engines": "Engines",
     "workload": "Workload",
     "trace": "The trace",
     "clients": "Clients",

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from swarm.clients.dialects import ChunkError, StreamDecoder
-from swarm.clients.engine_profiles import get_profile
+from swarm.engines.registry import get_engine
 
 
 def chat(
@@ -41,7 +41,7 @@ EVENTS = [
 
 
 def _decode(payloads: list[bytes], keep_text: bool, reads: list[int]) -> tuple[int, StreamDecoder]:
-    decoder = StreamDecoder("openai-chat", get_profile("vllm"), keep_text=keep_text)
+    decoder = StreamDecoder("openai-chat", get_engine("vllm"), keep_text=keep_text)
     count, start = 0, 0
     for end in [*reads, len(payloads)]:
         if end > start:

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from swarm.clients.dialects import ChunkError, StreamDecoder
-from swarm.clients.engine_profiles import get_profile
+from swarm.engines.registry import get_engine
 from swarm.clients.exchange import Call, ExchangeFailure, StreamReading
 from swarm.clients.sse import SSEError
 
@@ -59,7 +59,7 @@ def events(dialect: str) -> st.SearchStrategy[bytes]:
 
 
 def _read(data: bytes, dialect: str, cuts: list[int], raw: bool) -> tuple[object, ...]:
-    decoder = StreamDecoder(dialect, get_profile("sglang"), keep_text=False)
+    decoder = StreamDecoder(dialect, get_engine("sglang"), keep_text=False)
     call = Call(lambda: 0)
     call.t0 = 0
     chunk_ns: list[int] = []
@@ -101,7 +101,7 @@ def test_a_read_of_a_whole_answer_is_counted_without_splitting() -> None:
     end = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}\n\n'
     usage = b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":200}}\n\n'
     stream = role + word * 200 + end + usage + b"data: [DONE]\n\n"
-    decoder = StreamDecoder("openai-chat", get_profile("sglang"), keep_text=False)
+    decoder = StreamDecoder("openai-chat", get_engine("sglang"), keep_text=False)
     call = Call(lambda: 0)
     call.t0 = 0
     chunk_ns: list[int] = []

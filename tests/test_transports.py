@@ -16,7 +16,7 @@ import pytest
 
 from swarm.clients.client import HttpEngineClient, open_transport
 from swarm.clients.dialects import ChunkError
-from swarm.clients.engine_profiles import get_profile
+from swarm.engines.registry import get_engine
 from swarm.clients.h1 import H1Pool
 from swarm.clients.transport import ExchangeFailure, Response, Transport
 from swarm.errors import InputError
@@ -158,6 +158,6 @@ async def test_the_http1_client_refuses_an_https_target_by_name() -> None:
     pool: Transport = H1Pool()
     try:
         with pytest.raises(InputError, match=r"^https://host:8443/v1/chat/completions: .*plain http only"):
-            HttpEngineClient(pool, "https://user:secret@host:8443", get_profile("vllm"))
+            HttpEngineClient(pool, "https://user:secret@host:8443", get_engine("vllm"))
     finally:
         await pool.close()

@@ -27,7 +27,7 @@ from collections.abc import Callable
 import pytest
 
 from swarm.clients.client import HttpEngineClient, open_http_session
-from swarm.clients.engine_profiles import get_profile
+from swarm.engines.registry import get_engine
 from swarm.record import RequestRecord
 from swarm.request import ChatMessage, EngineRequest
 
@@ -36,7 +36,7 @@ TTFT_MS, ITL_MS, TOKENS = 50, 10, 30
 
 async def run_streams(url: str, streams: int) -> list[RequestRecord]:
     async with open_http_session() as session:
-        client = HttpEngineClient(session, url, get_profile("sglang"), measure_send_stamps=True)
+        client = HttpEngineClient(session, url, get_engine("sglang"), measure_send_stamps=True)
         lifetime_s = (TTFT_MS + ITL_MS * TOKENS) / 1000
 
         async def one(i: int) -> RequestRecord:

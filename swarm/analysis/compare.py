@@ -20,7 +20,7 @@ from typing import Any
 from swarm.analysis import metrics as m
 from swarm.analysis.figures import Distribution, TargetFigures
 from swarm.analysis.report import LoadedRun, build_run_report, workload_differences, workload_identity
-from swarm.analysis.reuse_loss import DEFAULT_BLOCK_TOKENS, reuse_loss
+from swarm.analysis.reuse_loss import default_block_tokens, reuse_loss
 from swarm.errors import InputError
 
 #: A lead smaller than this share (2 %) is a tie: the noise between two runs of one workload.
@@ -176,7 +176,7 @@ def compare(
         info = next((t for t in run.manifest.targets if t.name == target), None)
         engine = info.engine if info else ""
         stated = (info.server_info or {}).get("block_tokens") if info else None
-        block = int(stated or DEFAULT_BLOCK_TOKENS.get(engine, 1))
+        block = int(stated or default_block_tokens(engine))
         reuse[label] = reuse_loss(run.rows_of(target), block, engine).as_dict()
     return Comparison(
         columns=[c[0] for c in columns], rows=rows, workloads=identities, warnings=warnings, emulated=emulated,

@@ -17,8 +17,9 @@ Prometheus endpoint (see ``swarm.runtime.metrics_scraper`` for the file) and der
 - ``emulator``: for swarm's emulator only, whether it kept its step-time model
   (``emulator_figures``)
 
-Series of several label sets are summed. Names are matched as the engines publish them, so a
-file from any engine that uses one of these names is understood.
+Series of several label sets are summed. Names come from the engine modules (``swarm/engines/``,
+each series by what it means), matched as the engines publish them, so a file from any engine
+that uses one of these names is understood.
 """
 
 from __future__ import annotations
@@ -30,32 +31,45 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from swarm.engines import emulated
+from swarm.engines.engine import MetricMeaning
+from swarm.engines.registry import ENGINES
 from swarm.trace.reader import RunLocation, as_storage
 
 FILE_NAME = "server_metrics.parquet"
-#: (hits, counter, whether the counter includes the hits): llama.cpp counts only the prompt
-#: tokens it computed, so its queries are hits + computed.
-CACHE_COUNTERS = (
-    ("sglang:cached_tokens_total", "sglang:prompt_tokens_total", True),
-    ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", True),
-    ("llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total", False),
+
+
+def _cache_counters() -> tuple[tuple[str, str, bool], ...]:
+    """(hits, queries, whether the queries include the hits) per engine that has both: its
+    prefix-cache queries, else its prompt tokens, else (llama.cpp) the prompt tokens it computed,
+    to which the hits are added."""
+    out = []
+    for e in ENGINES.values():
+        hits = e.metric("cached_tokens")
+        queries = e.metric("prefix_queries") or e.metric("prompt_tokens")
+        computed = e.metric("computed_prompt_tokens")
+        if hits is not None and queries is not None:
+            out.append((hits.name, queries.name, True))
+        elif hits is not None and computed is not None:
+            out.append((hits.name, computed.name, False))
+    return tuple(out)
+
+
+def _names(meaning: MetricMeaning) -> tuple[str, ...]:
+    return tuple(n for e in ENGINES.values() for n in e.names_of(meaning))
+
+
+CACHE_COUNTERS = _cache_counters()
+#: engines that publish only a hit-rate gauge (TensorRT-LLM)
+CACHE_GAUGES = tuple(
+    n for e in ENGINES.values() if e.metric("cached_tokens") is None for n in e.names_of("cache_hit_rate")
 )
-CACHE_GAUGES = ("trtllm_kv_cache_hit_rate",)
-QUEUE_GAUGES = (
-    "sglang:num_queue_reqs", "vllm:num_requests_waiting", "trtllm_num_requests_waiting",
-    "llamacpp:requests_deferred",
-)  # fmt: skip
+QUEUE_GAUGES = _names("waiting")
 #: share of the KV cache in use (SGLang's token usage, TensorRT-LLM's utilization, vLLM, llama.cpp)
-KV_USAGE_GAUGES = (
-    "sglang:token_usage", "trtllm_kv_cache_utilization", "vllm:kv_cache_usage_perc",
-    "vllm:gpu_cache_usage_perc", "llamacpp:kv_cache_usage_ratio",
-)  # fmt: skip
+KV_USAGE_GAUGES = _names("kv_usage")
 #: swarm's emulator only: how full its prefix cache is (its KV gauge counts running sequences)
-CACHE_USAGE_GAUGES = ("swarm_emulator_prefix_cache_usage",)
-RUNNING_GAUGES = (
-    "sglang:num_running_reqs", "vllm:num_requests_running", "trtllm_num_requests_running",
-    "llamacpp:requests_processing",
-)  # fmt: skip
+CACHE_USAGE_GAUGES = (emulated.PREFIX_CACHE_USAGE,)
+RUNNING_GAUGES = _names("running")
 
 
 def read_server_metrics(run_dir: RunLocation) -> pa.Table | None:
@@ -169,11 +183,11 @@ def emulator_figures(table: pa.Table) -> dict[str, Any] | None:
       them (first tokens belong to TTFT)
     - ``steps``: Δ steps
     """
-    steps = _delta(table, "swarm_emulator_steps_total")
-    model_s = _delta(table, "swarm_emulator_step_model_seconds_total")
-    actual_s = _delta(table, "swarm_emulator_step_seconds_total")
-    tokens = _delta(table, "swarm_emulator_step_tokens_total")
-    token_model_s = _delta(table, "swarm_emulator_step_token_model_seconds_total")
+    steps = _delta(table, emulated.STEPS)
+    model_s = _delta(table, emulated.STEP_MODEL_SECONDS)
+    actual_s = _delta(table, emulated.STEP_SECONDS)
+    tokens = _delta(table, emulated.STEP_TOKENS)
+    token_model_s = _delta(table, emulated.STEP_TOKEN_MODEL_SECONDS)
     if not steps or not model_s or actual_s is None:
         return None
     return {

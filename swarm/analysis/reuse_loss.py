@@ -36,17 +36,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-#: cache block size by engine, where the server did not state it (probe: ``block_tokens``):
-#: TensorRT-LLM's default, and vLLM's on GPUs (its CPU build uses 128 and states it)
-DEFAULT_BLOCK_TOKENS = {"trtllm": 32, "vllm": 16}
+from swarm.engines.registry import ENGINES
 
-#: what the loss that is not the block size's is, by engine
-OTHER_CAUSE = {
-    "llamacpp": "slot given to another prompt",
-    "sglang": "evicted from the radix cache, or not yet stored",
-    "vllm": "evicted block, or not yet stored",
-    "trtllm": "evicted block, or not yet stored",
-}
+
+def default_block_tokens(engine: str) -> int:
+    """The engine's cache block size where the server did not state it (probe: ``block_tokens``):
+    its module's ``cache_block_tokens`` (TensorRT-LLM's default 32, vLLM's 16 on GPUs: its CPU
+    build uses 128 and states it); 1 for an engine swarm does not know."""
+    known = ENGINES.get(engine)
+    return known.cache_block_tokens if known is not None else 1
 
 
 @dataclass(frozen=True)
@@ -91,5 +89,5 @@ def reuse_loss(table: pa.Table, block_tokens: int, engine: str = "") -> ReuseLos
         other_lost=int(np.maximum(reachable - cached, 0).sum()),
         beyond=int(np.maximum(cached - reachable, 0).sum()),
         at_reachable=float((cached >= reachable).mean()) if rows.num_rows else None,
-        other_cause=OTHER_CAUSE.get(engine, "evicted, or not yet stored"),
+        other_cause=ENGINES[engine].reuse_loss_cause if engine in ENGINES else "evicted, or not yet stored",
     )

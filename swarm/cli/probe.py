@@ -40,11 +40,11 @@ def probe(
     from rich.console import Console
     from rich.table import Table
 
-    from swarm.clients.engine_profiles import PROFILES
+    from swarm.engines.registry import ENGINES
 
     console = Console()
     table = Table(title=f"swarm probe {result.url}", show_header=False)
-    engine_text = PROFILES[result.engine].title if result.engine else "unknown"
+    engine_text = ENGINES[result.engine].title if result.engine else "unknown"
     if result.emulator:
         engine_text += " (swarm emulator)"
     table.add_row("engine", engine_text)

@@ -43,11 +43,12 @@ import aiohttp
 
 from swarm.clients.aiohttp_transport import AiohttpTransport, as_transport, open_http_session
 from swarm.clients.dialects import PATHS, StreamDecoder, build_body
-from swarm.clients.engine_profiles import EngineProfile, check_dialect
 from swarm.clients.exchange import Call, StreamReading, run_exchange
 from swarm.clients.h1 import H1Pool
 from swarm.clients.redact import REDACTED, redact, register_secret
 from swarm.clients.transport import ExchangeFailure, Transport
+from swarm.engines.engine import Engine
+from swarm.engines.registry import check_dialect
 from swarm.errors import InputError
 from swarm.jsoncodec import dumps
 from swarm.record import RequestIdentity, RequestRecord, Status, truncate_error
@@ -66,7 +67,7 @@ class EngineClient(Protocol):
     """Sends requests to one target. ``send`` never raises for a failed request."""
 
     target: str
-    profile: EngineProfile
+    profile: Engine
     dialect: str
     model: str
 
@@ -251,7 +252,7 @@ class HttpEngineClient:
         self,
         session: Transport | aiohttp.ClientSession,
         base_url: str,
-        profile: EngineProfile,
+        profile: Engine,
         *,
         target: str = "",
         dialect: str | None = None,

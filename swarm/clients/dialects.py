@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from swarm.clients.engine_profiles import EngineProfile
+from swarm.engines.engine import Engine
 from swarm.errors import InputError
 from swarm.jsoncodec import loads
 from swarm.request import ChatMessage
@@ -48,7 +48,7 @@ def render_prompt(messages: tuple[ChatMessage, ...]) -> str:
 
 def build_body(
     dialect: str,
-    profile: EngineProfile,
+    profile: Engine,
     *,
     model: str,
     messages: tuple[ChatMessage, ...],
@@ -107,7 +107,7 @@ def _count(value: Any, field: str) -> int:
     return value
 
 
-def read_openai_usage(obj: Mapping[str, Any], profile: EngineProfile, usage: Usage) -> None:
+def read_openai_usage(obj: Mapping[str, Any], profile: Engine, usage: Usage) -> None:
     """Fill ``usage`` from an OpenAI-style response object (and llama.cpp's ``timings``)."""
     u = obj.get("usage")
     if isinstance(u, Mapping):
@@ -207,7 +207,7 @@ class StreamDecoder:
     """Reads one response's events. ``feed`` returns True when an event carried content."""
 
     dialect: str
-    profile: EngineProfile
+    profile: Engine
     cumulative: bool = True  # sglang-generate only
     #: keep the generated text (``text``); without it, plain content events are only counted
     keep_text: bool = True

@@ -21,7 +21,8 @@ import aiohttp
 
 from swarm.clients.aiohttp_transport import open_http_session
 from swarm.clients.client import HttpEngineClient, normalise_base_url, read_api_key, redact_url
-from swarm.clients.engine_profiles import PROFILES, EngineProfile, get_profile
+from swarm.engines.engine import Engine, Served
+from swarm.engines.registry import ENGINES, FALLBACK_ENGINE, engine_by_owner, get_engine
 from swarm.errors import InputError
 from swarm.jsoncodec import loads
 from swarm.record import RequestRecord
@@ -89,41 +90,31 @@ def _json_or_none(body: bytes) -> Any:
 def _identify(
     found: dict[str, tuple[int, bytes, str]], owned_by: str | None
 ) -> tuple[str | None, bool, str | None]:
-    """(engine, is_emulator, version) from what the endpoints answered."""
-
-    def ok(path: str) -> Any:
-        hit = found.get(path)
-        return _json_or_none(hit[1]) if hit and hit[0] == 200 else None
-
-    version = ok("/version")
-    version_text = str(version.get("version", "")) if isinstance(version, dict) else None
-    emulated = bool(isinstance(version, dict) and version.get("emulator"))
-    metrics = found.get("/metrics")
-    if metrics and metrics[0] == 200 and b"vllm:" in metrics[1]:
-        # first: vLLM in development mode (VLLM_SERVER_DEV_MODE) also serves /server_info
-        return "vllm", emulated, version_text
-    for path in ("/get_server_info", "/server_info"):
-        info = ok(path)
-        if isinstance(info, dict):
-            return "sglang", bool(info.get("emulator")), str(info.get("version", "")) or None
-    props = ok("/props")
-    if isinstance(props, dict) and ("default_generation_settings" in props or "build_info" in props):
-        return "llamacpp", False, str(props.get("build_info", "")) or None
-    prom = found.get("/prometheus/metrics")
-    if (prom and prom[0] == 200) or (isinstance(version, dict) and version.get("engine_profile") == "trtllm"):
-        return "trtllm", emulated, version_text
-    guesses = {
-        "sglang": "sglang",
-        "vllm": "vllm",
-        "tensorrt_llm": "trtllm",
-        "trtllm": "trtllm",
-        "llamacpp": "llamacpp",
-    }
-    if owned_by and owned_by.lower() in guesses:
-        return guesses[owned_by.lower()], False, version_text
-    if version_text is not None:
-        return "vllm", False, version_text
+    """(engine, is_emulator, version) from what the endpoints answered: each engine's own
+    signs (``Engine.identify``, in the registry's order), else ``owned_by``, else a server
+    that answers ``/version`` is taken for the registry's fallback engine."""
+    served = Served({path: (status, body) for path, (status, body, _) in found.items()})
+    for candidate in ENGINES.values():
+        hit = candidate.identify(served)
+        if hit is not None:
+            return candidate.name, hit.emulated, hit.version
+    by_owner = engine_by_owner(owned_by)
+    if by_owner is not None:
+        return by_owner, False, served.version()
+    if (version := served.version()) is not None:
+        return FALLBACK_ENGINE, False, version
     return None, False, None
+
+
+#: every path some engine's ``identify`` or info reads, and the metrics paths
+PROBE_PATHS: tuple[str, ...] = tuple(
+    dict.fromkeys(
+        p
+        for e in ENGINES.values()
+        for p in (e.health_path, "/v1/models", *e.info_paths, "/version", e.metrics_path)
+        if p
+    )
+)
 
 
 def _prefix_text() -> str:
@@ -161,28 +152,18 @@ async def probe(
     """Identify the server at ``url`` and test its cache reporting. Raises InputError if unreachable."""
     base = normalise_base_url(url)
     if engine is not None:
-        get_profile(engine)
+        get_engine(engine)
     key = read_api_key(api_key_env, api_key_file)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     result = ProbeResult(url=redact_url(base), engine=None)
     async with open_http_session(max_connections=16, connect_timeout_s=5.0) as session:
-        paths = [
-            "/health",
-            "/v1/models",
-            "/get_server_info",
-            "/server_info",
-            "/props",
-            "/version",
-            "/metrics",
-            "/prometheus/metrics",
-        ]
         found: dict[str, tuple[int, bytes, str]] = {}
         try:
             first = await _get(session, base + "/v1/models", headers)
         except (aiohttp.ClientConnectionError, asyncio.TimeoutError, OSError) as exc:
             raise InputError(unreachable(result.url, exc)) from None
         found["/v1/models"] = first
-        for path in paths:
+        for path in PROBE_PATHS:
             if path in found:
                 continue
             try:
@@ -200,7 +181,7 @@ async def probe(
         result.engine = engine or detected
         result.emulator = emulated or "swarm-emulator" in first[2]
         result.server_version = version
-        profile: EngineProfile = PROFILES[result.engine] if result.engine else PROFILES["vllm"]
+        profile: Engine = get_engine(result.engine or FALLBACK_ENGINE)
         if result.engine is None:
             result.advice.append(
                 "engine not recognised; pass --engine to choose a profile (requests use plain OpenAI fields)"
@@ -230,7 +211,7 @@ def _stated_block_size(metrics_text: bytes) -> int | None:
 async def _cache_test(
     session: aiohttp.ClientSession,
     base: str,
-    profile: EngineProfile,
+    profile: Engine,
     model: str,
     api_key: str | None,
     result: ProbeResult,

@@ -30,76 +30,8 @@ from typing import Literal
 from swarm.emulator.block_cache import BlockCache
 from swarm.emulator.config import EmulatorConfig
 from swarm.emulator.radix_cache import RadixCache
-
-#: Fields trtllm-serve's OpenAI request models accept; anything else is refused.
-TRTLLM_COMMON_FIELDS = frozenset(
-    {
-        "model",
-        "stream",
-        "stream_options",
-        "max_tokens",
-        "max_completion_tokens",
-        "temperature",
-        "top_p",
-        "top_k",
-        "n",
-        "stop",
-        "seed",
-        "frequency_penalty",
-        "presence_penalty",
-        "logprobs",
-        "top_logprobs",
-        "user",
-        "ignore_eos",
-        "min_tokens",
-        "stop_token_ids",
-        "best_of",
-        "use_beam_search",
-        "length_penalty",
-        "repetition_penalty",
-        "min_p",
-        "response_format",
-        "logit_bias",
-        "disaggregated_params",
-        "lora_request",
-    }
-)
-TRTLLM_CHAT_FIELDS = TRTLLM_COMMON_FIELDS | {
-    "messages",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "chat_template",
-    "chat_template_kwargs",
-    "add_generation_prompt",
-    "documents",
-    "reasoning_effort",
-}
-TRTLLM_COMPLETION_FIELDS = TRTLLM_COMMON_FIELDS | {"prompt", "echo", "suffix"}
-
-#: What a metric's value is read from (``formats.prometheus_text`` computes each).
-MetricSource = Literal[
-    "prompt_tokens",
-    "generation_tokens",
-    "cached_tokens",
-    "requests_finished",
-    "running",
-    "waiting",
-    "kv_usage",
-    "cache_hit_rate",
-]
-#: Which ``EngineStats`` histogram a latency metric shows.
-HistogramSource = Literal["ttft", "e2e", "tpot", "queue"]
-
-
-@dataclass(frozen=True, slots=True)
-class Metric:
-    """One counter or gauge of an engine's Prometheus text."""
-
-    name: str
-    kind: Literal["counter", "gauge"]
-    source: MetricSource
-    help_text: str
+from swarm.engines import sglang, trtllm, vllm
+from swarm.engines.engine import Engine, Histogram, Metric
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,8 +62,8 @@ class EngineBehaviour:
 
     #: the profile's name, as ``EmulatorConfig.engine``
     name: Literal["sglang", "trtllm", "vllm"]
-    #: ``owned_by`` of ``/v1/models``
-    owned_by: str
+    #: the engine's module: its metric names, port, cache granularity (``swarm/engines/``)
+    engine: Engine
     #: body of ``/health`` (and SGLang's ``/health_generate``)
     health_text: str
     #: fields a chat / completions request may carry; ``None``: unknown fields are ignored
@@ -139,11 +71,22 @@ class EngineBehaviour:
     completion_fields: frozenset[str] | None
     #: whether usage carries ``cached_tokens`` also when it is 0
     reports_zero_cached: bool
-    #: counters and gauges of its Prometheus text, in order, then its latency histograms
-    metrics: tuple[Metric, ...]
-    histograms: tuple[tuple[str, HistogramSource], ...]
     #: its own endpoints (after ``COMMON_ROUTES``)
     routes: tuple[Route, ...]
+
+    @property
+    def owned_by(self) -> str:
+        """``owned_by`` of ``/v1/models``."""
+        return self.engine.owned_by[0]
+
+    @property
+    def metrics(self) -> tuple[Metric, ...]:
+        """Counters and gauges of its Prometheus text, in order (the engine's own names)."""
+        return self.engine.metrics
+
+    @property
+    def histograms(self) -> tuple[Histogram, ...]:
+        return self.engine.histograms
 
     def make_cache(self, config: EmulatorConfig) -> RadixCache | BlockCache:
         """The prefix cache of a new engine model."""
@@ -197,7 +140,7 @@ class TrtllmBehaviour(EngineBehaviour):
     """TensorRT-LLM: reuse of whole ``block_tokens`` blocks, cached tokens always reported."""
 
     #: the block size when the config sets none
-    default_block_tokens: int = 32
+    default_block_tokens: int = trtllm.TOKENS_PER_BLOCK
 
     def make_cache(self, config: EmulatorConfig) -> RadixCache | BlockCache:
         return BlockCache(config.cache_capacity_tokens, self.block_tokens(config))
@@ -229,33 +172,11 @@ class VllmBehaviour(TrtllmBehaviour):
 
 SGLANG = SGLangBehaviour(
     name="sglang",
-    owned_by="sglang",
+    engine=sglang.ENGINE,
     health_text="OK",
     chat_fields=None,
     completion_fields=None,
     reports_zero_cached=False,
-    metrics=(
-        Metric(
-            "sglang:prompt_tokens_total", "counter", "prompt_tokens", "Number of prefill tokens processed."
-        ),
-        Metric(
-            "sglang:generation_tokens_total",
-            "counter",
-            "generation_tokens",
-            "Number of generation tokens processed.",
-        ),
-        Metric("sglang:cached_tokens_total", "counter", "cached_tokens", "Number of cached prompt tokens."),
-        Metric("sglang:num_requests_total", "counter", "requests_finished", "Number of requests processed."),
-        Metric("sglang:num_running_reqs", "gauge", "running", "The number of running requests."),
-        Metric("sglang:num_queue_reqs", "gauge", "waiting", "The number of requests in the waiting queue."),
-        Metric("sglang:token_usage", "gauge", "kv_usage", "The token usage."),
-        Metric("sglang:cache_hit_rate", "gauge", "cache_hit_rate", "The prefix cache hit rate."),
-    ),
-    histograms=(
-        ("sglang:time_to_first_token_seconds", "ttft"),
-        ("sglang:e2e_request_latency_seconds", "e2e"),
-        ("sglang:inter_token_latency_seconds", "tpot"),
-    ),
     routes=(
         Route("POST", "/generate", "generate"),
         Route("GET", "/health_generate", "health"),
@@ -269,38 +190,11 @@ SGLANG = SGLangBehaviour(
 
 TRTLLM = TrtllmBehaviour(
     name="trtllm",
-    owned_by="tensorrt_llm",
+    engine=trtllm.ENGINE,
     health_text="",
-    chat_fields=TRTLLM_CHAT_FIELDS,
-    completion_fields=TRTLLM_COMPLETION_FIELDS,
+    chat_fields=trtllm.CHAT_FIELDS,
+    completion_fields=trtllm.COMPLETION_FIELDS,
     reports_zero_cached=True,
-    metrics=(
-        Metric(
-            "trtllm_request_success_total",
-            "counter",
-            "requests_finished",
-            "Count of successfully processed requests.",
-        ),
-        Metric(
-            "trtllm_prompt_tokens_total", "counter", "prompt_tokens", "Number of prompt tokens processed."
-        ),
-        Metric(
-            "trtllm_generation_tokens_total",
-            "counter",
-            "generation_tokens",
-            "Number of generation tokens processed.",
-        ),
-        Metric("trtllm_kv_cache_hit_rate", "gauge", "cache_hit_rate", "KV cache block reuse rate (tokens)."),
-        Metric("trtllm_kv_cache_utilization", "gauge", "kv_usage", "KV cache utilization."),
-        Metric("trtllm_num_requests_running", "gauge", "running", "Requests being processed."),
-        Metric("trtllm_num_requests_waiting", "gauge", "waiting", "Requests waiting."),
-    ),
-    histograms=(
-        ("trtllm_time_to_first_token_seconds", "ttft"),
-        ("trtllm_e2e_request_latency_seconds", "e2e"),
-        ("trtllm_time_per_output_token_seconds", "tpot"),
-        ("trtllm_request_queue_time_seconds", "queue"),
-    ),
     routes=(
         Route("GET", "/version", "version"),
         Route("GET", "/metrics", "iteration_stats"),
@@ -310,57 +204,18 @@ TRTLLM = TrtllmBehaviour(
 
 VLLM = VllmBehaviour(
     name="vllm",
-    owned_by="vllm",
+    engine=vllm.ENGINE,
     health_text="",
     chat_fields=None,
     completion_fields=None,
     reports_zero_cached=True,
-    metrics=(
-        Metric(
-            "vllm:num_requests_running", "gauge", "running", "Number of requests in model execution batches."
-        ),
-        Metric(
-            "vllm:num_requests_waiting", "gauge", "waiting", "Number of requests waiting to be processed."
-        ),
-        Metric("vllm:kv_cache_usage_perc", "gauge", "kv_usage", "KV-cache usage. 1 means 100 percent usage."),
-        Metric(
-            "vllm:prefix_cache_queries_total",
-            "counter",
-            "prompt_tokens",
-            "Prefix cache queries, in terms of number of queried tokens.",
-        ),
-        Metric(
-            "vllm:prefix_cache_hits_total",
-            "counter",
-            "cached_tokens",
-            "Prefix cache hits, in terms of number of cached tokens.",
-        ),
-        Metric("vllm:prompt_tokens_total", "counter", "prompt_tokens", "Number of prefill tokens processed."),
-        Metric(
-            "vllm:generation_tokens_total",
-            "counter",
-            "generation_tokens",
-            "Number of generation tokens processed.",
-        ),
-        Metric(
-            "vllm:request_success_total",
-            "counter",
-            "requests_finished",
-            "Count of successfully processed requests.",
-        ),
-    ),
-    histograms=(
-        ("vllm:time_to_first_token_seconds", "ttft"),
-        ("vllm:e2e_request_latency_seconds", "e2e"),
-        ("vllm:inter_token_latency_seconds", "tpot"),
-        ("vllm:request_queue_time_seconds", "queue"),
-    ),
     routes=(
         Route("GET", "/version", "version"),
         Route("GET", "/metrics", "prometheus"),
         Route("POST", "/reset_prefix_cache", "reset_prefix_cache"),
     ),
-    default_block_tokens=128,
+    # the CPU build's, which the engine tests run beside it
+    default_block_tokens=vllm.CPU_BLOCK_TOKENS,
 )
 
 BEHAVIOURS: dict[str, EngineBehaviour] = {b.name: b for b in (SGLANG, TRTLLM, VLLM)}

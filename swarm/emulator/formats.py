@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from swarm.emulator.behaviour import HistogramSource, MetricSource, engine_behaviour
+from swarm.emulator.behaviour import engine_behaviour
 from swarm.emulator.config import EmulatorConfig
 from swarm.emulator.engine_model import LATENCY_BUCKETS_S, EngineModel, EngineStats, Generation, Histogram
+from swarm.engines import emulated
+from swarm.engines.engine import HistogramMeaning, MetricMeaning
 
 
 def error_body(message: str, code: int = 400, kind: str = "BadRequestError") -> dict[str, Any]:
@@ -67,8 +69,10 @@ def prometheus_text(config: EmulatorConfig, model: EngineModel) -> str:
         lines.append(f"# TYPE {name} {kind}")
         lines.append(f"{name}{{{labels}}} {value}")
 
-    values: dict[MetricSource, float] = {
+    values: dict[MetricMeaning, float] = {
         "prompt_tokens": st.prompt_tokens_total,
+        "prefix_queries": st.prompt_tokens_total,
+        "computed_prompt_tokens": st.prompt_tokens_total - st.cached_tokens_total,
         "generation_tokens": st.generation_tokens_total,
         "cached_tokens": st.cached_tokens_total,
         "requests_finished": st.requests_finished,
@@ -77,7 +81,7 @@ def prometheus_text(config: EmulatorConfig, model: EngineModel) -> str:
         "kv_usage": kv_usage,
         "cache_hit_rate": hit_rate,
     }
-    histograms: dict[HistogramSource, Histogram] = {
+    histograms: dict[HistogramMeaning, Histogram] = {
         "ttft": st.ttft,
         "e2e": st.e2e,
         "tpot": st.tpot,
@@ -85,10 +89,10 @@ def prometheus_text(config: EmulatorConfig, model: EngineModel) -> str:
     }
     behaviour = model.behaviour
     for m in behaviour.metrics:
-        metric(m.name, m.kind, values[m.source], m.help_text)
+        metric(m.name, m.kind, values[m.meaning], m.help_text)
     lines += behaviour.info_lines(config, labels)
-    for name, source in behaviour.histograms:
-        lines += _hist_lines(name, labels, histograms[source])
+    for h in behaviour.histograms:
+        lines += _hist_lines(h.name, labels, histograms[h.meaning])
     # the emulator's own, in every profile: whether it kept its step-time model
     for name, value, help_text in emulator_step_metrics(st):
         metric(name, "counter", value, help_text)
@@ -96,7 +100,7 @@ def prometheus_text(config: EmulatorConfig, model: EngineModel) -> str:
     used = model.cache.size_tokens
     share = used / config.cache_capacity_tokens if config.cache_capacity_tokens else 0.0
     metric(
-        "swarm_emulator_prefix_cache_usage", "gauge", share,
+        emulated.PREFIX_CACHE_USAGE, "gauge", share,
         "Tokens held by the prefix cache over its capacity (swarm emulator; 0 when unbounded).",
     )  # fmt: skip
     return "\n".join(lines) + "\n"
@@ -105,16 +109,16 @@ def prometheus_text(config: EmulatorConfig, model: EngineModel) -> str:
 def emulator_step_metrics(st: EngineStats) -> list[tuple[str, float, str]]:
     """The emulator's step accounting as (metric, value, help) for its Prometheus text."""
     return [
-        ("swarm_emulator_steps_total", st.steps, "Batch steps run (swarm emulator)."),
-        ("swarm_emulator_step_model_seconds_total", st.step_model_s, "Sum of the steps' modelled durations."),
-        ("swarm_emulator_step_seconds_total", st.step_actual_s, "Sum of the steps' actual durations."),
+        (emulated.STEPS, st.steps, "Batch steps run (swarm emulator)."),
+        (emulated.STEP_MODEL_SECONDS, st.step_model_s, "Sum of the steps' modelled durations."),
+        (emulated.STEP_SECONDS, st.step_actual_s, "Sum of the steps' actual durations."),
         (
-            "swarm_emulator_step_tokens_total",
+            emulated.STEP_TOKENS,
             st.step_tokens,
             "Tokens after each request's first, emitted by steps.",
         ),
         (
-            "swarm_emulator_step_token_model_seconds_total",
+            emulated.STEP_TOKEN_MODEL_SECONDS,
             st.step_token_model_s,
             "Sum over emitted tokens of their step's modelled duration (the model's ITL x tokens).",
         ),

@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from swarm import __version__
 from swarm.clients.client import normalise_base_url, read_api_key, redact_url
-from swarm.clients.engine_profiles import get_profile
+from swarm.engines.registry import get_engine
 from swarm.errors import InputError
 from swarm.request import Timeouts
 from swarm.runtime.context import ResolvedTarget, TargetOutcome, TargetRun
@@ -58,7 +58,7 @@ def _safe_name(name: str) -> str:
 
 def resolve_target(spec: TargetSpec) -> ResolvedTarget:
     """Probe a target for what the spec leaves open (engine, model); InputError if unreachable."""
-    from swarm.clients.engine_profiles import check_dialect, get_profile
+    from swarm.engines.registry import check_dialect
     from swarm.clients.probe import probe
 
     url = normalise_base_url(spec.url)
@@ -77,7 +77,7 @@ def resolve_target(spec: TargetSpec) -> ResolvedTarget:
         raise InputError(
             f"target {spec.name}: cannot tell which engine serves {redact_url(url)}; pass --engine"
         )
-    profile = get_profile(engine)
+    profile = get_engine(engine)
     dialect = check_dialect(profile, spec.dialect or profile.default_dialect)
     return ResolvedTarget(
         name=spec.name,
@@ -117,7 +117,7 @@ def embedded_targets(extra_args: list[str]) -> Iterator[list[TargetSpec]]:
 
 def _scraper_for(target: ResolvedTarget, interval_s: float) -> ServerMetricsScraper | None:
     """A scraper of the target's Prometheus endpoint (the profile's path), if it has one."""
-    path = get_profile(target.engine).metrics_path
+    path = get_engine(target.engine).metrics_path
     if not path or interval_s <= 0:
         return None
     key = read_api_key(target.api_key_env, target.api_key_file)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from swarm.clients.client import HttpEngineClient, open_transport, read_api_key
-from swarm.clients.engine_profiles import get_profile
+from swarm.engines.registry import get_engine
 from swarm.runtime.breaker import CircuitBreaker
 from swarm.runtime.context import Placement, TargetOutcome, TargetRun
 from swarm.runtime.dispatcher import Dispatcher
@@ -56,7 +56,7 @@ async def drive(
         client = HttpEngineClient(
             session,
             target.url,
-            get_profile(target.engine),
+            get_engine(target.engine),
             target=target.name,
             dialect=target.dialect,
             model=target.model,

@@ -2,12 +2,12 @@
 
 Place in the map (docs/architecture.md, "Sweeps"): every point sends the same seeded traffic, so
 without a reset an engine would reuse the previous point's prompts and its hit rate would
-count work it never did at this load. The way per engine: the profile's ``flush_path``
-(SGLang ``POST /flush_cache``, vLLM ``POST /reset_prefix_cache``); swarm's emulator accepts
-``POST /swarm/flush_cache`` in every profile; llama.cpp erases each slot (``POST
-/slots/<id>?action=erase``, the slots listed by ``GET /slots``). TensorRT-LLM's server has none:
-the point records ``none``, and the report warns that reuse from an earlier point may count
-there (as it does for a reset that failed).
+count work it never did at this load. The way per engine is its module's ``cache_reset``
+(``swarm/engines/``: SGLang ``POST /flush_cache``, vLLM ``POST /reset_prefix_cache``, llama.cpp
+``POST /slots/<id>?action=erase`` for each slot ``GET /slots`` lists); swarm's emulator accepts
+``POST /swarm/flush_cache`` in every profile. TensorRT-LLM's server has none: the point records
+``none``, and the report warns that reuse from an earlier point may count there (as it does
+for a reset that failed).
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ import urllib.error
 import urllib.request
 
 from swarm.clients.client import read_api_key, redact_url
-from swarm.clients.engine_profiles import get_profile
+from swarm.engines import emulated
+from swarm.engines.engine import CacheReset
+from swarm.engines.registry import get_engine
 from swarm.runtime.context import ResolvedTarget
 
 log = logging.getLogger(__name__)
@@ -65,31 +67,35 @@ def _flush(url: str, key: str | None, timeout_s: float, retry_s: float) -> None:
         time.sleep(0.5)
 
 
+def _erase_slots(base: str, reset: CacheReset, key: str | None, timeout_s: float) -> str:
+    """Erase every slot the server lists (llama.cpp); what was done."""
+    assert reset.slots_path is not None
+    slots = json.loads(_call(base + reset.slots_path, "GET", key, timeout_s))
+    ids = [int(s["id"]) for s in slots if isinstance(s, dict) and "id" in s]
+    for slot in ids:
+        _call(base + reset.path.format(id=slot), reset.method, key, timeout_s)
+    return f"{reset.method} {reset.path.replace('{id}', '<id>')} ({len(ids)} slots)"
+
+
 def reset_prefix_cache(target: ResolvedTarget, timeout_s: float = 30.0, retry_s: float = 15.0) -> str:
     """Empty ``target``'s prefix cache; returns what was done (``"POST /swarm/flush_cache"``), or
     ``"none"`` when the engine has no way, or ``"failed: ..."`` (logged as a warning; the report
     lists the point)."""
     base = target.url.rstrip("/")
     key = read_api_key(target.api_key_env, target.api_key_file)
-    path = "/swarm/flush_cache" if target.emulated else get_profile(target.engine).flush_path
+    reset = emulated.CACHE_RESET if target.emulated else get_engine(target.engine).cache_reset
+    if reset is None:
+        return "none"
     try:
-        if path:
-            _flush(base + path, key, timeout_s, retry_s)
-            return f"POST {path}"
-        if target.engine == "llamacpp":
-            slots = json.loads(_call(base + "/slots", "GET", key, timeout_s))
-            ids = [int(s["id"]) for s in slots if isinstance(s, dict) and "id" in s]
-            for slot in ids:
-                _call(f"{base}/slots/{slot}?action=erase", "POST", key, timeout_s)
-            return f"POST /slots/<id>?action=erase ({len(ids)} slots)"
+        if reset.per_slot:
+            return _erase_slots(base, reset, key, timeout_s)
+        _flush(base + reset.path, key, timeout_s, retry_s)
+        return f"POST {reset.path}"
     except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError) as exc:
         hint = ""
-        if target.engine == "llamacpp" and isinstance(exc, urllib.error.HTTPError) and exc.code == 501:
-            hint = " (llama-server erases slots only when started with --slot-save-path)"
-        if target.engine == "vllm" and isinstance(exc, urllib.error.HTTPError) and exc.code == 404:
-            hint = " (vLLM serves /reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1)"
+        if isinstance(exc, urllib.error.HTTPError) and exc.code in reset.failure_hints:
+            hint = f" ({reset.failure_hints[exc.code]})"
         log.warning(
             "could not empty the prefix cache of %s at %s: %s%s", target.name, redact_url(base), exc, hint
         )
         return f"failed: {type(exc).__name__}: {exc}{hint}"
-    return "none"

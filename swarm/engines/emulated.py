@@ -1,0 +1,20 @@
+"""swarm's own emulator as the engine-side readers see it: its metric names and its cache reset.
+
+Place in the map (docs/architecture.md, "Engines"): the emulator writes these series beside the
+profile's own (``emulator/formats.py``) and serves the reset in every profile; the analysis
+reads the series (``analysis/engine_metrics.py``) and the sweep calls the reset.
+"""
+
+from __future__ import annotations
+
+from swarm.engines.engine import CacheReset
+
+STEPS = "swarm_emulator_steps_total"
+STEP_SECONDS = "swarm_emulator_step_seconds_total"
+STEP_MODEL_SECONDS = "swarm_emulator_step_model_seconds_total"
+STEP_TOKENS = "swarm_emulator_step_tokens_total"
+STEP_TOKEN_MODEL_SECONDS = "swarm_emulator_step_token_model_seconds_total"
+#: how full its prefix cache is (its KV gauge counts running sequences)
+PREFIX_CACHE_USAGE = "swarm_emulator_prefix_cache_usage"
+#: empties the prefix cache in every profile
+CACHE_RESET = CacheReset("/swarm/flush_cache")

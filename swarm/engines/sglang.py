@@ -1,0 +1,69 @@
+"""SGLang (``python -m sglang.launch_server``): what swarm knows of it.
+
+Place in the map (docs/architecture.md, "Engines"). Facts, and where they come from:
+
+- port 30000, ``/health``, ``/get_server_info`` (``/server_info`` in newer releases),
+  ``/flush_cache``, native ``/generate``: SGLang's server (``sglang/srt/entrypoints/http_server.py``).
+- cached tokens in OpenAI usage only with ``--enable-cache-report``, and then only when non-zero;
+  ``meta_info.cached_tokens`` on ``/generate`` always (server arguments, docs "Server Arguments").
+- the radix cache shares prefixes token by token (``--page-size`` 1 by default).
+- metric names, with ``--enable-metrics``: ``sglang/srt/metrics/collector.py``.
+"""
+
+from __future__ import annotations
+
+from swarm.engines.engine import CacheReset, Engine, Histogram, Identified, Metric, Served
+
+
+def identify(served: Served) -> Identified | None:
+    """SGLang answers its server-info endpoint with a JSON object of its settings."""
+    for path in ENGINE_INFO_PATHS:
+        info = served.json_dict(path)
+        if info is not None:
+            return Identified(bool(info.get("emulator")), str(info.get("version", "")) or None)
+    return None
+
+
+ENGINE_INFO_PATHS = ("/get_server_info", "/server_info")
+
+ENGINE = Engine(
+    name="sglang",
+    title="SGLang",
+    default_port=30000,
+    dialects=("openai-chat", "openai-completions", "sglang-generate"),
+    default_dialect="openai-chat",
+    stream_usage_option=True,
+    cached_absent_means_zero=True,
+    extra_fields=frozenset({"ignore_eos", "top_k", "min_p", "repetition_penalty"}),
+    health_path="/health",
+    metrics_path="/metrics",
+    info_paths=ENGINE_INFO_PATHS,
+    cache_block_tokens=1,
+    cache_report_hint="start SGLang with --enable-cache-report (and --enable-metrics for /metrics)",
+    owned_by=("sglang",),
+    identify=identify,
+    metrics=(
+        Metric(
+            "sglang:prompt_tokens_total", "counter", "prompt_tokens", "Number of prefill tokens processed."
+        ),
+        Metric(
+            "sglang:generation_tokens_total",
+            "counter",
+            "generation_tokens",
+            "Number of generation tokens processed.",
+        ),
+        Metric("sglang:cached_tokens_total", "counter", "cached_tokens", "Number of cached prompt tokens."),
+        Metric("sglang:num_requests_total", "counter", "requests_finished", "Number of requests processed."),
+        Metric("sglang:num_running_reqs", "gauge", "running", "The number of running requests."),
+        Metric("sglang:num_queue_reqs", "gauge", "waiting", "The number of requests in the waiting queue."),
+        Metric("sglang:token_usage", "gauge", "kv_usage", "The token usage."),
+        Metric("sglang:cache_hit_rate", "gauge", "cache_hit_rate", "The prefix cache hit rate."),
+    ),
+    histograms=(
+        Histogram("sglang:time_to_first_token_seconds", "ttft"),
+        Histogram("sglang:e2e_request_latency_seconds", "e2e"),
+        Histogram("sglang:inter_token_latency_seconds", "tpot"),
+    ),
+    cache_reset=CacheReset("/flush_cache"),
+    reuse_loss_cause="evicted from the radix cache, or not yet stored",
+)
