@@ -67,7 +67,8 @@ def run() -> list[Row]:
 
 def mooncake_rows(path: Path) -> list[Row]:
     """The Mooncake case, or one row that says it was skipped and why (never no row at all)."""
-    from swarm.replay.importers import Filters, import_trace
+    from swarm.replay.formats import import_trace
+    from swarm.replay.reading import Filters
 
     label = "Mooncake first 300, speed 10"
     if not path.is_file():

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from swarm.errors import InputError
-from swarm.replay.plan import WAIT_OFFSET_FORMATS, ReplayPlan, with_scaled_waits
+from swarm.replay.formats import scale_waits, trace_format
+from swarm.replay.plan import ReplayPlan
 from swarm.runtime.agent_source import AgentSource
 from swarm.runtime.context import ResolvedTarget
 from swarm.runtime.executor import Executor, InProcessExecutor
@@ -115,17 +116,17 @@ def execute_replay(
     """Send ``plan`` to ``targets`` as a run of its own. ``spec`` (optional) gives the
     settings a run shares with replays: timeouts, metrics and flush intervals, and, when no
     ``executor`` is passed, the executor (without a spec: in process). ``tool_time_scale``
-    multiplies the recorded waits between calls (``replay.plan.with_scaled_waits``)."""
+    multiplies the recorded waits between calls (``replay.formats.scale_waits``)."""
     chosen_mode = mode or plan.default_mode
     if tool_time_scale != 1.0:
         if not any(it.gap_s for it in plan.items):
             raise InputError(f"--tool-time-scale: {plan.source} records no waits between calls to scale")
-        if chosen_mode == "timed" and plan.source_format not in WAIT_OFFSET_FORMATS:
+        if chosen_mode == "timed" and trace_format(plan.source_format).offsets != "waits":
             raise InputError(
                 "--tool-time-scale scales the waits between calls, which a timed replay does not keep "
                 "(its offsets are recorded arrivals): use --mode dependent"
             )
-        plan = with_scaled_waits(plan, tool_time_scale)
+        plan = scale_waits(plan, tool_time_scale)
     if chosen_mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}")
     settings = spec or RunSpec()

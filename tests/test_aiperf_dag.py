@@ -42,8 +42,9 @@ from sending import replay_one_at_a_time
 from swarm.emulator.http_server import EmulatorThread
 from swarm.errors import InputError
 from swarm.replay.aiperf_dag import DEFAULT_MAX_TOKENS, import_aiperf_dag
-from swarm.replay.importers import Filters, import_trace
+from swarm.replay.formats import import_trace
 from swarm.replay.plan import ReplayItem
+from swarm.replay.reading import Filters
 from swarm.runtime.replay_source import group_sessions, item_messages
 
 FIXTURE = Path(__file__).parent / "data" / "aiperf_dag" / "agent-tree.dag.jsonl"
@@ -245,7 +246,7 @@ def test_files_that_hold_nothing_to_send_are_refused(tmp_path: Path) -> None:
 
 
 def test_one_entry_point_detection_and_no_flat_filters(tmp_path: Path) -> None:
-    from swarm.cli.replay import detect_format
+    from swarm.replay.formats import detect_format
 
     assert detect_format(str(FIXTURE)) == "aiperf_dag"
     assert import_trace(FIXTURE, "aiperf_dag").items == import_aiperf_dag(FIXTURE).items
@@ -309,10 +310,10 @@ def test_an_unknown_child_is_named_by_its_place(tmp_path: Path) -> None:
 
 
 def test_tool_time_scale_scales_the_delays_and_the_offsets_they_sum_to() -> None:
-    from swarm.replay.plan import with_scaled_waits
+    from swarm.replay.formats import scale_waits
 
     plan = import_aiperf_dag(FIXTURE)
     assert any(it.gap_s for it in plan.items)
-    half = with_scaled_waits(plan, 0.5)
+    half = scale_waits(plan, 0.5)
     assert [it.gap_s for it in half.items] == pytest.approx([it.gap_s / 2 for it in plan.items])
     assert [it.offset_s for it in half.items] == pytest.approx([it.offset_s / 2 for it in plan.items])

@@ -31,8 +31,8 @@ import pytest
 from swarm.emulator.http_server import EmulatorThread
 from swarm.errors import InputError
 from swarm.replay.bailian_trace import BLOCK_TOKENS, import_bailian
-from swarm.replay.importers import Filters
 from swarm.replay.plan import ReplayPlan
+from swarm.replay.reading import Filters
 from swarm.runtime.replay_source import group_sessions, item_messages
 
 FIXTURE = Path(__file__).parent / "data" / "bailian" / "two-conversations_blksz_16.jsonl"

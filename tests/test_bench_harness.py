@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from swarm.clients.client import HttpEngineClient, open_http_session
-from swarm.engines.registry import get_engine
 from swarm.emulator.http_server import EmulatorThread
+from swarm.engines.registry import get_engine
 from swarm.request import ChatMessage, EngineRequest
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,8 +9,8 @@ import aiohttp
 import pytest
 
 from swarm.clients.client import HttpEngineClient, open_http_session
-from swarm.engines.registry import get_engine
 from swarm.emulator.http_server import EmulatorThread
+from swarm.engines.registry import get_engine
 from swarm.record import RequestRecord, Status
 from swarm.request import ChatMessage, EngineRequest
 

@@ -14,10 +14,10 @@ import pytest
 from transports import TRANSPORT, transport  # noqa: F401 - each test runs once per transport
 
 from swarm.clients.client import HttpEngineClient, open_transport
-from swarm.engines.registry import get_engine
 from swarm.emulator.config import EmulatorConfig
 from swarm.emulator.faults import REQUEST_KINDS, FaultInjector, FaultSpec
 from swarm.emulator.http_server import start_emulator
+from swarm.engines.registry import get_engine
 from swarm.errors import InputError
 from swarm.record import RequestRecord, Status
 from swarm.request import ChatMessage, EngineRequest, Timeouts

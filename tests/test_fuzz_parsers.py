@@ -17,12 +17,13 @@ from hypothesis import strategies as st
 
 from swarm.analysis.metrics import parse_slos
 from swarm.clients.dialects import ChunkError, StreamDecoder
-from swarm.engines.registry import get_engine
 from swarm.clients.exchange import describe_error_body, parse_retry_after
 from swarm.clients.sse import SSEError, SSEParser
 from swarm.emulator.faults import FaultSpec
+from swarm.engines.registry import get_engine
 from swarm.errors import InputError
-from swarm.replay.importers import import_trace, parse_window
+from swarm.replay.formats import import_trace
+from swarm.replay.reading import parse_window
 from swarm.runtime.specs import RunSpec
 from swarm.workload.agent_profile import load_profile
 from swarm.workload.arrival import parse_arrival

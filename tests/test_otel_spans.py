@@ -31,9 +31,10 @@ from sending import replay_one_at_a_time
 
 from swarm.emulator.http_server import EmulatorThread
 from swarm.errors import InputError
-from swarm.replay.importers import Filters, import_trace
+from swarm.replay.formats import import_trace
 from swarm.replay.otel_spans import DEFAULT_MAX_TOKENS, import_otel_spans
 from swarm.replay.plan import ReplayItem
+from swarm.replay.reading import Filters
 from swarm.runtime.replay_source import group_sessions, item_messages
 
 DATA = Path(__file__).parent / "data" / "otel_genai"
@@ -238,7 +239,7 @@ def test_bad_files_are_refused(tmp_path: Path, text: str, message: str) -> None:
 
 
 def test_detection_and_the_one_entry_point(tmp_path: Path) -> None:
-    from swarm.cli.replay import detect_format
+    from swarm.replay.formats import detect_format
 
     assert detect_format(str(FIXTURE)) == "otel_genai"
     assert detect_format(str(DATA)) == "otel_genai"  # a folder whose first .json holds spans

@@ -311,7 +311,7 @@ def test_circuit_breaker_on_ray_judges_all_workers_at_the_driver(
 
 def test_replay_stops_on_the_circuit_breaker(emulator: object, tmp_path: Path) -> None:
     from swarm.launch import execute_replay
-    from swarm.replay.importers import import_trace
+    from swarm.replay.formats import import_trace
 
     trace = tmp_path / "trace.jsonl"
     trace.write_text(

@@ -18,8 +18,9 @@ from swarm.errors import InputError
 from swarm.launch import execute_replay, execute_run
 from swarm.record import RequestRecord
 from swarm.replay.export import export_mooncake, mooncake_lines
+from swarm.replay.formats import import_trace
 from swarm.replay.from_run import plan_from_run
-from swarm.replay.importers import Filters, import_trace, parse_window
+from swarm.replay.reading import Filters, parse_window
 from swarm.runtime.context import ResolvedTarget
 from swarm.runtime.replay_source import item_messages
 from swarm.runtime.specs import RunSpec, TargetSpec

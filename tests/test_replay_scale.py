@@ -21,9 +21,10 @@ from swarm.emulator.faults import FaultSpec
 from swarm.emulator.http_server import EmulatorThread
 from swarm.launch import execute_replay, execute_run
 from swarm.record import RequestIdentity
+from swarm.replay.formats import import_trace
 from swarm.replay.from_run import plan_from_run
-from swarm.replay.importers import Filters, import_trace
 from swarm.replay.plan import ReplayItem, ReplayPlan
+from swarm.replay.reading import Filters
 from swarm.runtime.agent_source import AgentSource
 from swarm.runtime.context import ResolvedTarget
 from swarm.runtime.live_stats import RunStats

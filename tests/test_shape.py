@@ -19,8 +19,9 @@ from typer.testing import CliRunner
 from swarm.cli import app
 from swarm.emulator.http_server import EmulatorThread
 from swarm.errors import InputError
-from swarm.replay.importers import Filters, import_trace
+from swarm.replay.formats import import_trace
 from swarm.replay.plan import ReplayItem
+from swarm.replay.reading import Filters
 from swarm.shape.features import FEATURES, features
 from swarm.shape.fit import fit_table, write_fit
 from swarm.shape.realism import MIN_VALUES, NEAR_D, compare, critical_d, ks_distance

@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from swarm.clients.dialects import ChunkError, StreamDecoder
-from swarm.engines.registry import get_engine
 from swarm.clients.exchange import Call, ExchangeFailure, StreamReading
 from swarm.clients.sse import SSEError
+from swarm.engines.registry import get_engine
 
 
 class Watch:

@@ -16,9 +16,9 @@ import pytest
 
 from swarm.clients.client import HttpEngineClient, open_transport
 from swarm.clients.dialects import ChunkError
-from swarm.engines.registry import get_engine
 from swarm.clients.h1 import H1Pool
 from swarm.clients.transport import ExchangeFailure, Response, Transport
+from swarm.engines.registry import get_engine
 from swarm.errors import InputError
 from swarm.record import Status
 

@@ -17,7 +17,7 @@ import pytest
 
 from swarm.emulator.http_server import EmulatorThread
 from swarm.errors import InputError
-from swarm.replay.importers import import_trace
+from swarm.replay.formats import import_trace
 from swarm.replay.trtllm_trace import import_trtllm
 
 DATA = Path(__file__).parent / "data" / "trtllm"
@@ -210,18 +210,18 @@ def test_replay_tells_the_format_from_the_name_and_keeps_the_structure(
 
 
 def test_tool_time_scale_multiplies_the_waits() -> None:
-    from swarm.replay.plan import with_scaled_waits
+    from swarm.replay.formats import scale_waits
 
     plan = import_trtllm(PARALLEL)
-    half = with_scaled_waits(plan, 0.5)
+    half = scale_waits(plan, 0.5)
     assert [it.gap_s for it in half.items] == pytest.approx([0, 0.25, 0.375, 0, 0, 0])
     assert [it.offset_s for it in half.items] == pytest.approx([0, 0.25, 0.375, 0.375, 0.375, 0.375])
     assert [it.parents for it in half.items] == [it.parents for it in plan.items]
-    assert all(it.gap_s == 0 for it in with_scaled_waits(plan, 0).items)
+    assert all(it.gap_s == 0 for it in scale_waits(plan, 0).items)
 
 
 def test_replay_tells_every_structured_format_from_the_file(tmp_path: Path) -> None:
-    from swarm.cli.replay import detect_format
+    from swarm.replay.formats import detect_format
 
     data = Path(__file__).parent / "data"
     assert detect_format(str(DJANGO)) == "trtllm"
@@ -298,7 +298,7 @@ def test_tool_time_scale_is_refused_where_it_would_do_nothing(
 
 
 def test_a_sweep_folder_is_not_a_replay_source(tmp_path: Path) -> None:
-    from swarm.cli.replay import detect_format
+    from swarm.replay.formats import detect_format
 
     (tmp_path / "sweep.json").write_text("{}")
     with pytest.raises(InputError, match="a sweep folder"):

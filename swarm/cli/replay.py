@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import sys
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -125,97 +124,20 @@ def replay(
         raise typer.Exit(code)
 
 
-def _spans_document(text: str) -> bool:
-    """Whether ``text`` is one JSON object with a ``spans`` list (an OpenTelemetry span export)."""
-    if '"spans"' not in text:
-        return False
-    try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError):
-        return False
-    return isinstance(doc, dict) and isinstance(doc.get("spans"), list)
-
-
-def _dag_line(line: str) -> bool:
-    """Whether ``line`` is an AIPerf DAG conversation: ``session_id`` and ``turns`` (or an orchestrator)."""
-    if '"session_id"' not in line:
-        return False
-    try:
-        obj = json.loads(line)
-    except (ValueError, RecursionError):
-        return False
-    return (
-        isinstance(obj, dict)
-        and isinstance(obj.get("session_id"), str)
-        and ("turns" in obj or obj.get("orchestrator") is True)
-    )
-
-
-def detect_format(source: str) -> str:
-    """swarm (a run folder), trtllm (``*.trace.json``, or a folder of them), otel_genai (.json
-    holding an object with a ``spans`` list, or a folder whose first .json does), agentic_coding
-    (.json with ``requests``, or a folder of .json), aiperf_dag, bailian or mooncake (.jsonl, by the
-    first line: ``session_id`` with ``turns``, ``chat_id``, else), azure or burstgpt (.csv, by
-    header)."""
-    path = Path(source)
-    if path.name.endswith(".trace.json"):
-        return "trtllm"
-    if path.is_dir() and (path / "sweep.json").exists():
-        raise InputError(f"{source}: a sweep folder; replay one of its run folders ({source}/runs/...)")
-    if path.is_dir() and not (path / "manifest.json").exists():
-        if any(path.glob("*.trace.json")):
-            return "trtllm"
-        first = min((f for f in path.glob("*.json") if f.is_file()), default=None)
-        if first is not None:
-            text = first.read_text(encoding="utf-8", errors="replace")
-            return "otel_genai" if _spans_document(text) else "agentic_coding"
-    if "://" in source or path.is_dir():
-        return "swarm"
-    if path.suffix == ".jsonl" and path.is_file():
-        with path.open(encoding="utf-8", errors="replace") as f:
-            first_line = next((line for line in f if line.strip()), "")
-        if _dag_line(first_line.removeprefix("\ufeff")):
-            return "aiperf_dag"
-        return "bailian" if '"chat_id"' in first_line else "mooncake"
-    if path.suffix == ".json" and path.is_file():
-        text = path.read_text(encoding="utf-8", errors="replace")
-        if _spans_document(text):
-            return "otel_genai"
-        return "agentic_coding" if '"requests"' in text else "mooncake"
-    if path.suffix in (".jsonl", ".json"):
-        return "mooncake"
-    if path.suffix == ".csv" and path.is_file():
-        with path.open(encoding="utf-8") as f:
-            header = f.readline()
-        if "ContextTokens" in header:
-            return "azure"
-        if "Request tokens" in header:
-            return "burstgpt"
-    from swarm.replay.importers import FORMATS
-
-    raise InputError(f"{source}: cannot tell the trace format; pass --format {'|'.join(('swarm', *FORMATS))}")
-
-
 def build_plan(
     source: str, fmt: str | None, *, limit: int | None = None, window: str | None = None,
     sample: float | None = None, seed: int = 0, skip_bad_lines: bool = False, source_target: str | None = None,
 ) -> tuple[Any, dict[str, Any]]:  # fmt: skip
     """The replay plan of ``source`` (a run folder or a trace file) and the filters applied."""
-    from swarm.replay.importers import Filters, import_trace, parse_window
+    from swarm.replay.format import ReadOptions
+    from swarm.replay.formats import load_plan
+    from swarm.replay.reading import Filters, parse_window
 
-    fmt = fmt or detect_format(source)
     filters: dict[str, Any] = {"limit": limit, "window": window, "sample": sample, "seed": seed}
-    if fmt == "swarm":
-        if limit or window or sample:
-            raise InputError("--limit, --window and --sample apply to trace files, not to run folders")
-        from swarm.replay.from_run import plan_from_run
-
-        return plan_from_run(source, source_target), filters
-    plan = import_trace(
-        source, fmt, Filters(limit=limit, window=parse_window(window), sample=sample, seed=seed),
-        skip_bad_lines=skip_bad_lines,
-    )  # fmt: skip
-    return plan, filters
+    options = ReadOptions(
+        Filters(limit=limit, window=parse_window(window), sample=sample, seed=seed), skip_bad_lines, source_target
+    )
+    return load_plan(source, fmt, options), filters
 
 
 def replay_command(

@@ -54,7 +54,8 @@ def load_table(
         from swarm.workload.specfiles import load_run_spec_file
 
         return table_from_spec(load_run_spec_file(source), source, agents)
-    from swarm.cli.replay import build_plan, detect_format
+    from swarm.cli.replay import build_plan
+    from swarm.replay.formats import detect_format
 
     fmt = fmt or detect_format(source)
     if fmt == "swarm":

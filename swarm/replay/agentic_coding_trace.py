@@ -50,10 +50,10 @@ from typing import Any
 
 from swarm.errors import InputError
 from swarm.record import RequestIdentity
-from swarm.replay.importers import document_files, read_json_document
+from swarm.replay.format import Peek, ReadOptions, TraceFormat
 from swarm.replay.plan import ReplayItem, ReplayPlan
+from swarm.replay.reading import document_files, read_json_document
 
-FORMAT = "agentic_coding"
 SUFFIX = ".json"
 BLOCK_TOKENS = 64
 TYPES = ("s", "n", "subagent")
@@ -291,7 +291,29 @@ def import_agentic_coding(path: str | Path, *, skip_bad_lines: bool = False) -> 
         raise InputError(
             f"{path}: no request left to replay ({len(skipped)} bad trace file(s); first: {skipped[0]})"
         )
-    plan = ReplayPlan(items=items, source=str(path), source_format=FORMAT, default_mode="dependent")
+    plan = ReplayPlan(
+        items=items, source=str(path), source_format=FORMAT.name, default_mode=FORMAT.default_mode
+    )
     if skipped:
         plan.notes.append(f"skipped {len(skipped)} bad trace file(s); first: {skipped[0]}")
     return plan
+
+
+def read_agentic_coding(source: str, options: ReadOptions) -> ReplayPlan:
+    return import_agentic_coding(source, skip_bad_lines=options.skip_bad_lines)
+
+
+def detect(peek: Peek) -> bool:
+    """A ``.json`` file with ``requests``, or a folder of ``.json`` documents (checked after
+    OpenTelemetry spans, whose documents are ``.json`` too)."""
+    if peek.document_folder:
+        return peek.first_document is not None
+    return peek.file_with(".json") and '"requests"' in peek.text
+
+
+FORMAT = TraceFormat(
+    name="agentic_coding",
+    title="agentic-coding traces (.json with requests, or a folder of them)",
+    detect=detect,
+    read=read_agentic_coding,
+)

@@ -60,10 +60,10 @@ from typing import Any
 from swarm.errors import InputError
 from swarm.record import RequestIdentity
 from swarm.replay.blocktext import segment_words
-from swarm.replay.importers import BadLines, parsed_lines
+from swarm.replay.format import Peek, ReadOptions, TraceFormat, json_object
 from swarm.replay.plan import ReplayItem, ReplayPlan
+from swarm.replay.reading import BadLines, parsed_lines
 
-FORMAT = "aiperf_dag"
 #: max_tokens of a turn that names none (AIPerf leaves it to the server)
 DEFAULT_MAX_TOKENS = 256
 #: a file whose spawn templates expand to more requests than this is refused
@@ -462,7 +462,9 @@ def import_aiperf_dag(path: str | Path, *, skip_bad_lines: bool = False) -> Repl
         raise InputError(f"{p}: forks and spawns nested too deeply to replay") from None
     if not expander.items:
         raise InputError(f"{p}: no conversation turn to replay")
-    plan = ReplayPlan(items=expander.items, source=str(p), source_format=FORMAT, default_mode="dependent")
+    plan = ReplayPlan(
+        items=expander.items, source=str(p), source_format=FORMAT.name, default_mode=FORMAT.default_mode
+    )
     if bad.count:
         plan.notes.append(f"skipped {bad.count} bad line(s); first: {bad.first}")
     if expander.defaulted:
@@ -479,3 +481,28 @@ def import_aiperf_dag(path: str | Path, *, skip_bad_lines: bool = False) -> Repl
             "replayed with the median think_time_ms"
         )
     return plan
+
+
+def read_aiperf_dag(source: str, options: ReadOptions) -> ReplayPlan:
+    return import_aiperf_dag(source, skip_bad_lines=options.skip_bad_lines)
+
+
+def detect(peek: Peek) -> bool:
+    """A ``.jsonl`` file whose first line is a conversation: ``session_id`` and ``turns`` (or an orchestrator)."""
+    if not peek.file_with(".jsonl") or '"session_id"' not in peek.first_line:
+        return False
+    obj = json_object(peek.first_line)
+    return (
+        obj is not None
+        and isinstance(obj.get("session_id"), str)
+        and ("turns" in obj or obj.get("orchestrator") is True)
+    )
+
+
+FORMAT = TraceFormat(
+    name="aiperf_dag",
+    title="AIPerf DAG JSON lines (.jsonl, a conversation a line)",
+    detect=detect,
+    read=read_aiperf_dag,
+    offsets="waits",
+)

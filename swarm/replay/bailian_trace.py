@@ -57,10 +57,10 @@ from typing import Any
 
 from swarm.errors import InputError
 from swarm.record import RequestIdentity
-from swarm.replay.importers import BadLines, Filters, parsed_lines
+from swarm.replay.format import Peek, ReadOptions, TraceFormat
 from swarm.replay.plan import ReplayItem, ReplayPlan
+from swarm.replay.reading import BadLines, Filters, parsed_lines
 
-FORMAT = "bailian"
 BLOCK_TOKENS = 16
 ROOT_PARENT = -1
 
@@ -220,7 +220,7 @@ def import_bailian(
         items = [dataclasses.replace(it, offset_s=it.offset_s - base) for it in items]
     if not items:
         raise InputError(f"{p}: no requests left to replay (after filters)")
-    plan = ReplayPlan(items=items, source=str(p), source_format=FORMAT, default_mode="timed")
+    plan = ReplayPlan(items=items, source=str(p), source_format=FORMAT.name, default_mode=FORMAT.default_mode)
     if bad.count:
         plan.notes.append(f"skipped {bad.count} bad line(s); first: {bad.first}")
     if orphans:
@@ -229,3 +229,21 @@ def import_bailian(
             "filter, a skipped line or the recording's edge): each starts a conversation of its own"
         )
     return plan
+
+
+def read_bailian(source: str, options: ReadOptions) -> ReplayPlan:
+    return import_bailian(source, options.filters, skip_bad_lines=options.skip_bad_lines)
+
+
+def detect(peek: Peek) -> bool:
+    return peek.file_with(".jsonl") and '"chat_id"' in peek.first_line
+
+
+FORMAT = TraceFormat(
+    name="bailian",
+    title="Qwen-Bailian JSON lines (.jsonl with chat_id)",
+    detect=detect,
+    read=read_bailian,
+    filters=True,
+    default_mode="timed",
+)

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from swarm.errors import InputError
 from swarm.record import RequestIdentity
+from swarm.replay.format import Peek, ReadOptions, TraceFormat
 from swarm.replay.plan import ReplayItem, ReplayPlan
 from swarm.trace.manifest import RunManifest, changed_contents
 from swarm.trace.reader import read_requests
@@ -158,11 +159,28 @@ def plan_from_run(run_dir: str, target: str | None = None) -> ReplayPlan:
     return ReplayPlan(
         items=items,
         source=run_dir,
-        source_format="swarm",
-        default_mode="dependent",
+        source_format=FORMAT.name,
+        default_mode=FORMAT.default_mode,
         source_run_id=manifest.run_id,
         notes=notes,
         source_seed=manifest.seed,
         source_spec_hash=manifest.spec_hash,
         source_digests=dict(manifest.workload_digests),
     )
+
+
+def read_run(source: str, options: ReadOptions) -> ReplayPlan:
+    return plan_from_run(source, options.source_target)
+
+
+def detect(peek: Peek) -> bool:
+    """A run folder, a folder that holds no trace documents, or a URI (only run folders live there)."""
+    return peek.remote or peek.is_dir
+
+
+FORMAT = TraceFormat(
+    name="swarm",
+    title="a swarm run folder (or its URI)",
+    detect=detect,
+    read=read_run,
+)

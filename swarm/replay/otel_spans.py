@@ -64,10 +64,10 @@ from typing import Any
 
 from swarm.errors import InputError
 from swarm.record import RequestIdentity
-from swarm.replay.importers import array_lines, document_files, read_json_document
+from swarm.replay.format import Peek, ReadOptions, TraceFormat, json_object
 from swarm.replay.plan import ReplayItem, ReplayPlan
+from swarm.replay.reading import array_lines, document_files, read_json_document
 
-FORMAT = "otel_genai"
 SUFFIX = ".json"
 #: max_tokens when a span records neither output nor a limit (inference-perf's default_max_tokens)
 DEFAULT_MAX_TOKENS = 1000
@@ -475,7 +475,9 @@ def import_otel_spans(path: str | Path, *, skip_bad_lines: bool = False) -> Repl
         raise InputError(
             f"{path}: no LLM call left to replay ({len(skipped)} bad file(s); first: {skipped[0]})"
         )
-    plan = ReplayPlan(items=items, source=str(path), source_format=FORMAT, default_mode="dependent")
+    plan = ReplayPlan(
+        items=items, source=str(path), source_format=FORMAT.name, default_mode=FORMAT.default_mode
+    )
     if skipped:
         plan.notes.append(f"skipped {len(skipped)} bad trace file(s); first: {skipped[0]}")
     if counts.tools:
@@ -495,3 +497,29 @@ def import_otel_spans(path: str | Path, *, skip_bad_lines: bool = False) -> Repl
             f"{counts.defaulted} call(s) record no output nor max_tokens: sent with max_tokens={DEFAULT_MAX_TOKENS}"
         )
     return plan
+
+
+def read_otel_spans(source: str, options: ReadOptions) -> ReplayPlan:
+    return import_otel_spans(source, skip_bad_lines=options.skip_bad_lines)
+
+
+def spans_document(text: str) -> bool:
+    """Whether ``text`` is one JSON object with a ``spans`` list (an OpenTelemetry span export)."""
+    if '"spans"' not in text:
+        return False
+    doc = json_object(text)
+    return doc is not None and isinstance(doc.get("spans"), list)
+
+
+def detect(peek: Peek) -> bool:
+    if peek.document_folder:
+        return peek.first_document is not None and spans_document(peek.first_document)
+    return peek.file_with(".json") and spans_document(peek.text)
+
+
+FORMAT = TraceFormat(
+    name="otel_genai",
+    title="OpenTelemetry GenAI span files (.json with spans, or a folder of them)",
+    detect=detect,
+    read=read_otel_spans,
+)

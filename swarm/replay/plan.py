@@ -34,7 +34,7 @@ class ReplayItem:
 class ReplayPlan:
     items: list[ReplayItem]
     source: str
-    source_format: str  # swarm, or one of replay.importers.FORMATS
+    source_format: str  # a name in replay.formats.FORMATS
     default_mode: str = "timed"
     source_run_id: str | None = None
     notes: list[str] = field(default_factory=list)  # e.g. skipped bad lines
@@ -43,10 +43,6 @@ class ReplayPlan:
     source_seed: int | None = None
     source_spec_hash: str | None = None
     source_digests: dict[str, str] = field(default_factory=dict)
-
-
-#: formats whose offsets are sums of the recorded waits (agent execution traces), not arrivals
-WAIT_OFFSET_FORMATS = ("trtllm", "aiperf_dag")
 
 
 def session_roots(items: Sequence[ReplayItem]) -> dict[int, int]:
@@ -70,13 +66,13 @@ def session_roots(items: Sequence[ReplayItem]) -> dict[int, int]:
     return {it.index: find(it.index) for it in items}
 
 
-def with_scaled_waits(plan: ReplayPlan, factor: float) -> ReplayPlan:
+def with_scaled_waits(plan: ReplayPlan, factor: float, *, scale_offsets: bool) -> ReplayPlan:
     """``plan`` with every recorded wait between a call and the next (``gap_s``: tool and think
-    time) times ``factor``; for an agent execution trace (``WAIT_OFFSET_FORMATS``), whose offsets
-    are sums of those waits, the offsets too. Other formats' offsets are arrival times and stay."""
+    time) times ``factor``; with ``scale_offsets`` (an agent execution trace, whose offsets are
+    sums of those waits: its format's ``offsets``) the offsets too. Other formats' offsets are
+    arrival times and stay."""
     if factor < 0:
         raise ValueError("the wait scale must not be negative")
-    scale_offsets = plan.source_format in WAIT_OFFSET_FORMATS
     items = [
         dataclasses.replace(
             it, gap_s=it.gap_s * factor, offset_s=it.offset_s * factor if scale_offsets else it.offset_s

@@ -48,10 +48,10 @@ from typing import Any
 from swarm.errors import InputError
 from swarm.record import RequestIdentity
 from swarm.replay.blocktext import segment_words
-from swarm.replay.importers import document_files, read_json_document
+from swarm.replay.format import Peek, ReadOptions, TraceFormat
 from swarm.replay.plan import ReplayItem, ReplayPlan
+from swarm.replay.reading import document_files, read_json_document
 
-FORMAT = "trtllm"
 SUFFIX = ".trace.json"
 EVENT_TYPES = ("message", "tool_call", "parallel_start", "parallel_end", "drop_kv_cache")
 ROLES = ("system", "user", "assistant", "tool")
@@ -333,7 +333,9 @@ def import_trtllm(path: str | Path, *, skip_bad_files: bool = False) -> ReplayPl
         drops += reader.drops
     if not items:
         raise InputError(f"{path}: no trace could be read; first problem: {skipped[0] if skipped else '-'}")
-    plan = ReplayPlan(items=items, source=str(path), source_format=FORMAT, default_mode="dependent")
+    plan = ReplayPlan(
+        items=items, source=str(path), source_format=FORMAT.name, default_mode=FORMAT.default_mode
+    )
     if skipped:
         plan.notes.append(f"skipped {len(skipped)} bad trace file(s); first: {skipped[0]}")
     if drops:
@@ -341,3 +343,20 @@ def import_trtllm(path: str | Path, *, skip_bad_files: bool = False) -> ReplayPl
             f"{drops} drop_kv_cache event(s) not replayed: a replay sends the calls and leaves caching to the engine"
         )
     return plan
+
+
+def read_trtllm(source: str, options: ReadOptions) -> ReplayPlan:
+    return import_trtllm(source, skip_bad_files=options.skip_bad_lines)
+
+
+def detect(peek: Peek) -> bool:
+    return peek.path.name.endswith(".trace.json") or (peek.document_folder and peek.has("*.trace.json"))
+
+
+FORMAT = TraceFormat(
+    name="trtllm",
+    title="TensorRT-LLM execution traces (*.trace.json, or a folder of them)",
+    detect=detect,
+    read=read_trtllm,
+    offsets="waits",
+)

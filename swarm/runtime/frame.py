@@ -58,8 +58,8 @@ def _safe_name(name: str) -> str:
 
 def resolve_target(spec: TargetSpec) -> ResolvedTarget:
     """Probe a target for what the spec leaves open (engine, model); InputError if unreachable."""
-    from swarm.engines.registry import check_dialect
     from swarm.clients.probe import probe
+    from swarm.engines.registry import check_dialect
 
     url = normalise_base_url(spec.url)
     result = asyncio.run(
