@@ -47,7 +47,7 @@ def send(
 
 
 def _placement() -> Any:
-    from swarm.runtime.context import Placement
+    from swarm.runtime.clocks import Placement
 
     return Placement()
 

@@ -187,7 +187,7 @@ def test_many_small_workers_agree_on_the_start_and_every_record_arrives_once(
 
     def watch(stats: RunStats) -> None:  # the live view, as the progress display reads it
         while not stats.finished:
-            seen.append((stats.requests, stats.agents_started))
+            seen.append((stats.requests, stats.sessions_started))
             time.sleep(0.05)
 
     outcome, stats = run_on_ray(
@@ -216,7 +216,7 @@ def test_many_small_workers_agree_on_the_start_and_every_record_arrives_once(
     assert len(starts) == agents and max(starts) - min(starts) <= 1_000
     # the live view only grows, and ends at the trace's figures
     assert seen and all(a[0] <= b[0] and a[1] <= b[1] for a, b in itertools.pairwise(seen))
-    assert stats.agents_started == stats.agents_done == agents
+    assert stats.sessions_started == stats.sessions_finished == agents
 
 
 def test_cluster_yaml_is_a_valid_launcher_config() -> None:

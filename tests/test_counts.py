@@ -123,7 +123,7 @@ def test_a_lead_below_the_threshold_is_a_tie() -> None:
 
 
 def test_the_live_rate_is_the_runs_average_once_sending_stopped() -> None:
-    view = LiveView(total_agents=1)
+    view = LiveView(total_sessions=1)
     stats = RunStats()
     view.start_target("t", stats)
     stats.completion_tokens = 3321

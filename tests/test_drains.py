@@ -59,7 +59,7 @@ class FakeWorker:
 
                     return Ref(fail)
                 rows, sent, finished = step
-                stats = RunStats(requests=sent, requests_sent=sent, agents_done=len(finished))
+                stats = RunStats(requests=sent, requests_sent=sent, sessions_finished=len(finished))
                 batch = pa.RecordBatch.from_pydict({"status": ["ok"] * rows}) if rows else None
                 return Ref(lambda: (batch, stats, list(finished)))
 

@@ -111,7 +111,7 @@ def test_copies_of_a_session_share_its_system_prompt_and_nothing_after(
     target = ResolvedTarget("t", emu.url, "sglang", "openai-chat", "m")
     records, outcome = send_replay(plan, target, mode="dependent", copies=3)
     assert len(records) == 3 * len(plan.items) and all(r.ok for r in records)
-    assert outcome.agents_started == outcome.agents_finished == 3 * 8
+    assert outcome.sessions_started == outcome.sessions_finished == 3 * 8
     by_id = {r.identity.request_id: r for r in records}
     for item in plan.items:
         original = by_id[item.identity.request_id]
@@ -189,7 +189,7 @@ def test_a_closed_loop_keeps_at_most_max_sessions_in_progress(
     target = ResolvedTarget("t", emu.url, "sglang", "openai-chat", "m")
     records, outcome = send_replay(chain_plan(6), target, mode="dependent", max_sessions=2)
     assert len(records) == 12 and all(r.ok for r in records)
-    assert outcome.agents_started == outcome.agents_finished == 6
+    assert outcome.sessions_started == outcome.sessions_finished == 6
     spans = {}
     for r in records:
         start, end = r.sent_ns, r.sent_ns + (r.e2e_ns or 0)

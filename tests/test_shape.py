@@ -22,6 +22,7 @@ from swarm.errors import InputError
 from swarm.replay.formats import import_trace
 from swarm.replay.plan import ReplayItem
 from swarm.replay.reading import Filters
+from swarm.runtime.specs import RunSpec
 from swarm.shape.features import FEATURES, features
 from swarm.shape.fit import fit_table, write_fit
 from swarm.shape.realism import MIN_VALUES, NEAR_D, compare, critical_d, ks_distance
@@ -102,7 +103,7 @@ def test_fit_writes_a_spec_profile_and_topologies_that_load_and_explain_every_nu
     afters = [link for t in topologies for link in t["graph"]["links"] if link.get("kind") == "after"]
     assert spawns and afters
     # the spec reads offline, from any folder (its mix paths are relative to it)
-    table = table_from_spec(data, "coder.yaml", agents=10)
+    table = table_from_spec(RunSpec.model_validate(data).workload, "coder.yaml", agents=10)
     assert len(table.sessions()) == 10
 
 
@@ -259,7 +260,7 @@ def test_a_run_table_keeps_the_waits_without_context(
          "output_dir": str(tmp_path / "runs"), "executor": "inprocess"}
     )  # fmt: skip
     run = table_from_run(execute_run(spec).run_dir)
-    offline = table_from_spec(data, "c.yaml")
+    offline = table_from_spec(RunSpec.model_validate(data).workload, "c.yaml")
     assert sum(len(r.parents) for r in run.rows) == sum(len(r.parents) for r in offline.rows)
     assert sum(1 for r in run.rows if len(r.parents) > 1) == sum(
         1 for r in offline.rows if len(r.parents) > 1
@@ -305,7 +306,7 @@ def test_mooncake_slice_fits_and_its_fitted_spec_reads_close_to_it(tmp_path: Pat
     assert any(r.parents for r in reference.rows)
     write_fit(fit_table(reference, "chat"), tmp_path / "chat.yaml")
     data = load_run_spec_file(tmp_path / "chat.yaml")
-    candidate = table_from_spec(data, "chat.yaml", agents=len(reference.sessions()))
+    candidate = table_from_spec(RunSpec.model_validate(data).workload, "chat.yaml", agents=len(reference.sessions()))
     report = compare(candidate, reference)
     for name in ("prompt_tokens", "output_tokens", "session_requests"):
         assert report.row(name).verdict == "match", report.row(name)
@@ -324,7 +325,7 @@ def test_realism_page_in_headless_chromium(agent_trace: Path, tmp_path: Path) ->
         pytest.skip("chromium is not installed (apt-get install chromium)")
     reference = table_from_plan(import_trace(str(agent_trace), "agentic_coding", Filters()))
     write_fit(fit_table(reference, "coder"), tmp_path / "c.yaml")
-    candidate = table_from_spec(load_run_spec_file(tmp_path / "c.yaml"), "<c & d>.yaml", agents=40)
+    candidate = table_from_spec(RunSpec.model_validate(load_run_spec_file(tmp_path / "c.yaml")).workload, "<c & d>.yaml", agents=40)
     cv, rv = features(candidate), features(reference)
     page = tmp_path / "realism.html"
     page.write_text(render_realism_html(compare(candidate, reference, cv, rv), cv, rv), encoding="utf-8")

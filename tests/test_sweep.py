@@ -24,18 +24,18 @@ from typing import Any
 import pytest
 from test_sweep_analysis import _streamed, _table
 
-from swarm.analysis.sweep import point_figures, point_validity, whole_run_window
-from swarm.analysis.sweep_report import PointResult, build_sweep_report
-from swarm.analysis.working_set import predicted_cliff_load, working_set
 from swarm.emulator.http_server import EmulatorThread
 from swarm.errors import InputError
 from swarm.runtime.executor import InProcessExecutor
 from swarm.runtime.specs import RunSpec, TargetSpec
+from swarm.sweep.manifest import SweepManifest
+from swarm.sweep.point_figures import point_figures, point_validity, whole_run_window
 from swarm.sweep.points import AgentPoints, ReplayPoints
+from swarm.sweep.report import PointResult, build_sweep_report
 from swarm.sweep.runner import SweepEvent, execute_sweep, stop_rule
 from swarm.sweep.spec import AutoLadder, StopRules, SweepSpec
+from swarm.sweep.working_set import predicted_cliff_load, working_set
 from swarm.trace.manifest import RunManifest
-from swarm.trace.sweep_manifest import SweepManifest
 from swarm.workload.catalog import Catalog
 
 SWARM = [sys.executable, "-m", "swarm.cli"]

@@ -10,15 +10,7 @@ import pyarrow as pa
 import pytest
 
 from swarm.analysis import metrics as m
-from swarm.analysis.sweep import (
-    fixed_window,
-    point_figures,
-    point_validity,
-    steady_window,
-    tasks_in,
-    whole_run_window,
-)
-from swarm.analysis.sweep_curves import (
+from swarm.sweep.curves import (
     Goal,
     SloBound,
     SweepPoint,
@@ -26,6 +18,14 @@ from swarm.analysis.sweep_curves import (
     crossovers,
     eviction_cliff,
     pareto_front,
+)
+from swarm.sweep.point_figures import (
+    fixed_window,
+    point_figures,
+    point_validity,
+    steady_window,
+    tasks_in,
+    whole_run_window,
 )
 from swarm.trace.schema import TRACE_SCHEMA
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from browser import chromium_path, visit
 
-from swarm.analysis.sweep_html import EMULATOR_NOTE, MISSING, render_sweep_html
+from swarm.sweep.html import EMULATOR_NOTE, MISSING, render_sweep_html
 
 ERROR_REASON = "error share 12.0% above the bound 5.0%"
 

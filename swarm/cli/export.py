@@ -1,6 +1,7 @@
 """``swarm export``: a run's trace as Mooncake JSONL or CSV.
 
-Place in the map (docs/architecture.md, "CLI"): calls ``replay.export``.
+Place in the map (docs/architecture.md, "CLI"): calls ``replay.export``; ``--format``,
+``--source-target`` and ``--output`` are the flags replay and the reports take.
 """
 
 from __future__ import annotations
@@ -12,34 +13,20 @@ from typing import Annotated
 import typer
 
 from swarm.cli.app import app
+from swarm.cli.flags import Given, takes
 from swarm.errors import InputError
 
 
 @app.command()
-def export(
-    run_dir: Annotated[str, typer.Argument(help="a run folder")],
-    format: Annotated[
-        str,
-        typer.Option(
-            "--format",
-            help="mooncake (JSON lines, one target) or csv (one row per request, for spreadsheets)",
-        ),
-    ] = "mooncake",
-    target: Annotated[
-        str | None, typer.Option(help="which recorded target (default: mooncake the first, csv all)")
-    ] = None,
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            "--output", "-o", "--out", help="file to write (default: stdout); written whole or not at all"
-        ),
-    ] = None,
-) -> None:
+@takes("export")
+def export(run_dir: Annotated[str, typer.Argument(help="a run folder")], *, given: Given) -> None:
     """Write a run as a trace other tools read (Mooncake JSON lines, or CSV)."""
     from swarm.replay.export import FORMATS, export_run
 
-    if format not in FORMATS:
-        raise InputError(f"--format {format!r}: expected one of {', '.join(FORMATS)}")
-    count = export_run(run_dir, format, output, target)
+    fmt = given.get("format", "mooncake")
+    if fmt not in FORMATS:
+        raise InputError(f"--format {fmt!r}: swarm export writes {' or '.join(FORMATS)}")
+    output = given.get("output")
+    count = export_run(run_dir, fmt, Path(output) if output is not None else None, given.get("source_target"))
     if output is not None:
         print(f"wrote {count} requests to {output}", file=sys.stderr)

@@ -23,8 +23,8 @@ def _fmt(value: float | None, spec: str = ".1f", suffix: str = "") -> str:
 class LiveView:
     """What the terminal shows while a target runs (refreshed by rich's own thread)."""
 
-    def __init__(self, total_agents: int) -> None:
-        self.total_agents = total_agents
+    def __init__(self, total_sessions: int) -> None:
+        self.total_sessions = total_sessions
         self.rows: list[tuple[str, RunStats, float, float | None]] = []
         self._last: tuple[float, int] = (time.monotonic(), 0)
         self._rate = 0.0
@@ -70,9 +70,9 @@ class LiveView:
                     self.rows[i] = (name, st, t0, t1)
                     elapsed = t1 - t0
                 rate = st.completion_tokens / elapsed if elapsed > 0 else 0.0
-            agents = f"{snap['agents_done']}/{snap['agents_started']}/{self.total_agents}"
-            if snap["agents_cut"]:
-                agents += f" ({snap['agents_cut']} cut)"
+            agents = f"{snap['sessions_finished']}/{snap['sessions_started']}/{self.total_sessions}"
+            if snap["sessions_cut"]:
+                agents += f" ({snap['sessions_cut']} cut)"
             errors = str(snap["errors"]) + (f" (+{snap['cancelled']} cancelled)" if snap["cancelled"] else "")
             table.add_row(
                 name,

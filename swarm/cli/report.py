@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from swarm.analysis.rows import SUMMARY_COLUMNS, fmt, report_rows
 from swarm.cli.app import app
+from swarm.cli.flags import Given, takes
+from swarm.cli.sending import report_console, save_report, write_or_print
 from swarm.errors import InputError
 
 if TYPE_CHECKING:
@@ -24,55 +25,52 @@ if TYPE_CHECKING:
 
 
 @app.command()
+@takes("report")
 def report(
     run_dir: Annotated[str, typer.Argument(help="a run folder, or a sweep folder (swarm sweep)")],
-    html: Annotated[
-        Path | None, typer.Option("--html", help="also write a self-contained HTML report with plots")
-    ] = None,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="print the figures as JSON instead of tables")
-    ] = False,
-    slo: Annotated[
-        list[str] | None, typer.Option(help="an SLO for goodput, e.g. --slo ttft:200ms --slo itl:50ms")
-    ] = None,
+    *,
+    given: Given,
 ) -> None:
     """Every figure of a run, per target, from its trace (terminal tables, --html, --json); for a
     sweep folder, its points, fronts, capacity at SLO and eviction cliff."""
-    from swarm.trace.sweep_manifest import is_sweep_folder
+    from swarm.sweep.manifest import is_sweep_folder
 
+    html, as_json, slos, output = given.get("html"), bool(given.get("json_out")), given.get("slo", []), given.get("output")
     if is_sweep_folder(run_dir):
         from swarm.cli.sweep_view import print_sweep_report
 
-        print_sweep_report(run_dir, html, json_out, slo or None)
+        print_sweep_report(run_dir, html, as_json, slos or None, output)
         return
-    report_command(run_dir, html, json_out, slo or [])
+    report_command(run_dir, html, as_json, slos, output)
 
 
 @app.command()
+@takes("compare")
 def compare(
     run_dirs: Annotated[
         list[str], typer.Argument(help="run folders (or one run with several targets), or sweep folders")
     ],
-    json_out: Annotated[bool, typer.Option("--json", help="print the matrix as JSON")] = False,
-    slo: Annotated[list[str] | None, typer.Option(help="an SLO for goodput, e.g. --slo ttft:200ms")] = None,
     force: Annotated[bool, typer.Option(help="compare runs whose workloads differ (seed, spec)")] = False,
     tie_within: Annotated[
         float, typer.Option(min=0, help="a lead smaller than this share is a tie (0.02: 2 %)")
     ] = 0.02,
+    *,
+    given: Given,
 ) -> None:
     """Targets side by side: one row per dimension, a column per target, who leads and by how much;
     sweeps side by side: capacity, cliffs, crossovers and figures per load."""
-    from swarm.trace.sweep_manifest import is_sweep_folder
+    from swarm.sweep.manifest import is_sweep_folder
 
+    as_json, output = bool(given.get("json_out")), given.get("output")
     sweeps = [is_sweep_folder(d) for d in run_dirs]
     if any(sweeps):
         if not all(sweeps):
             raise InputError("compare sweep folders with sweep folders, run folders with run folders")
         from swarm.cli.sweep_view import print_sweep_comparison
 
-        print_sweep_comparison(run_dirs, json_out)
+        print_sweep_comparison(run_dirs, as_json, output)
         return
-    compare_command(run_dirs, json_out, slo or [], force, tie_within)
+    compare_command(run_dirs, as_json, given.get("slo", []), force, tie_within, output)
 
 
 def report_tables(report: RunReport) -> list[Table]:
@@ -116,7 +114,9 @@ def summary_table(summary: dict[str, dict[str, Any]], emulated: set[str]) -> Tab
     return table
 
 
-def report_command(run_dir: str, html_path: Path | None, as_json: bool, slos: list[str]) -> None:
+def report_command(
+    run_dir: str, html_path: Path | None, as_json: bool, slos: list[str], output: str | None = None
+) -> None:
     from swarm.analysis.metrics import parse_slos
     from swarm.analysis.report import build_run_report, load_run, without_timelines
 
@@ -132,13 +132,14 @@ def report_command(run_dir: str, html_path: Path | None, as_json: bool, slos: li
         html_path.write_text(render_html(run, report), encoding="utf-8")
         print(f"wrote {html_path}", file=sys.stderr)
     if as_json:
-        print(json.dumps(without_timelines(report.as_dict()), indent=2, default=str))
+        write_or_print(json.dumps(without_timelines(report.as_dict()), indent=2, default=str), output)
         return
-    console = Console()
+    console = report_console(output)
     for warning in report.warnings:
         console.print(f"[bold yellow]warning:[/] {warning}", soft_wrap=True, highlight=False)
     for table in report_tables(report):
         console.print(table)
+    save_report(console, output)
 
 
 def compare_table(comparison: dict[str, Any]) -> Table:
@@ -210,8 +211,9 @@ def reuse_sentences(comparison: dict[str, Any]) -> list[str]:
 
 
 def compare_command(
-    run_dirs: list[str], as_json: bool, slos: list[str], force: bool, tie_within: float = 0.02
-) -> None:
+    run_dirs: list[str], as_json: bool, slos: list[str], force: bool, tie_within: float = 0.02,
+    output: str | None = None,
+) -> None:  # fmt: skip
     from swarm.analysis.compare import compare
     from swarm.analysis.metrics import parse_slos
     from swarm.analysis.report import load_run
@@ -223,9 +225,9 @@ def compare_command(
         raise InputError(str(exc)) from None
     result = compare(runs, slo, force=force, tie_within=tie_within).as_dict()
     if as_json:
-        print(json.dumps(result, indent=2, default=str))
+        write_or_print(json.dumps(result, indent=2, default=str), output)
         return
-    console = Console()
+    console = report_console(output)
     for warning in result["warnings"]:
         console.print(f"[bold red]warning:[/] {warning}", soft_wrap=True, highlight=False)
     console.print(compare_table(result))
@@ -237,3 +239,4 @@ def compare_command(
         f"[dim]a lead under {tie_within:.0%} is a tie (--tie-within); ratios: runner-up / leader for "
         "figures where lower is better, leader / runner-up where higher is better[/dim]"
     )
+    save_report(console, output)

@@ -1,8 +1,9 @@
 """``swarm fit`` and ``swarm realism``: a trace's shape as a profile, and a swarm's shape against a trace.
 
 Place in the map (docs/architecture.md, "CLI"): both read a source into a ``ShapeTable``
-(``load_table``: a run folder, a run spec ``.yaml`` read offline, or a trace in any format
-``swarm replay`` reads) and call ``swarm.shape``.
+(``load_table``: a run folder, a run spec ``.yaml`` read offline and checked as ``swarm run``
+checks it, or a trace in any format ``swarm replay`` reads, through ``TraceSourceSpec``) and
+call ``swarm.shape``.
 """
 
 from __future__ import annotations
@@ -14,83 +15,66 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from swarm.cli.app import app
+from swarm.cli.flags import Given, takes, validated
 from swarm.errors import InputError
 
 if TYPE_CHECKING:
+    from swarm.replay.source_spec import TraceSourceSpec
     from swarm.shape.table import ShapeTable
 
-Format = Annotated[
-    str | None,
-    typer.Option("--format", help="the trace's format, as for swarm replay (default: from the file)"),
-]
-Limit = Annotated[int | None, typer.Option(help="trace files: read the first N requests kept")]
-Sample = Annotated[
-    float | None,
-    typer.Option(help="trace files: keep this fraction (whole conversations where the format has them)"),
-]
-SkipBad = Annotated[
-    bool, typer.Option("--skip-bad-lines", help="skip malformed lines (counted) instead of stopping")
-]
-SourceTarget = Annotated[
-    str | None, typer.Option(help="run folders: which target's requests (default: the first)")
-]
-
+#: how many of a spec's agents ``swarm realism`` reads when --agents does not say
+SPEC_AGENTS = 200
 
 def load_table(
-    source: str,
-    *,
-    fmt: str | None = None,
-    limit: int | None = None,
-    sample: float | None = None,
-    skip_bad_lines: bool = False,
-    target: str | None = None,
-    agents: int | None = None,
+    source: str, reading: TraceSourceSpec | None = None, *, target: str | None = None, agents: int | None = None
 ) -> ShapeTable:
     """The ShapeTable of ``source``: a run spec (``.yaml``, offline, at most ``agents``
-    agents), a run folder, or a trace file or folder."""
+    agents), a run folder (its ``target``, else the reading's source target), or a trace file
+    or folder read as ``reading`` says."""
+    from swarm.replay.formats import detect_format
+    from swarm.replay.source_spec import TraceSourceSpec
     from swarm.shape.table import table_from_plan, table_from_run, table_from_spec
 
     if source.endswith((".yaml", ".yml")):
+        from swarm.runtime.specs import RunSpec
         from swarm.workload.specfiles import load_run_spec_file
 
-        return table_from_spec(load_run_spec_file(source), source, agents)
-    from swarm.cli.replay import build_plan
-    from swarm.replay.formats import detect_format
+        spec = validated(RunSpec, load_run_spec_file(source), source)
+        return table_from_spec(spec.workload, source, agents)
+    reading = (reading or TraceSourceSpec()).model_copy(update={"source": source})
+    if (reading.format or detect_format(source)) == "swarm":
+        return table_from_run(source, target or reading.source_target)
+    return table_from_plan(reading.load())
 
-    fmt = fmt or detect_format(source)
-    if fmt == "swarm":
-        return table_from_run(source, target)
-    plan, _ = build_plan(source, fmt, limit=limit, sample=sample, skip_bad_lines=skip_bad_lines)
-    return table_from_plan(plan)
+
+def _reading(given: Given) -> TraceSourceSpec:
+    from swarm.replay.source_spec import TraceSourceSpec
+
+    return validated(TraceSourceSpec, given.apply({}, skip=("workload",)), "flags", given)
 
 
 @app.command()
+@takes("fit")
 def fit(
     trace: Annotated[str, typer.Argument(help="a trace (any format swarm replay reads) or a run folder")],
-    output: Annotated[
-        Path,
-        typer.Option("-o", "--output", help="the run spec to write; the profile and topologies go beside it"),
-    ],
-    name: Annotated[
-        str | None, typer.Option(help="the profile's name (default: the spec file's name)")
-    ] = None,
-    format: Format = None,
-    limit: Limit = None,
-    sample: Sample = None,
-    skip_bad_lines: SkipBad = False,
-    source_target: SourceTarget = None,
+    name: Annotated[str | None, typer.Option(help="the profile's name (default: the spec file's name)")] = None,
+    *,
+    given: Given,
 ) -> None:
     """Derive an agent profile, its topologies and a run spec in the shape of a trace."""
     from swarm.shape.fit import fit_table, write_fit
 
-    if not output.name.endswith((".yaml", ".yml")):
-        raise InputError(f"-o {output}: the run spec is a .yaml file")
-    table = load_table(
-        trace, fmt=format, limit=limit, sample=sample, skip_bad_lines=skip_bad_lines, target=source_target
-    )
-    profile_name = name or output.name.removesuffix(".yaml").removesuffix(".yml")
-    result = fit_table(table, profile_name)
-    for path in write_fit(result, output):
+    output = given.get("output")
+    if output is None or not output.endswith((".yaml", ".yml")):
+        raise InputError("swarm fit: give the run spec to write, -o SPEC.yaml (the profile and topologies go beside it)")
+    out = Path(output)
+    result = fit_table(load_table(trace, _reading(given)), name or out.name.removesuffix(".yaml").removesuffix(".yml"))
+    written = [str(p) for p in write_fit(result, out)]
+    if given.get("json_out"):
+        print(json.dumps({"written": written, "sessions": result.sessions, "requests": result.requests,
+                          "topologies": len(result.topologies), "notes": result.notes}, indent=2))  # fmt: skip
+        return
+    for path in written:
         print(f"wrote {path}")
     print(
         f"{result.sessions} sessions, {result.requests} requests; system prompt {result.system_prompt_tokens} "
@@ -105,45 +89,42 @@ def fit(
 
 
 @app.command()
+@takes("realism")
 def realism(
     candidate: Annotated[str, typer.Argument(help="a run folder, or a run spec .yaml (read offline)")],
     against: Annotated[str, typer.Option("--against", help="the reference: a trace or a run folder")],
-    agents: Annotated[int, typer.Option(help="a spec: how many of its agents to read (default 200)")] = 200,
-    format: Format = None,
-    limit: Limit = None,
-    sample: Sample = None,
-    skip_bad_lines: SkipBad = False,
-    target: Annotated[
+    candidate_target: Annotated[
         str | None, typer.Option(help="the candidate run's target (default: the first)")
     ] = None,
-    source_target: SourceTarget = None,
-    json_out: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
-    html: Annotated[Path | None, typer.Option(help="also write the comparison as an HTML page")] = None,
+    *,
+    given: Given,
 ) -> None:
-    """Compare the distributions that decide prefix-cache behaviour: a swarm against a trace."""
+    """Compare the distributions that decide prefix-cache behaviour: a swarm against a trace.
+    A spec is read for at most 200 of its agents unless --agents says how many."""
+    from swarm.cli.sending import write_or_print
     from swarm.shape.features import features
     from swarm.shape.realism import compare, text_table
 
-    cand = load_table(candidate, target=target, agents=agents)
-    ref = load_table(
-        against, fmt=format, limit=limit, sample=sample, skip_bad_lines=skip_bad_lines, target=source_target
-    )
+    cand = load_table(candidate, target=candidate_target, agents=given.get("agents", SPEC_AGENTS))
+    ref = load_table(against, _reading(given))
     cv, rv = features(cand), features(ref)
     report = compare(cand, ref, cv, rv)
+    html = given.get("html")
     if html is not None:
         from swarm.shape.realism_html import render_realism_html
 
         html.write_text(render_realism_html(report, cv, rv), encoding="utf-8")
-    if json_out:
-        print(json.dumps(report.to_json(), indent=2))
+    if given.get("json_out"):
+        write_or_print(json.dumps(report.to_json(), indent=2), given.get("output"))
         return
-    print(f"candidate: {report.candidate} ({len(cand.rows)} requests)")
-    print(f"reference: {report.reference} ({len(ref.rows)} requests)")
-    print("values: candidate / reference")
-    print(text_table(report))
     far = f": far on {', '.join(report.far)}" if report.far else ""
-    print(f"verdict: {report.verdict}{far}")
-    for note in report.notes:
-        print(f"note: {note}")
-    if html is not None:
-        print(f"wrote {html}")
+    lines = [
+        f"candidate: {report.candidate} ({len(cand.rows)} requests)",
+        f"reference: {report.reference} ({len(ref.rows)} requests)",
+        "values: candidate / reference",
+        text_table(report),
+        f"verdict: {report.verdict}{far}",
+        *(f"note: {note}" for note in report.notes),
+        *([f"wrote {html}"] if html is not None else []),
+    ]
+    write_or_print("\n".join(lines), given.get("output"))

@@ -1,8 +1,8 @@
 """A sweep on the terminal: the points table per target, the verdicts; sweeps side by side.
 
-Place in the map (docs/architecture.md, "CLI"): renders ``analysis.sweep_report`` and
-``analysis.sweep_compare`` dicts for ``swarm sweep``, ``swarm report SWEEP_DIR`` and ``swarm
-compare SWEEP_A SWEEP_B`` (``--json`` prints the dict, ``--html`` writes ``sweep_html``'s page).
+Place in the map (docs/architecture.md, "CLI"): renders ``sweep.report`` and
+``sweep.compare`` dicts for ``swarm sweep``, ``swarm report SWEEP_DIR`` and ``swarm
+compare SWEEP_A SWEEP_B`` (``--json`` prints the dict, ``--html`` writes ``sweep.html``'s page).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from swarm.analysis.rows import fmt
+from swarm.cli.sending import write_or_print
 
 _SPECS = {
     "hit": ".1%",
@@ -29,7 +30,7 @@ _SPECS = {
 
 def sweep_tables(report: dict[str, Any]) -> list[Table]:
     """One table per target: a row per load with the headline figures."""
-    from swarm.analysis.sweep_report import headline_rows
+    from swarm.sweep.report import headline_rows
 
     rows = headline_rows(report)
     knob = report["sweep"]["knob"]
@@ -104,19 +105,21 @@ def verdict_lines(report: dict[str, Any]) -> list[str]:
     return out
 
 
-def print_sweep_report(folder: str, html: Path | None, as_json: bool, slos: list[str] | None = None) -> None:
-    """The sweep's report: JSON on stdout, or tables and verdicts; ``html`` also writes the page.
-    ``slos`` judge the points instead of the sweep's own."""
-    from swarm.analysis.sweep_report import build_sweep_report
+def print_sweep_report(
+    folder: str, html: Path | None, as_json: bool, slos: list[str] | None = None, output: str | None = None
+) -> None:
+    """The sweep's report: JSON (on stdout, or into ``output``), or tables and verdicts; ``html``
+    also writes the page. ``slos`` judge the points instead of the sweep's own."""
+    from swarm.sweep.report import build_sweep_report
 
     report = build_sweep_report(folder, slos)
     if html is not None:
-        from swarm.analysis.sweep_html import render_sweep_html
+        from swarm.sweep.html import render_sweep_html
 
         html.write_text(render_sweep_html(report), encoding="utf-8")
         print(f"wrote {html}", file=sys.stderr)
     if as_json:
-        print(json.dumps(report, indent=2, default=str))
+        write_or_print(json.dumps(report, indent=2, default=str), output)
         return
     console = Console(width=None if sys.stdout.isatty() else 200)
     s = report["sweep"]
@@ -137,9 +140,9 @@ def print_sweep_report(folder: str, html: Path | None, as_json: bool, slos: list
         )
 
 
-def print_sweep_comparison(folders: list[str], as_json: bool) -> None:
-    from swarm.analysis.sweep_compare import compare_sweeps
-    from swarm.analysis.sweep_report import build_sweep_report
+def print_sweep_comparison(folders: list[str], as_json: bool, output: str | None = None) -> None:
+    from swarm.sweep.compare import compare_sweeps
+    from swarm.sweep.report import build_sweep_report
 
     reports = [build_sweep_report(f) for f in folders]
     labels = [Path(f).name or f for f in folders]
@@ -147,7 +150,7 @@ def print_sweep_comparison(folders: list[str], as_json: bool) -> None:
         labels = [f"{i + 1}-{label}" for i, label in enumerate(labels)]
     result = compare_sweeps(reports, labels)
     if as_json:
-        print(json.dumps(result, indent=2, default=str))
+        write_or_print(json.dumps(result, indent=2, default=str), output)
         return
     console = Console(width=None if sys.stdout.isatty() else 200)
     for warning in result["warnings"]:

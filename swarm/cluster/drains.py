@@ -83,7 +83,7 @@ class WorkerAccount:
 
     def settle(self) -> None:
         """Write the final figures into ``info``."""
-        done = self.stats.agents_done if self.stats is not None else 0
+        done = self.stats.sessions_finished if self.stats is not None else 0
         self.info.update(
             alive=self.alive,
             requests=self.rows,

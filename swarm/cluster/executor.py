@@ -33,6 +33,7 @@ for every request source (agents, replays).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import time
@@ -46,9 +47,12 @@ from swarm.cluster.drains import Drains, WorkerAccount
 from swarm.cluster.placement import PlacementPlan, nodes_with_cpus, plan_placement
 from swarm.cluster.worker import SwarmWorker, WorkerPayload
 from swarm.errors import InputError
-from swarm.runtime.context import Placement, TargetOutcome, TargetRun
+from swarm.runtime.clocks import Placement
+from swarm.runtime.context import TargetOutcome, TargetRun
 from swarm.runtime.live_stats import RunStats
 from swarm.runtime.loop import stop_conditions_for
+from swarm.runtime.stop import StopConditions
+from swarm.trace.manifest import WorkerInfo
 from swarm.trace.sink import PART_SUFFIX, REQUESTS_DIR
 from swarm.trace.storage import RunStorage
 
@@ -146,10 +150,8 @@ class RayExecutor:
 
     def run_target(self, run: TargetRun) -> TargetOutcome:
         import ray
-        from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
         self._connect()
-        target, sink, stats = run.target, run.sink, run.stats
         wanted = max(1, min(self.workers or self.default_workers(), run.source.session_count()))
         parts = run.source.split(wanted)  # fewer when a cap cannot be shared by that many
         n = len(parts)
@@ -161,19 +163,34 @@ class RayExecutor:
             raise InputError("--worker-writes needs a run folder")
         payloads = [
             WorkerPayload(
-                source=part,
-                target=target,
-                run_id=run.run_id,
-                timeouts=run.timeouts,
-                keep_text=run.keep_text,
+                run.for_worker(part),
                 direct_output=run.storage.display if self.worker_writes and run.storage is not None else None,
                 seed_shared_prefixes=n > 1,
                 flush_interval_s=self.flush_interval_s,
             )
             for part in parts
         ]
+        actors = self._actors_for(plan, payloads)
+        self._start(actors, run, plan)
+        accounts = self._accounts(actors, parts, run.target.name)
         # the driver judges the target over all workers: the circuit breaker lives here
         conditions = stop_conditions_for(run, Placement())
+        drains = Drains(accounts, run.sink, run.stats, conditions)
+        try:
+            outcomes = self._drive(accounts, drains, conditions)
+        finally:
+            self._release(actors, accounts)
+        if self.worker_writes and run.storage is not None:
+            count_written_rows(accounts, outcomes, run.storage, run.target.name)
+            drains.merge()
+        return self._outcome(run, accounts, outcomes, conditions)
+
+    def _actors_for(self, plan: PlacementPlan, payloads: list[WorkerPayload]) -> list[Any]:
+        """One actor per payload: new ones, or (``keep_workers``) the pool's, each given its
+        payload (a gone one replaced)."""
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+
         remote_cls: Any = ray.remote(SwarmWorker)
 
         def new_actor(i: int) -> Any:
@@ -181,20 +198,28 @@ class RayExecutor:
                 num_cpus=plan.cpus_each, scheduling_strategy=strategy_for(plan, i), max_concurrency=64
             ).remote(i, payloads[i])
 
-        if self.keep_workers:
-            for i, actor in enumerate(self._pool[:n]):
-                try:
-                    ray.get(actor.load.remote(i, payloads[i]), timeout=60)
-                except (RayActorError, GetTimeoutError) as exc:  # gone since the last run: replace it
-                    log.warning("kept worker %d is gone (%s): starting another", i, type(exc).__name__)
-                    ray.kill(actor)
-                    self._pool[i] = new_actor(i)
-            self._pool += [new_actor(i) for i in range(len(self._pool), n)]
-            actors: list[Any] = self._pool[:n]
-        else:
-            actors = [new_actor(i) for i in range(n)]
-        self.actors = actors
-        key = read_api_key(target.api_key_env, target.api_key_file)
+        n = len(payloads)
+        if not self.keep_workers:
+            self.actors = [new_actor(i) for i in range(n)]
+            return self.actors
+        for i, actor in enumerate(self._pool[:n]):
+            try:
+                ray.get(actor.load.remote(i, payloads[i]), timeout=60)
+            except (RayActorError, GetTimeoutError) as exc:  # gone since the last run: replace it
+                log.warning("kept worker %d is gone (%s): starting another", i, type(exc).__name__)
+                ray.kill(actor)
+                self._pool[i] = new_actor(i)
+        self._pool += [new_actor(i) for i in range(len(self._pool), n)]
+        self.actors = self._pool[:n]
+        return self.actors
+
+    def _start(self, actors: list[Any], run: TargetRun, plan: PlacementPlan) -> None:
+        """Hand every worker the API key (a call argument, never the runtime environment); the
+        workers that do not all answer within WORKER_START_S are killed and the run refused."""
+        import ray
+        from ray.exceptions import GetTimeoutError
+
+        key = read_api_key(run.target.api_key_env, run.target.api_key_file)
         try:
             ray.get([a.set_api_key.remote(key) for a in actors], timeout=WORKER_START_S)
         except GetTimeoutError:
@@ -203,23 +228,37 @@ class RayExecutor:
                 ray.kill(a)
             self._pool, self.actors = [], []
             raise InputError(
-                f"{n} Ray workers of {plan.cpus_each:g} CPU each did not all start within {WORKER_START_S:g} s; "
-                f"the cluster has {free:g} CPUs free (are another run's workers holding them?); "
-                "--workers sets how many"
+                f"{len(actors)} Ray workers of {plan.cpus_each:g} CPU each did not all start within "
+                f"{WORKER_START_S:g} s; the cluster has {free:g} CPUs free (are another run's workers "
+                "holding them?); --workers sets how many"
             ) from None
+
+    def _accounts(self, actors: list[Any], parts: list[Any], target: str) -> list[WorkerAccount]:
+        """The driver's account of each worker: where it runs and its clock's offset."""
+        import ray
+
         infos: list[dict[str, Any]] = ray.get([a.describe.remote() for a in actors])
-        offsets = [measure_offset(a) for a in actors]
         accounts = []
         for i, info in enumerate(infos):
+            offset_ns = measure_offset(actors[i])[0]
             info.update(
-                target=target.name, worker=i, clock_offset_ns=offsets[i][0], alive=True,
+                target=target, worker=i, clock_offset_ns=offset_ns, alive=True,
                 sessions=parts[i].session_count(), sessions_cut=0, requests=0,
             )  # fmt: skip
             accounts.append(WorkerAccount(i, actors[i], info, list(parts[i].session_ids())))
-        drains = Drains(accounts, sink, stats, conditions)
+        return accounts
+
+    def _drive(
+        self, accounts: list[WorkerAccount], drains: Drains, conditions: StopConditions
+    ) -> dict[int, TargetOutcome]:
+        """Start every worker at one agreed instant and drain them until all have answered or
+        are lost; SIGINT/SIGTERM stop them. Returns each answering worker's outcome."""
+        import ray
+        from ray.exceptions import RayError
+
         start_wall = time.time_ns() + int(START_LEAD_S * 1e9)
-        runs = {actors[i].run.remote(start_wall, offsets[i][0]): i for i in range(n)}
-        outcomes: dict[int, dict[str, Any]] = {}
+        pending = {a.actor.run.remote(start_wall, a.info["clock_offset_ns"]): a.index for a in accounts}
+        outcomes: dict[int, TargetOutcome] = {}
         stop_sent = False
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -227,7 +266,6 @@ class RayExecutor:
 
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            pending = dict(runs)
             while pending:
                 if conditions.cancelling and not stop_sent:
                     stop_sent = True
@@ -248,47 +286,59 @@ class RayExecutor:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            if self.keep_workers:  # the dead leave the pool; the rest wait for the next run
-                dead = {id(a.actor) for a in accounts if not a.alive}
-                for a in actors:
-                    if id(a) in dead:
-                        ray.kill(a)
-                self._pool = [a for a in self._pool if id(a) not in dead]
-            else:
-                for a in actors:
+        return outcomes
+
+    def _release(self, actors: list[Any], accounts: list[WorkerAccount]) -> None:
+        """Kill the run's workers, or (``keep_workers``) only the dead ones: the rest wait for
+        the next run."""
+        import ray
+
+        if self.keep_workers:
+            dead = {id(a.actor) for a in accounts if not a.alive}
+            for a in actors:
+                if id(a) in dead:
                     ray.kill(a)
-            self.actors = []
-        if self.worker_writes and run.storage is not None:
-            count_written_rows(accounts, outcomes, run.storage, target.name)
-            drains.merge()
+            self._pool = [a for a in self._pool if id(a) not in dead]
+        else:
+            for a in actors:
+                ray.kill(a)
+        self.actors = []
+
+    def _outcome(
+        self,
+        run: TargetRun,
+        accounts: list[WorkerAccount],
+        outcomes: dict[int, TargetOutcome],
+        conditions: StopConditions,
+    ) -> TargetOutcome:
+        """The target's outcome over its workers, each worker's manifest entry settled."""
         for i, out in outcomes.items():
-            infos[i]["peak_rss_bytes"] = int(out.get("peak_rss_bytes", 0))
-            infos[i]["start_rss_bytes"] = int(out.get("start_rss_bytes", 0))
-            infos[i]["cpu_s"] = float(out.get("cpu_s", 0.0))
+            if out.usage is not None:
+                accounts[i].info.update(dataclasses.asdict(out.usage))
         for a in accounts:
             a.settle()
-        stats.finished = True
+        run.stats.finished = True
         stop_requested = conditions.interrupted
         for o in outcomes.values():  # a worker that wrote its own parts and could not
-            if o.get("halt_reason") and conditions.halt_reason is None:
-                conditions.halt(o["halt_reason"])
+            if o.halt_reason and conditions.halt_reason is None:
+                conditions.halt(o.halt_reason)
         halt_reason = conditions.halt_reason
-        interrupted = stop_requested or (
-            halt_reason is None and any(o.get("interrupted") for o in outcomes.values())
-        )
+        interrupted = stop_requested or (halt_reason is None and any(o.interrupted for o in outcomes.values()))
+        if interrupted:
+            stop_reason: str | None = "interrupted"
+        elif halt_reason is not None and not stop_requested:
+            stop_reason = halt_reason
+        else:
+            stop_reason = next((o.stop_reason for o in outcomes.values() if o.stop_reason), None)
         return TargetOutcome(
-            requests=sum(int(o.get("requests", 0)) for o in outcomes.values()),
-            agents_started=stats.agents_started,
-            agents_finished=stats.agents_done,
-            stop_reason="interrupted"
-            if interrupted
-            else halt_reason
-            if halt_reason is not None and not stop_requested
-            else next((o["stop_reason"] for o in outcomes.values() if o.get("stop_reason")), None),
+            requests=sum(o.requests for o in outcomes.values()),
+            sessions_started=run.stats.sessions_started,
+            sessions_finished=run.stats.sessions_finished,
+            stop_reason=stop_reason,
             interrupted=interrupted,
-            workers=infos,
+            workers=[WorkerInfo(**a.info) for a in accounts],
             halt_reason=halt_reason,
-            records_lost=sum(int(o.get("records_lost", 0)) for o in outcomes.values()),
+            records_lost=sum(o.records_lost for o in outcomes.values()),
             # a live worker loses records only when a drain's answer was lost on its way
             records_lost_with_workers=sum(a.lost for a in accounts),
         )
@@ -305,7 +355,7 @@ def strategy_for(plan: PlacementPlan, i: int) -> Any:
 
 
 def count_written_rows(
-    accounts: list[WorkerAccount], outcomes: dict[int, dict[str, Any]], storage: RunStorage, target: str
+    accounts: list[WorkerAccount], outcomes: dict[int, TargetOutcome], storage: RunStorage, target: str
 ) -> None:
     """With ``--worker-writes`` the rows are in the workers' own parts: a worker that ran to
     its end wrote all it recorded but what its outcome counts lost; a lost worker's rows are
@@ -316,7 +366,7 @@ def count_written_rows(
     for a in accounts:
         if a.alive and a.index in outcomes:
             out = outcomes[a.index]
-            a.rows = int(out.get("requests", 0)) - int(out.get("records_lost", 0))
+            a.rows = out.requests - out.records_lost
             continue
         prefix = f"part-{target}-w{a.index}-"
         by_status: dict[str, int] = {}

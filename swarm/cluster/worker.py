@@ -13,22 +13,22 @@ be tested in one process.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import os
 import resource
 import socket
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
-from swarm.request import Timeouts
-from swarm.runtime.context import Placement, ResolvedTarget, TargetRun
+from swarm.runtime.clocks import Placement
+from swarm.runtime.context import ProcessUsage, TargetOutcome, TargetRun
 from swarm.runtime.live_stats import RunStats
 from swarm.runtime.loop import drive, stop_conditions_for
-from swarm.runtime.sources import RequestSource
 from swarm.runtime.stop import StopConditions
 from swarm.trace.sink import ParquetTraceSink, RecordBuffer, TraceSink, TraceWriteError, records_to_batch
 from swarm.trace.storage import RunStorage
@@ -40,12 +40,8 @@ log = logging.getLogger(__name__)
 class WorkerPayload:
     """Everything a worker needs; plain data, shipped once when the actor is created."""
 
-    #: this worker's part of the source (its sessions)
-    source: RequestSource
-    target: ResolvedTarget
-    run_id: str
-    timeouts: Timeouts
-    keep_text: bool = False
+    #: the target run with this worker's part of the source (``TargetRun.for_worker``)
+    run: TargetRun
     direct_output: str | None = None  # run folder (path or URI) the worker writes itself
     seed_shared_prefixes: bool = False  # several workers: see Placement
     flush_interval_s: float = 10.0  # direct_output: close a part at least this often
@@ -111,18 +107,15 @@ class SwarmWorker:
         if payload.direct_output:
             self._parquet = ParquetTraceSink(
                 RunStorage.at(payload.direct_output),
-                writer=f"{payload.target.name}-w{index}",
-                keep_text=payload.keep_text,
+                writer=f"{payload.run.target.name}-w{index}",
+                keep_text=payload.run.keep_text,
                 flush_interval_s=payload.flush_interval_s,
             )
             self._sink = self._parquet
-        self._run = TargetRun(
-            payload.source, payload.target, self._sink, self.stats, run_id=payload.run_id,
-            timeouts=payload.timeouts, keep_text=payload.keep_text,
-        )  # fmt: skip
+        self._run = dataclasses.replace(payload.run, sink=self._sink, stats=self.stats)
         # made now, so a stop that arrives before ``run`` is not lost
         self._stop = StopConditions()
-        self.sessions = payload.source.session_count()
+        self.sessions = payload.run.source.session_count()
 
     async def describe(self) -> dict[str, Any]:
         """Where this worker runs: host, pid, and under Ray its node's id and address."""
@@ -136,7 +129,7 @@ class SwarmWorker:
         """The key travels as a call argument, never in Ray's runtime environment."""
         self._api_key = key
 
-    async def run(self, start_wall_ns: int, offset_ns: int) -> dict[str, Any]:
+    async def run(self, start_wall_ns: int, offset_ns: int) -> TargetOutcome:
         """Run this worker's sessions, starting at the driver's wall time ``start_wall_ns``.
 
         ``offset_ns`` is this worker's clock minus the driver's: records carry wall times
@@ -157,21 +150,19 @@ class SwarmWorker:
                     self._parquet.close()
                 except TraceWriteError as exc:
                     self._stop.halt(str(exc))
-        result = asdict(outcome)
-        result["halt_reason"] = self._stop.halt_reason
-        result["records_lost"] = self._sink.rows_lost
-        result["parts"] = list(self._parquet.parts) if self._parquet is not None else []
-        result["peak_rss_bytes"] = peak_rss_bytes()
-        result["start_rss_bytes"] = start_rss
-        result["cpu_s"] = time.process_time() - start_cpu_s
-        return result
+        return dataclasses.replace(
+            outcome,
+            halt_reason=self._stop.halt_reason,
+            records_lost=self._sink.rows_lost,
+            usage=ProcessUsage(start_rss, peak_rss_bytes(), time.process_time() - start_cpu_s),
+        )
 
     async def drain(self) -> tuple[pa.RecordBatch | None, RunStats, list[str]]:
         """Records finished since the last call (one Arrow batch), the cumulative stats, and
         the ids of the sessions that ran to their end since the last call."""
         records = self._buffer.take()
         finished, self.stats.finished_sessions = self.stats.finished_sessions, []
-        batch = records_to_batch(records, keep_text=self.payload.keep_text) if records else None
+        batch = records_to_batch(records, keep_text=self._run.keep_text) if records else None
         # a copy taken now: Ray may serialise the answer after this coroutine, while the
         # event loop goes on recording, and the stats must match the batch
         return batch, copy.deepcopy(self.stats), finished

@@ -12,20 +12,34 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from swarm.cliflag import flag
 from swarm.emulator.faults import FaultSpec
+from swarm.engines.registry import get_engine
+from swarm.fields import TokenizerPath
+
+_EMU = "Emulator"
 
 
 class EmulatorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     engine: Literal["sglang", "trtllm", "vllm"] = Field(
-        default="sglang", description="which engine's cache model, API and metrics to emulate"
+        default="sglang", description="which engine's cache model, API and metrics to emulate (flag: --engine)"
     )
-    host: str = Field(default="127.0.0.1", description="address to bind (loopback by default)")
-    port: int = Field(default=30000, ge=0, le=65535, description="port; 0 picks a free one")
-    model: str = Field(default="swarm-emulator", description="model name served")
+    host: str = Field(
+        default="127.0.0.1", description="address to bind (loopback by default)",
+        json_schema_extra=flag("--host", group=_EMU),
+    )  # fmt: skip
+    port: int | None = Field(
+        default=None, ge=0, le=65535, description="port (default: the engine's own; 0 picks a free one)",
+        json_schema_extra=flag("--port", group=_EMU),
+    )  # fmt: skip
+    model: str = Field(
+        default="swarm-emulator", description="model name served (as vLLM's and SGLang's --served-model-name)",
+        json_schema_extra=flag("--served-model-name", group=_EMU),
+    )  # fmt: skip
     timing: Literal["batch", "fixed", "zero"] = Field(
         default="batch",
         description=(
@@ -33,45 +47,64 @@ class EmulatorConfig(BaseModel):
             "first_token_ms then one token per token_ms, independent of load; zero: no delay "
             "(for measuring the client itself)"
         ),
+        json_schema_extra=flag("--timing", group=_EMU),
     )
-    step_base_ms: float = Field(default=4.0, ge=0, description="a: fixed cost of one batch step")
+    step_base_ms: float = Field(
+        default=4.0, ge=0, description="batch timing: fixed cost of one step, ms",
+        json_schema_extra=flag("--step-base-ms", group=_EMU),
+    )  # fmt: skip
     prefill_ms_per_token: float = Field(
-        default=0.02, ge=0, description="b: cost per uncached prompt token prefilled in a step"
-    )
-    decode_ms_per_seq: float = Field(default=0.05, ge=0, description="c: cost per running sequence in a step")
-    first_token_ms: float = Field(default=50.0, ge=0, description="fixed timing: time to first token")
-    token_ms: float = Field(default=10.0, ge=0, description="fixed timing: time between tokens")
+        default=0.02, ge=0, description="batch timing: cost per uncached prompt token prefilled in a step, ms",
+        json_schema_extra=flag("--prefill-ms-per-token", group=_EMU),
+    )  # fmt: skip
+    decode_ms_per_seq: float = Field(
+        default=0.05, ge=0, description="batch timing: cost per running sequence in a step, ms",
+        json_schema_extra=flag("--decode-ms-per-seq", group=_EMU),
+    )  # fmt: skip
+    first_token_ms: float = Field(
+        default=50.0, ge=0, description="fixed timing: time to first token, ms",
+        json_schema_extra=flag("--first-token-ms", group=_EMU),
+    )  # fmt: skip
+    token_ms: float = Field(
+        default=10.0, ge=0, description="fixed timing: time between tokens, ms",
+        json_schema_extra=flag("--token-ms", group=_EMU),
+    )  # fmt: skip
     kv_capacity_tokens: int = Field(
         default=400_000,
         ge=1,
         description="KV tokens for running sequences; a request reserves its uncached prompt "
         "plus max tokens, and waits while they do not fit",
+        json_schema_extra=flag("--kv-capacity-tokens", group=_EMU),
     )
     cache_capacity_tokens: int | None = Field(
         default=400_000,
         ge=1,
-        description="prefix-cache size in tokens; None for unbounded",
-    )
+        description="prefix-cache size in tokens; None (the flag: 0) for unbounded",
+        json_schema_extra=flag(
+            "--cache-tokens", group=_EMU, parse="zero_is_none",
+            help="prefix-cache capacity in tokens; 0: unbounded",
+        ),
+    )  # fmt: skip
     block_tokens: int | None = Field(
         default=None,
         ge=1,
         description="trtllm and vllm: KV block size in tokens (default: trtllm 32; vllm 128, as vLLM's CPU build)",
+        json_schema_extra=flag("--block-tokens", group=_EMU),
     )
-    tokenizer: str | None = Field(
-        default=None,
-        description="a Hugging Face tokenizer.json: prompts counted in its tokens (a completions prompt as "
-        "the server counts it, special tokens included; a chat's message contents one after another, "
-        "without a chat template); default: whitespace words",
-    )
+    tokenizer: TokenizerPath = None
     default_max_tokens: int = Field(
-        default=64, ge=1, description="tokens generated when a request sets no limit"
-    )
+        default=64, ge=1, description="tokens generated when a request sets no limit",
+        json_schema_extra=flag("--default-max-tokens", group=_EMU),
+    )  # fmt: skip
     max_prompt_tokens: int = Field(
-        default=131_072, ge=1, description="longer prompts are refused with HTTP 400"
-    )
+        default=131_072, ge=1, description="longer prompts are refused with HTTP 400",
+        json_schema_extra=flag("--max-prompt-tokens", group=_EMU),
+    )  # fmt: skip
     cache_report: bool = Field(
         default=True,
-        description="sglang: report cached tokens in OpenAI usage (as --enable-cache-report)",
+        description="sglang: report cached tokens in OpenAI usage (as --enable-cache-report; "
+        "--no-cache-report: as without it)",
+        json_schema_extra=flag("--cache-report", group=_EMU),
     )
     stamp_chunks: bool = Field(
         default=False,
@@ -79,8 +112,28 @@ class EmulatorConfig(BaseModel):
             'add "swarm_sent_ns" (this host\'s monotonic clock at the write) to every streamed '
             "content event, so a client on the same host can measure its own receive delay"
         ),
+        json_schema_extra=flag("--stamp-chunks", group=_EMU, negatable=False),
     )
     faults: FaultSpec | None = Field(
         default=None,
         description="injected faults (rates per kind, seeded); none by default",
-    )
+        json_schema_extra=flag(
+            "--faults", group=_EMU, parse="faults", cli_type="str",
+            help="inject faults, seeded: KIND=RATE pairs and parameters, e.g. 'mixed=0.05,stall_s=2,seed=7' "
+            "or 'http_500=0.01,cut=0.02,refuse=0.01' (kinds: refuse http_500 http_503 http_429 "
+            "slow_headers stall_first stall_mid cut malformed no_done oversized; docs/reliability.md)",
+        ),
+    )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _engine_port(self) -> EmulatorConfig:
+        """No port: the emulated engine's own (``swarm/engines/``)."""
+        if self.port is None:
+            self.port = get_engine(self.engine).default_port
+        return self
+
+    @property
+    def listen_port(self) -> int:
+        """The port to bind (set once the config is built)."""
+        assert self.port is not None
+        return self.port

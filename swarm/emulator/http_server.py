@@ -370,17 +370,17 @@ async def start_emulator(config: EmulatorConfig) -> RunningEmulator:
     faults = app[_FAULTS_KEY]
     site: web.TCPSite
     if isinstance(faults, FaultInjector) and faults.spec.refuse > 0:
-        site = FaultySite(runner, config.host, config.port, faults)
+        site = FaultySite(runner, config.host, config.listen_port, faults)
     else:
-        site = web.TCPSite(runner, config.host, config.port, backlog=4096)
+        site = web.TCPSite(runner, config.host, config.listen_port, backlog=4096)
     try:
         await site.start()
     except OSError as exc:
         await runner.cleanup()
         if exc.errno == errno.EADDRINUSE:
-            raise InputError(f"port {config.port} on {config.host} is already in use") from None
-        raise InputError(f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from None
-    port = config.port
+            raise InputError(f"port {config.listen_port} on {config.host} is already in use") from None
+        raise InputError(f"cannot listen on {config.host}:{config.listen_port}: {exc.strerror or exc}") from None
+    port = config.listen_port
     for address in runner.addresses:  # the bound (host, port), also when port 0 was asked
         port = int(address[1])
         break

@@ -15,8 +15,10 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from swarm.runtime.agent import AgentEnv, AgentRun
-from swarm.runtime.context import Placement, SendLimits, TargetRun
+from swarm.runtime.clocks import Placement
 from swarm.runtime.dispatcher import Dispatcher, Outgoing, Scheduled
+from swarm.runtime.retry import RetryPolicy
+from swarm.runtime.sources import SendLimits, SourceContext
 from swarm.workload.agent_profile import AgentProfile
 from swarm.workload.catalog import Catalog
 from swarm.workload.topology import TopologyTemplate
@@ -29,25 +31,31 @@ def _rebuild(
     topologies: dict[str, TopologyTemplate],
     agent_ids: list[int],
     limits: SendLimits,
+    retry: RetryPolicy,
 ) -> AgentSource:
-    return AgentSource(Workload(spec, Catalog.preloaded(profiles, topologies)), agent_ids, limits)
+    return AgentSource(Workload(spec, Catalog.preloaded(profiles, topologies)), limits, retry, agent_ids)
 
 
 class AgentSource:
     kind = "agents"
 
     def __init__(
-        self, workload: Workload, agent_ids: Sequence[int] | None = None, limits: SendLimits | None = None
+        self,
+        workload: Workload,
+        limits: SendLimits | None = None,
+        retry: RetryPolicy | None = None,
+        agent_ids: Sequence[int] | None = None,
     ) -> None:
         self.workload = workload
         self.agent_ids = list(range(workload.n_agents)) if agent_ids is None else list(agent_ids)
-        spec = workload.spec
-        #: the workload's limits, or this part's share of them
-        self.limits = limits or SendLimits(spec.max_in_flight, spec.max_requests, spec.duration_s)
+        #: the run's limits (``SendSpec.limits``), or this part's share of them
+        self.limits = limits or SendLimits()
+        #: how agents retry a failed call (``SendSpec.retry``; off by default)
+        self.retry = retry or RetryPolicy()
 
     def __reduce__(self) -> tuple[Any, ...]:
         profiles, topologies = self.workload.catalog.loaded()
-        return (_rebuild, (self.workload.spec, profiles, topologies, self.agent_ids, self.limits))
+        return (_rebuild, (self.workload.spec, profiles, topologies, self.agent_ids, self.limits, self.retry))
 
     def session_count(self) -> int:
         return len(self.agent_ids)
@@ -61,7 +69,7 @@ class AgentSource:
         parts = self.limits.usable_parts(parts)
         chosen = set(self.agent_ids)
         return [
-            AgentSource(self.workload, [i for i in group if i in chosen], limits)
+            AgentSource(self.workload, limits, self.retry, [i for i in group if i in chosen])
             for group, limits in zip(
                 partition(self.workload.n_agents, parts), self.limits.split(parts), strict=True
             )
@@ -70,12 +78,12 @@ class AgentSource:
     def shared_prefixes(self) -> list[list[object]]:
         return self.workload.shared_prefixes()
 
-    def start(self, d: Dispatcher, run: TargetRun, placement: Placement) -> _AgentsRun:
+    def start(self, d: Dispatcher, run: SourceContext, placement: Placement) -> _AgentsRun:
         return _AgentsRun(self, d, run, placement)
 
 
 class _AgentsRun:
-    def __init__(self, source: AgentSource, d: Dispatcher, run: TargetRun, placement: Placement) -> None:
+    def __init__(self, source: AgentSource, d: Dispatcher, run: SourceContext, placement: Placement) -> None:
         spec = source.workload.spec
         self.workload = source.workload
         self.d = d
@@ -87,8 +95,8 @@ class _AgentsRun:
             run_id=run.run_id,
             worker=placement.worker,
             record_text=run.keep_text,
-            retries=spec.retries,
-            retry_backoff_s=spec.retry_backoff_s,
+            retries=source.retry.retries,
+            retry_backoff_s=source.retry.backoff_s,
             on_failure=spec.on_failure,
         )
         offsets = source.workload.start_offsets_s

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from swarm.record import RequestRecord, Status
 from swarm.request import EngineRequest
-from swarm.runtime.context import wall_minus_perf_ns as read_wall_minus_perf_ns
+from swarm.runtime.clocks import wall_minus_perf_ns as read_wall_minus_perf_ns
 from swarm.runtime.gc_policy import AgentRunCollector, QuietCollector
 from swarm.runtime.live_stats import RunStats
 from swarm.runtime.retry import is_retryable, retry_delay_s
@@ -163,14 +163,14 @@ class Dispatcher:
         task.add_done_callback(self._task_done)
 
     def session_started(self) -> None:
-        self.stats.agents_started += 1
+        self.stats.sessions_started += 1
 
     def session_ended(self, cut: bool, session_id: str = "") -> None:
         """A session (an agent, a replayed session) ended: ran to its end, or cut by a stop."""
         if cut:
-            self.stats.agents_cut += 1
+            self.stats.sessions_cut += 1
         else:
-            self.stats.agents_done += 1
+            self.stats.sessions_finished += 1
             if session_id:
                 self.stats.finished_sessions.append(session_id)
 

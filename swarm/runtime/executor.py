@@ -14,7 +14,8 @@ import signal
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
-from swarm.runtime.context import Placement, TargetOutcome, TargetRun
+from swarm.runtime.clocks import Placement
+from swarm.runtime.context import TargetOutcome, TargetRun
 from swarm.runtime.loop import drive, stop_conditions_for
 
 T = TypeVar("T")

@@ -63,8 +63,8 @@ class RunStats:
     requests_sent: int = 0
     by_status: dict[str, int] = field(default_factory=dict)
     in_flight: int = 0
-    agents_started: int = 0
-    agents_done: int = 0
+    sessions_started: int = 0
+    sessions_finished: int = 0
     prompt_tokens: int = 0
     cached_tokens: int = 0
     prompt_tokens_est: int = 0
@@ -77,8 +77,8 @@ class RunStats:
     late: int = 0
     #: requests that waited for a free slot under the in-flight cap
     slot_waits: int = 0
-    #: agents whose run was cut short (interrupted or halted), not counted in ``agents_done``
-    agents_cut: int = 0
+    #: agents whose run was cut short (interrupted or halted), not counted in ``sessions_finished``
+    sessions_cut: int = 0
     #: the run's sending has ended (its last request is answered): rates become averages
     finished: bool = False
     ttft: LogHistogram = field(default_factory=LogHistogram)
@@ -122,7 +122,7 @@ class RunStats:
 
     def merge(self, other: RunStats) -> None:
         for name in (
-            "requests", "requests_sent", "in_flight", "agents_started", "agents_done", "agents_cut", "prompt_tokens",
+            "requests", "requests_sent", "in_flight", "sessions_started", "sessions_finished", "sessions_cut", "prompt_tokens",
             "cached_tokens", "prompt_tokens_est", "ideal_cached_tokens", "completion_tokens", "chunks", "late",
             "slot_waits",
         ):  # fmt: skip
@@ -146,9 +146,9 @@ class RunStats:
             "in_flight": self.in_flight,
             "errors": self.errors,
             "cancelled": self.cancelled,
-            "agents_started": self.agents_started,
-            "agents_done": self.agents_done,
-            "agents_cut": self.agents_cut,
+            "sessions_started": self.sessions_started,
+            "sessions_finished": self.sessions_finished,
+            "sessions_cut": self.sessions_cut,
             "completion_tokens": self.completion_tokens,
             "ttft_p50_ms": ms(self.ttft.quantile_ns(0.5)),
             "ttft_p99_ms": ms(self.ttft.quantile_ns(0.99)),

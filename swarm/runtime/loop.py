@@ -15,7 +15,8 @@ import time
 from swarm.clients.client import HttpEngineClient, open_transport, read_api_key
 from swarm.engines.registry import get_engine
 from swarm.runtime.breaker import CircuitBreaker
-from swarm.runtime.context import Placement, TargetOutcome, TargetRun
+from swarm.runtime.clocks import Placement
+from swarm.runtime.context import TargetOutcome, TargetRun
 from swarm.runtime.dispatcher import Dispatcher
 from swarm.runtime.stop import StopConditions
 from swarm.workload.prefix import PrefixIndex
@@ -86,8 +87,8 @@ async def drive(
             started.finish()
     return TargetOutcome(
         requests=stop.issued,
-        agents_started=run.stats.agents_started,
-        agents_finished=run.stats.agents_done,
+        sessions_started=run.stats.sessions_started,
+        sessions_finished=run.stats.sessions_finished,
         stop_reason=stop.reason,
         interrupted=stop.interrupted,
         halt_reason=stop.halt_reason,

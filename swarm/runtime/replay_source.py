@@ -10,7 +10,7 @@ timed offsets. Every request gets the same accounting as a swarm run: prompt tok
 
 Sessions. Items are grouped into sessions: the items of one recorded session id, joined with
 everything they depend on. A session stays on one worker when the replay is split over Ray
-workers (``split``), so a child always sees its parent's end. ``copies`` (``--sessions N``)
+workers (``split``), so a child always sees its parent's end. ``copies`` (``--copies N``)
 plays every session N times: copy *k* > 0 has its own user content (the first non-system
 message is marked with the copy; block ids that only this session used are renamed) but the
 trace's shared system prompts (and block ids several sessions share) stay shared.
@@ -32,9 +32,10 @@ from swarm.record import Status
 from swarm.replay.blocktext import block_words, prompt_words
 from swarm.replay.plan import ReplayItem, ReplayPlan, session_roots
 from swarm.request import ChatMessage, EngineRequest
-from swarm.runtime.context import Placement, SendLimits, TargetRun, share
+from swarm.runtime.clocks import Placement
 from swarm.runtime.dispatcher import Dispatcher, Outgoing, Scheduled
-from swarm.runtime.retry import retry_request_id
+from swarm.runtime.retry import RetryPolicy, retry_request_id
+from swarm.runtime.sources import SendLimits, SourceContext, share
 from swarm.workload.prefix import block_hashes
 from swarm.workload.tokenizer import Tokenizer, WordTokenizer
 
@@ -157,10 +158,9 @@ class ReplaySource:
         speed: float = 1.0,
         copies: int = 1,
         max_sessions: int = 0,
-        max_in_flight: int = 0,
+        limits: SendLimits | None = None,
+        retry: RetryPolicy | None = None,
         tokenizer: Tokenizer | None = None,
-        retries: int = 0,
-        retry_backoff_s: float = 0.5,
         sessions: Sequence[ReplaySession] | None = None,
         shared: SharedContent | None = None,
     ) -> None:
@@ -176,9 +176,9 @@ class ReplaySource:
         self.max_sessions = max_sessions
         self.tokenizer = tokenizer or WordTokenizer()
         #: retries of a retryable failure (off by default, as for agents), and the first backoff
-        self.retries = retries
-        self.retry_backoff_s = retry_backoff_s
-        self.limits = SendLimits(max_in_flight=max_in_flight)
+        self.retry = retry or RetryPolicy()
+        #: the run's limits (``SendSpec.limits``), or this part's share of them
+        self.limits = limits or SendLimits()
         if sessions is None:
             base = group_sessions(plan.items)
             stride = max((it.index for it in plan.items), default=0) + 1
@@ -216,16 +216,15 @@ class ReplaySource:
             self._part(
                 self.sessions[w::parts],
                 share(self.max_sessions, parts, w) if self.max_sessions > 0 else 0,
-                limits[w].max_in_flight,
+                limits[w],
             )
             for w in range(parts)
         ]
 
-    def _part(self, sessions: Sequence[ReplaySession], max_sessions: int, max_in_flight: int) -> ReplaySource:
+    def _part(self, sessions: Sequence[ReplaySession], max_sessions: int, limits: SendLimits) -> ReplaySource:
         return ReplaySource(
-            self.plan, mode=self.mode, speed=self.speed, max_sessions=max_sessions,
-            max_in_flight=max_in_flight, tokenizer=self.tokenizer, retries=self.retries,
-            retry_backoff_s=self.retry_backoff_s, sessions=sessions, shared=self._shared,
+            self.plan, mode=self.mode, speed=self.speed, max_sessions=max_sessions, limits=limits,
+            retry=self.retry, tokenizer=self.tokenizer, sessions=sessions, shared=self._shared,
         )  # fmt: skip
 
     def shared_content(self) -> SharedContent:
@@ -270,14 +269,14 @@ class ReplaySource:
             out.append(list(words) if words_are_tokens else list(self.tokenizer.encode(" ".join(words))))
         return out
 
-    def start(self, d: Dispatcher, run: TargetRun, placement: Placement) -> _ReplayRun:
+    def start(self, d: Dispatcher, run: SourceContext, placement: Placement) -> _ReplayRun:
         return _ReplayRun(self, d, run, placement.worker)
 
 
 class _ReplayRun:
     """The state of one ReplaySource being sent by one Dispatcher."""
 
-    def __init__(self, source: ReplaySource, d: Dispatcher, run: TargetRun, worker: int) -> None:
+    def __init__(self, source: ReplaySource, d: Dispatcher, run: SourceContext, worker: int) -> None:
         self.worker = worker
         self.source = source
         self.d = d
@@ -424,8 +423,8 @@ class _ReplayRun:
                 out = self.build(item, due_ns)
             await self.d.sleep_until(due_ns)
             record, _ = await self.d.send_retrying(
-                functools.partial(self._attempt, item), due_ns, retries=self.source.retries,
-                backoff_s=self.source.retry_backoff_s, first=out,
+                functools.partial(self._attempt, item), due_ns, retries=self.source.retry.retries,
+                backoff_s=self.source.retry.backoff_s, first=out,
             )  # fmt: skip
             if record is not None and not self.started[s_i]:  # a session starts with its first send
                 self.started[s_i] = True

@@ -9,6 +9,8 @@ its own row (``attempt``, ``retry_of``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from swarm.record import RequestRecord, Status
 
 #: Longest wait before a retry, whatever Retry-After or the backoff say.
@@ -36,3 +38,12 @@ def retry_delay_s(record: RequestRecord, retry: int, backoff_s: float) -> float:
 def retry_request_id(first_request_id: str, retry: int) -> str:
     """The request_id of retry ``retry`` of a request (``<first>~retry<k>``)."""
     return f"{first_request_id}~retry{retry}"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a source retries a failed call: ``retries`` times at most (0: never), the first after
+    ``backoff_s`` (doubling), or the server's Retry-After."""
+
+    retries: int = 0
+    backoff_s: float = 0.5

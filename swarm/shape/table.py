@@ -35,12 +35,15 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from swarm.errors import InputError
 from swarm.replay.plan import ReplayItem, ReplayPlan, session_roots
 from swarm.shape.conversations import infer_conversations, is_flat
 from swarm.workload.prefix import BLOCK_TOKENS, PrefixIndex
+
+if TYPE_CHECKING:
+    from swarm.workload.workload import WorkloadSpec
 
 SourceKind = Literal["trace", "run", "spec"]
 
@@ -425,14 +428,12 @@ def table_from_run(run_dir: str | Path, target: str | None = None) -> ShapeTable
 # -- from a run spec, offline ---------------------------------------------------------------------
 
 
-def table_from_spec(spec_data: dict[str, Any], source: str, agents: int | None = None) -> ShapeTable:
+def table_from_spec(spec: WorkloadSpec, source: str, agents: int | None = None) -> ShapeTable:
     """The requests a spec's workload sends, computed without an engine (see the module
     docstring); ``agents`` agents (default: the spec's)."""
     from swarm.workload.prompts import compose_messages, synthetic_turn
-    from swarm.workload.specfiles import validate
-    from swarm.workload.workload import Workload, WorkloadSpec, check_mix
+    from swarm.workload.workload import Workload, check_mix
 
-    spec = validate(WorkloadSpec, spec_data.get("workload") or {}, source)
     check_mix(spec, source=source)
     n = agents or spec.agents
     workload = Workload(spec.model_copy(update={"agents": n}))

@@ -1,34 +1,54 @@
 """What one sweep point runs: an agent swarm or a replay with the knob set to the point's load.
 
 Place in the map (docs/architecture.md, "Sweeps"): the two ``PointLauncher``s the runner calls
-once per (point, target). ``AgentPoints`` sets the knob on a copy of the ``RunSpec`` and calls
-``launch.execute_run``; ``ReplayPoints`` sets it on the replay's settings and calls
-``launch.execute_replay``. Nothing else changes between points: the same workload, the same
-seed, the same replay, so every target at every point gets like-for-like traffic.
+once per (point, target). Each holds the base spec (a ``RunSpec``, or a ``ReplaySpec`` and its
+plan, read once); ``with_load`` sets the knob on a copy of it, the one way a load is set, and
+``launch`` runs it. Nothing else changes between points: the same workload, the same seed, the
+same replay, so every target at every point gets like-for-like traffic.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+from pydantic import BaseModel
 
 from swarm.clients.client import redact_url
 from swarm.errors import InputError
-from swarm.launch import execute_replay, execute_run
-from swarm.replay.plan import ReplayPlan
+from swarm.launch import execute_replay, execute_run, replay_plan_for
 from swarm.runtime.executor import Executor
 from swarm.runtime.frame import RunResult
 from swarm.runtime.replay_source import group_sessions
-from swarm.runtime.specs import RunSpec, TargetSpec
-from swarm.sweep.spec import AGENT_KNOBS, INTEGER_KNOBS, REPLAY_KNOBS
+from swarm.runtime.specs import ReplaySpec, RunSpec, TargetSpec
+from swarm.sweep.spec import AGENT_KNOBS, INTEGER_KNOBS, KNOB_PATHS, REPLAY_KNOBS
 from swarm.workload.catalog import Catalog
 from swarm.workload.workload import Workload, check_mix
 
-#: RunSpec fields that say where and how a run executes, not what it measures
+#: fields that say where and how a run executes, not what it measures
 _PLACEMENT_FIELDS = {
     "targets", "output_dir", "executor", "workers", "address", "ray_timeout_s", "worker_writes",
-    "flush_interval_s", "emulator_args",
+    "flush_interval_s", "emulator_args", "record_text",
 }  # fmt: skip
+
+S = TypeVar("S", bound=BaseModel)
+
+
+def with_load(spec: S, knob: str, load: float) -> S:
+    """A copy of ``spec`` with ``knob`` (``KNOB_PATHS``) set to ``load`` (a whole number for
+    the whole-number knobs)."""
+    *parents, name = KNOB_PATHS[knob]
+    out = spec.model_copy(deep=True)
+    holder: Any = out
+    for part in parents:
+        holder = getattr(holder, part)
+    setattr(holder, name, int(load) if knob in INTEGER_KNOBS else float(load))
+    return out
+
+
+def _one_target(spec: S, target: TargetSpec, output_dir: str) -> S:
+    """``spec`` sent to ``target`` alone, its run folder under ``output_dir``."""
+    return spec.model_copy(update={"targets": [target], "output_dir": output_dir})
 
 
 class PointLauncher(Protocol):
@@ -49,10 +69,6 @@ class PointLauncher(Protocol):
     ) -> RunResult:
         """One run of the base with ``knob`` set to ``load`` against ``target`` alone."""
         ...
-
-
-def _value(knob: str, load: float) -> float | int:
-    return int(load) if knob in INTEGER_KNOBS else float(load)
 
 
 class AgentPoints:
@@ -81,49 +97,35 @@ class AgentPoints:
             "workload_digests": self._digests,
         }
 
-    def point_spec(self, knob: str, load: float) -> RunSpec:
-        spec = self.spec.model_copy(deep=True)
-        value = _value(knob, load)
-        if knob == "agents":
-            spec.workload.agents = int(value)
-        elif knob == "max_in_flight":
-            spec.workload.max_in_flight = int(value)
-        elif knob == "rate":
-            spec.workload.arrival.rate = float(value)
-        return spec
-
     def run_point(
         self, knob: str, load: float, target: TargetSpec, executor: Executor, output_dir: str
     ) -> RunResult:
-        spec = self.point_spec(knob, load)
-        spec.targets = [target]
-        spec.output_dir = output_dir
+        spec = _one_target(with_load(self.spec, knob, load), target, output_dir)
         return execute_run(spec, catalog=self.catalog, executor=executor, source=self.source)
 
 
 class ReplayPoints:
     """Replays: ``max_sessions`` in progress (a closed loop), ``max_in_flight`` or ``speed`` per point.
-
-    ``settings`` are ``execute_replay``'s keyword arguments (mode, speed, copies, retries, ...)
-    other than the plan, targets, executor and output folder."""
+    The plan is read once (and its waits scaled) for every point."""
 
     kind = "replay"
     knobs = REPLAY_KNOBS
 
-    def __init__(self, plan: ReplayPlan, settings: dict[str, Any]) -> None:
-        self.plan = plan
-        self.settings = dict(settings)
-        self.seed = plan.source_seed
+    def __init__(self, spec: ReplaySpec) -> None:
+        self.spec = spec
+        self.plan = replay_plan_for(spec)
+        self.seed = self.plan.source_seed
 
     def check_knob(self, knob: str, loads: list[float] | None = None) -> None:
         if knob not in self.knobs:
             raise InputError(f"a replay sweep's knob is one of {', '.join(self.knobs)}, not {knob}")
+        copies = self.spec.replay.copies
         if knob == "max_sessions" and loads:
-            sessions = len(group_sessions(self.plan.items)) * int(self.settings.get("copies", 1))
+            sessions = len(group_sessions(self.plan.items)) * copies
             if max(loads) > sessions:
                 raise InputError(
                     f"--max-sessions {max(loads):g}: the replay has {sessions} sessions"
-                    f"{' (with its copies)' if self.settings.get('copies', 1) > 1 else ''}; "
+                    f"{' (with its copies)' if copies > 1 else ''}; "
                     "more in progress at once than that is the same load (--copies N plays each N times)"
                 )
 
@@ -134,28 +136,18 @@ class ReplayPoints:
                 f"{item.identity.session_id}|{item.offset_s}|{item.prompt_tokens}|{item.max_tokens}|"
                 f"{item.parents}|{item.block_ids}|{item.prompt_parts}\n".encode()
             )
-        plain = {
-            k: (v.model_dump(mode="json") if hasattr(v, "model_dump") else v)
-            for k, v in self.settings.items()
-            if k not in ("spec", "tokenizer", "on_target_start", "emulator_args", "record_text")
-        }
+        source = self.plan.source
         return {
-            "source": redact_url(self.plan.source) if "://" in self.plan.source else self.plan.source,
+            "source": redact_url(source) if "://" in source else source,
             "format": self.plan.source_format,
             "requests": len(self.plan.items),
             "items_digest": h.hexdigest()[:16],
-            "settings": plain,
+            "settings": self.spec.model_dump(mode="json", exclude=_PLACEMENT_FIELDS | {"replay"})
+            | {"replay": self.spec.replay.model_dump(mode="json", exclude={"source"})},
         }
 
     def run_point(
         self, knob: str, load: float, target: TargetSpec, executor: Executor, output_dir: str
     ) -> RunResult:
-        kwargs = dict(self.settings)
-        value = _value(knob, load)
-        if knob == "max_sessions":
-            kwargs["max_sessions"] = int(value)
-        elif knob == "max_in_flight":
-            kwargs["max_in_flight"] = int(value)
-        elif knob == "speed":
-            kwargs["speed"] = float(value)
-        return execute_replay(self.plan, [target], executor=executor, output_dir=output_dir, **kwargs)
+        spec = _one_target(with_load(self.spec, knob, load), target, output_dir)
+        return execute_replay(spec, plan=self.plan, executor=executor)

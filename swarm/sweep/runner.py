@@ -29,18 +29,18 @@ from typing import Any
 
 from swarm import __version__
 from swarm.analysis import metrics as m
-from swarm.analysis.sweep_report import PointResult, point_result, slo_bounds
 from swarm.clients.client import redact_url
 from swarm.errors import InputError
 from swarm.runtime.context import TargetOutcome, TargetRun
 from swarm.runtime.executor import Executor
-from swarm.runtime.frame import embedded_targets, resolve_target
 from swarm.runtime.specs import TargetSpec
+from swarm.runtime.targets import embedded_targets, resolve_targets
 from swarm.sweep.cache_reset import reset_prefix_cache
+from swarm.sweep.manifest import SWEEP_MANIFEST_NAME, PointRun, SweepManifest
 from swarm.sweep.points import PointLauncher
+from swarm.sweep.report import PointResult, point_result, slo_bounds
 from swarm.sweep.spec import StopRules, SweepSpec, definition_digest, format_load
 from swarm.trace.manifest import RunStatus
-from swarm.trace.sweep_manifest import SWEEP_MANIFEST_NAME, PointRun, SweepManifest
 
 log = logging.getLogger(__name__)
 
@@ -192,9 +192,7 @@ def execute_sweep(
     with contextlib.ExitStack() as stack:
         specs = targets or stack.enter_context(embedded_targets(args))
         names = [t.name for t in specs]
-        if len(set(names)) != len(names):
-            raise InputError(f"target names must differ: {names}")
-        resolved = {t.name: resolve_target(t) for t in specs}
+        resolved = {t.name: t for t in resolve_targets(specs)}
         budget = spec.kv_budget_tokens
         if budget is None and not targets:
             budget = _emulator_budget(args)

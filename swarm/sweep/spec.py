@@ -15,12 +15,53 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from swarm.cliflag import flag
+
+_SWEEP = "Sweep"
+
 Knob = Literal["agents", "max_in_flight", "rate", "max_sessions", "speed"]
 #: knobs for agent swarms, and for replays
 AGENT_KNOBS: tuple[str, ...] = ("agents", "max_in_flight", "rate")
 REPLAY_KNOBS: tuple[str, ...] = ("max_sessions", "max_in_flight", "speed")
 #: knobs that take whole numbers
 INTEGER_KNOBS: tuple[str, ...] = ("agents", "max_in_flight", "max_sessions")
+#: where each knob is in a point's spec (a ``RunSpec`` or a ``ReplaySpec``): the one way a
+#: point sets its load (``sweep.points.with_load``)
+KNOB_PATHS: dict[str, tuple[str, ...]] = {
+    "agents": ("workload", "agents"),
+    "max_in_flight": ("max_in_flight",),
+    "rate": ("workload", "arrival", "rate"),
+    "max_sessions": ("replay", "max_sessions"),
+    "speed": ("replay", "speed"),
+}
+
+
+#: the emulated showdown (``swarm sweep`` with nothing given): its workload, ladder and the
+#: emulators' prefix-cache size, small enough that the ladder crosses the eviction cliff
+SHOWDOWN_WORKLOAD: dict[str, Any] = {
+    "system_prompts": 1,
+    "mix": [{"profile": "support_agent", "topology": "react"}],
+    "arrival": {"process": "all_at_once"},
+}
+SHOWDOWN_LADDER = "agents=4,8,16,32,64"
+SHOWDOWN_CACHE_TOKENS = 40_000
+
+
+def parse_ladder(text: str) -> tuple[str, list[float]]:
+    """``KNOB=V1,V2,...`` as (knob, loads); an InputError naming ``--ladder`` otherwise."""
+    from swarm.errors import InputError
+
+    knob, sep, values = text.partition("=")
+    knob = knob.strip().replace("-", "_")
+    if not sep or knob not in KNOB_PATHS:
+        raise InputError(f"--ladder {text!r}: expected KNOB=V1,V2,... with KNOB one of {', '.join(KNOB_PATHS)}")
+    try:
+        loads = [float(v) for v in values.split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"--ladder {text!r}: expected numbers separated by commas, e.g. agents=4,8,16") from None
+    if not loads:
+        raise InputError(f"--ladder {text!r}: give at least one load")
+    return knob, loads
 
 
 class AutoLadder(BaseModel):
@@ -29,9 +70,18 @@ class AutoLadder(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     start: float = Field(gt=0, description="the first load")
-    factor: float = Field(default=2.0, gt=1, description="each load is the last times this")
-    max_points: int = Field(default=8, ge=1, le=64, description="never more points than this")
-    max_load: float | None = Field(default=None, gt=0, description="never a load above this")
+    factor: float = Field(
+        default=2.0, gt=1, description="--auto: each load is the last times this",
+        json_schema_extra=flag("--factor", group=_SWEEP),
+    )  # fmt: skip
+    max_points: int = Field(
+        default=8, ge=1, le=64, description="--auto: never more points than this",
+        json_schema_extra=flag("--max-points", group=_SWEEP),
+    )  # fmt: skip
+    max_load: float | None = Field(
+        default=None, gt=0, description="--auto: never a load above this",
+        json_schema_extra=flag("--max-load", group=_SWEEP),
+    )  # fmt: skip
 
     def load(self, index: int, integer: bool) -> float | None:
         """The load of point ``index``, or None past the limits. Whole-number knobs round up
@@ -55,13 +105,18 @@ class StopRules(BaseModel):
         default=0.05,
         ge=0,
         le=1,
-        description="the point's error share above this (also: the point is invalid)",
+        description="--auto stops (and a point is invalid) above this error share",
+        json_schema_extra=flag("--stop-error-rate", group=_SWEEP),
     )
-    slo_factor: float = Field(default=2.0, ge=1, description="an SLO figure above its bound times this")
+    slo_factor: float = Field(
+        default=2.0, ge=1, description="--auto stops when an SLO figure passes its bound times this",
+        json_schema_extra=flag("--slo-factor", group=_SWEEP),
+    )  # fmt: skip
     min_gain: float = Field(
         default=0.05,
         ge=0,
-        description="output tokens/s rose by less than this share over the best earlier point",
+        description="--auto stops when output tokens/s rises by less than this share over the best earlier point",
+        json_schema_extra=flag("--min-gain", group=_SWEEP),
     )
     stop_when_behind: bool = Field(
         default=True, description="the generator fell behind its schedule (the point is invalid)"
@@ -79,30 +134,35 @@ class SweepSpec(BaseModel):
         default_factory=list, description='SLOs, NAME:VALUE ("ttft:500ms", "itl:50ms", "tpot:...", "e2e:...")'
     )
     slo_percentile: Literal["p50", "p90", "p99"] = Field(
-        default="p99", description="a point meets an SLO when this percentile is within it"
-    )
+        default="p99", description="a point meets an SLO when this percentile is within it",
+        json_schema_extra=flag("--slo-percentile", group=_SWEEP),
+    )  # fmt: skip
     steady_fraction: float = Field(
         default=0.8,
         gt=0,
         le=1,
         description="steady window: from the first time requests in flight reach this fraction of "
         "their time-weighted median to the last time they are at or above it",
+        json_schema_extra=flag("--steady-fraction", group=_SWEEP),
     )
     cliff_fraction: float = Field(
         default=0.5,
         gt=0,
         lt=1,
         description="eviction cliff: realised/ideal hit below this share of its low-load value",
+        json_schema_extra=flag("--cliff-fraction", group=_SWEEP),
     )
     reset_cache: bool = Field(
-        default=True, description="empty each target's prefix cache before each point, where the engine can"
-    )
+        default=True, description="empty each target's prefix cache before each point, where the engine can",
+        json_schema_extra=flag("--reset-cache", group=_SWEEP),
+    )  # fmt: skip
     output: str | None = Field(
         default=None, description="the sweep folder; default sweeps/sweep-<digest of the definition>"
     )
     kv_budget_tokens: int | None = Field(
-        default=None, ge=1, description="the targets' prefix-cache budget, for the predicted cliff"
-    )
+        default=None, ge=1, description="the targets' prefix-cache size in tokens, for the predicted cliff",
+        json_schema_extra=flag("--kv-budget", group=_SWEEP),
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _one_ladder(self) -> SweepSpec:

@@ -40,16 +40,18 @@ def load_yaml(path: str | os.PathLike[str]) -> Any:
         raise InputError(f"{p}: invalid YAML: {exc}") from None
 
 
+def validation_problems(exc: ValidationError) -> list[tuple[tuple[str, ...], str]]:
+    """(the field's path, the message) of each problem; an unknown key says so."""
+    out = []
+    for err in exc.errors():
+        loc = tuple(str(p) for p in err["loc"] if not str(p).startswith(("function-", "tagged-union")))
+        out.append((loc, "unknown key" if err["type"] == "extra_forbidden" else err["msg"]))
+    return out
+
+
 def format_validation_error(source: str, exc: ValidationError) -> str:
     """One line per problem: ``source: field.path: message``."""
-    lines = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-", "tagged-union")))
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key"
-        lines.append(f"{source}: {loc or '(top level)'}: {msg}")
-    return "\n".join(lines)
+    return "\n".join(f"{source}: {'.'.join(loc) or '(top level)'}: {msg}" for loc, msg in validation_problems(exc))
 
 
 def validate(model: type[M], data: Any, source: str) -> M:

@@ -27,7 +27,9 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from swarm.cliflag import flag
 from swarm.errors import InputError
+from swarm.fields import TokenizerPath
 from swarm.workload.agent_profile import AgentProfile
 from swarm.workload.arrival import ArrivalSpec
 from swarm.workload.catalog import Catalog, default_catalog
@@ -42,9 +44,22 @@ TASK_LEAD = "task"
 class MixEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    profile: str = Field(default="math_reasoner", description="agent profile name or YAML path")
-    topology: str = Field(default="tree_of_thought", description="topology name or YAML path")
+    profile: str = Field(
+        default="math_reasoner",
+        description="agent profile name or YAML path (swarm sweep's showdown: support_agent)",
+        json_schema_extra=flag("--profile", group="Workload"),
+    )
+    topology: str = Field(
+        default="tree_of_thought",
+        description="topology name or YAML path (swarm sweep's showdown: react)",
+        json_schema_extra=flag("--topology", group="Workload"),
+    )
     weight: float = Field(default=1.0, gt=0, description="relative share of agents")
+
+
+#: fields that moved from the workload to the sending settings (``RunSpec``): a spec file that
+#: still has them under ``workload:`` is read as if they were at its top level
+MOVED_TO_SENDING = ("max_in_flight", "duration_s", "max_requests", "retries", "retry_backoff_s")
 
 
 class WorkloadSpec(BaseModel):
@@ -52,48 +67,48 @@ class WorkloadSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    seed: int = Field(default=0, description="seed of every random choice")
+    seed: int = Field(
+        default=0, description="seed of every random choice", json_schema_extra=flag("--seed", group="Workload")
+    )
     agents: int = Field(
         default=100,
         ge=1,
         le=10_000_000,
         description="agent sessions to run (the default is sized for the built-in demo on a 2-core "
         "machine: the emulator and the generator on the same cores keep their schedules)",
+        json_schema_extra=flag("--agents", group="Workload"),
     )
     mix: list[MixEntry] = Field(default_factory=lambda: [MixEntry()], min_length=1)
     system_prompts: int = Field(
-        default=4, ge=1, le=100_000, description="distinct system prompts per profile, shared by the swarm"
+        default=4,
+        ge=1,
+        le=100_000,
+        description="distinct system prompts per profile, shared by the swarm (swarm sweep's showdown: 1)",
+        json_schema_extra=flag("--system-prompts", group="Workload"),
     )
     context: Literal["synthetic", "live"] = Field(
         default="synthetic",
         description="synthetic: children see deterministic stand-ins of their parents' outputs "
         "(byte-identical prompts on every engine); live: the engine's real outputs",
+        json_schema_extra=flag("--context", group="Workload"),
     )
-    arrival: ArrivalSpec = Field(default_factory=ArrivalSpec)
-    max_in_flight: int = Field(default=0, ge=0, description="global cap on requests in flight; 0 = none")
-    duration_s: float | None = Field(default=None, gt=0, description="stop starting requests after this")
-    max_requests: int | None = Field(default=None, ge=1, description="stop after this many requests")
+    arrival: ArrivalSpec = Field(
+        default_factory=ArrivalSpec,
+        description="when agents start (swarm sweep's showdown: all_at_once)",
+        json_schema_extra=flag(
+            "--arrival", group="Workload", parse="arrival", cli_type="str",
+            help="when agents start: all_at_once | poisson:RATE | constant:RATE | gamma:RATE,CV | "
+            "ramp:START,END,SECONDS (default poisson:10; swarm sweep's showdown: all_at_once)",
+        ),
+    )  # fmt: skip
     stream: bool = Field(default=True, description="stream responses")
-    retries: int = Field(
-        default=0,
-        ge=0,
-        le=10,
-        description="retries of a failed call (429, 5xx, connect, timeout, broken stream); each "
-        "attempt is its own trace row linked to the first. Off by default: a load generator "
-        "must not hide failures",
-    )
-    retry_backoff_s: float = Field(
-        default=0.5,
-        ge=0,
-        le=600,
-        description="wait before retry k: this times 2**(k-1), or the 429/503's Retry-After",
-    )
     on_failure: Literal["abort_branch", "standin"] = Field(
         default="abort_branch",
         description="when a call fails for good: abort_branch (the node and its descendants end), "
         "or standin (carry on with the node's stand-in output, so the tree keeps its shape)",
+        json_schema_extra=flag("--on-failure", group="Workload"),
     )
-    tokenizer: str | None = Field(default=None, description="local HF tokenizer.json for token estimates")
+    tokenizer: TokenizerPath = None
 
 
 def _digest(obj: object) -> str:

@@ -1,6 +1,6 @@
 """A sweep's report: every point's figures per target, the fronts, capacity at SLO, the cliff.
 
-Place in the map (docs/architecture.md, "Analysis"): reads a sweep folder (``sweep.json`` and
+Place in the map (docs/architecture.md, "Sweeps"; its analysis, which reads folders on disk only): reads a sweep folder (``sweep.json`` and
 its run folders, see ``trace.sweep_manifest``) and builds one JSON-ready dict that
 ``swarm report SWEEP_DIR`` prints, writes as ``--json`` or draws as ``--html``
 (``sweep_html``), and that ``swarm compare SWEEP_A SWEEP_B`` sets side by side. Per point: the
@@ -23,9 +23,11 @@ from typing import Any
 import pyarrow.compute as pc
 
 from swarm.analysis import metrics as m
-from swarm.analysis import sweep_curves as sc
 from swarm.analysis.engine_metrics import read_server_metrics, window_means
-from swarm.analysis.sweep import (
+from swarm.errors import InputError
+from swarm.sweep import curves as sc
+from swarm.sweep.manifest import PointRun, SweepManifest
+from swarm.sweep.point_figures import (
     PointFigures,
     Validity,
     point_figures,
@@ -33,11 +35,9 @@ from swarm.analysis.sweep import (
     steady_window,
     whole_run_window,
 )
-from swarm.analysis.working_set import WorkingSet, predicted_cliff_load, working_set
-from swarm.errors import InputError
+from swarm.sweep.working_set import WorkingSet, predicted_cliff_load, working_set
 from swarm.trace.manifest import RunManifest
 from swarm.trace.reader import read_requests_tolerant
-from swarm.trace.sweep_manifest import PointRun, SweepManifest
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Curves and verdicts over a sweep's load points: Pareto fronts, capacity at SLO, the eviction
 cliff, crossovers.
 
-Place in the map (docs/architecture.md, "Analysis"): pure functions over lists of
+Place in the map (docs/architecture.md, "Sweeps"; its analysis, which reads folders on disk only): pure functions over lists of
 ``SweepPoint`` (a load value, a point's figures by name, its validity), one list per target;
 the points' figures come from ``sweep.point_figures`` (``PointFigures.flat`` names them:
 ``"output_tokens_per_s"``, ``"ttft_ms.p99"``, ``"tasks.per_hour"``, ``"hit_vs_ideal"``,
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any, Literal
 
-from swarm.analysis.sweep import PointFigures, Validity
+from swarm.sweep.point_figures import PointFigures, Validity
 
 Better = Literal["higher", "lower"]
 

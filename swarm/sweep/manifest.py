@@ -1,6 +1,6 @@
 """The sweep manifest: ``<sweep folder>/sweep.json``.
 
-Place in the map (docs/architecture.md, "The trace"): part of the trace contract, like the run
+Place in the map (docs/architecture.md, "Sweeps"; its analysis, which reads folders on disk only): part of the trace contract, like the run
 manifest. A sweep folder holds one run folder per load point and target (``runs/<run_id>/``,
 each an ordinary swarm run with its own manifest) and this file, which says what the sweep is
 (the load knob, the ladder, the stop rules, the SLOs, the definition's digest that a re-run must

@@ -1,6 +1,6 @@
 """``swarm report SWEEP_DIR --html``: a sweep's report as one self-contained page that opens offline.
 
-Place in the map (docs/architecture.md, "Analysis"): draws the dict of
+Place in the map (docs/architecture.md, "Sweeps"; its analysis, which reads folders on disk only): draws the dict of
 ``sweep_report.build_sweep_report`` and computes nothing of its own. The page holds a header
 (the sweep, its SLOs, the steady-state rule, the KV budget), one table of points per target
 (the headline figures of ``sweep_report.HEADLINE`` plus the compulsory share of misses and the
@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from swarm.analysis.svgplot import PALETTE, Series, line_chart
-from swarm.analysis.sweep_report import HEADLINE
+from swarm.sweep.report import HEADLINE
 
 #: what a missing value shows as
 MISSING = "–"

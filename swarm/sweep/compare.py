@@ -1,6 +1,6 @@
 """Two sweeps side by side: ``swarm compare SWEEP_A SWEEP_B``.
 
-Place in the map (docs/architecture.md, "Analysis"): from two sweep reports
+Place in the map (docs/architecture.md, "Sweeps"; its analysis, which reads folders on disk only): from two sweep reports
 (``sweep_report.build_sweep_report``) it builds one dict: a **series** per (sweep, target),
 named ``<sweep label>:<target>``; per series its verdicts (capacity at SLO, eviction cliff,
 predicted cliff, peak output tokens/s and tasks/hour over valid points); the capacity ratio of
@@ -15,9 +15,9 @@ from __future__ import annotations
 from itertools import combinations
 from typing import Any
 
-from swarm.analysis import sweep_curves as sc
-from swarm.analysis.sweep_report import CROSSOVER_TIE
 from swarm.errors import InputError
+from swarm.sweep import curves as sc
+from swarm.sweep.report import CROSSOVER_TIE
 
 #: per-load figures set side by side
 LOAD_FIGURES = (

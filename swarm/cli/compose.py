@@ -1,0 +1,97 @@
+"""Flags that a spec does not take as they are written: parsed (``--arrival poisson:10``) or
+composed from several (``--target`` with ``--engine`` and its companions, ``--profile`` with
+``--topology``).
+
+Place in the map (docs/architecture.md, "CLI"): called by ``flags.Given.apply`` when a command
+builds its spec's data; each hook is named by a field's ``parse`` in its flag metadata.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from swarm.errors import InputError
+
+if TYPE_CHECKING:
+    from swarm.cli.flagdefs import FlagDef
+    from swarm.cli.flags import Given
+
+
+def _arrival(text: str) -> Any:
+    from swarm.workload.arrival import parse_arrival
+
+    return parse_arrival(text).model_dump()
+
+
+def _faults(text: str) -> Any:
+    from swarm.emulator.faults import FaultSpec
+
+    return FaultSpec.parse(text).model_dump()
+
+
+def _zero_is_none(value: int) -> int | None:
+    """``--cache-tokens 0``: unbounded (the field's None)."""
+    return value or None
+
+
+PARSERS: dict[str, Callable[[Any], Any]] = {"arrival": _arrival, "faults": _faults, "zero_is_none": _zero_is_none}
+
+
+def parse_value(f: FlagDef, value: Any) -> Any:
+    """A flag's value as its field takes it."""
+    parser = PARSERS.get(f.parse or "")
+    return parser(value) if parser is not None else value
+
+
+def parse_targets(
+    targets: list[str], engines: list[str], dialect: str | None, model: str | None,
+    api_key_env: str | None, api_key_file: str | None,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """``--target NAME=URL`` (repeated) with ``--engine`` (one for all, or one per target) and
+    the target flags every target shares, as ``TargetSpec`` fields."""
+    if engines and len(engines) not in (1, len(targets)):
+        raise InputError(
+            f"--engine given {len(engines)} times for {len(targets)} targets: give one, or one per target"
+        )
+    if engines and not targets:
+        raise InputError(
+            "--engine needs --target NAME=URL (with no target, swarm runs its emulator in both profiles)"
+        )
+    out = []
+    for i, t in enumerate(targets):
+        name, sep, url = t.partition("=")
+        if not sep or not name or not url:
+            raise InputError(f"--target {t!r}: expected NAME=URL, e.g. sglang=http://127.0.0.1:30000")
+        engine = engines[i if len(engines) > 1 else 0] if engines else None
+        out.append(
+            {
+                "name": name, "url": url, "engine": engine, "dialect": dialect, "model": model,
+                "api_key_env": api_key_env, "api_key_file": api_key_file,
+            }
+        )  # fmt: skip
+    return out
+
+
+def _targets(given: Given, data: dict[str, Any]) -> None:
+    """The given target flags replace the spec's targets (``--engine`` alone is an error)."""
+    composed = parse_targets(
+        given.get("target", []), given.get("engine", []), given.get("dialect"), given.get("model"),
+        given.get("api_key_env"), given.get("api_key_file"),
+    )  # fmt: skip
+    if composed:
+        data["targets"] = composed
+
+
+def _mix(given: Given, data: dict[str, Any]) -> None:
+    """``--profile`` and ``--topology`` set the one mix entry (a spec's mix of several is replaced)."""
+    workload = data.setdefault("workload", {})
+    mix = list(workload.get("mix") or [{}])
+    entry = dict(mix[0]) if len(mix) == 1 else {}
+    for key in ("profile", "topology"):
+        if key in given:
+            entry[key] = given.get(key)
+    workload["mix"] = [entry]
+
+
+COMPOSERS: dict[str, Callable[[Given, dict[str, Any]], None]] = {"targets": _targets, "mix": _mix}

@@ -1,0 +1,246 @@
+"""The flag table, generated from the settings models: which command takes which field, as which flag.
+
+Place in the map (docs/architecture.md, "CLI"): the one place a command is bound to the models it
+sets. ``SOURCES`` lists, per command, the models (and which of their flagged fields) it takes;
+each field that carries ``cliflag.flag`` metadata becomes a flag whose name, type, default and
+help are the field's. ``python -m swarm.cli.flagspec`` writes ``cli/flagdefs.py`` (plain data,
+so ``swarm --help`` builds every command without loading pydantic); ``tests/test_cli_flags.py``
+fails when that file is not what this module generates. A flag name is one field's, or several
+fields' that declare it identically (one ``Annotated`` type in ``swarm/fields.py``): two
+different declarations of one name are refused here.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+import typing
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+
+from swarm.cli.flagdef import FlagDef
+from swarm.cli.options import OutputOptions, SweepOptions
+from swarm.emulator.config import EmulatorConfig
+from swarm.replay.source_spec import TraceSourceSpec
+from swarm.runtime.specs import ReplaySpec, RunSpec, TargetSpec
+from swarm.sweep.spec import SweepSpec
+from swarm.workload.workload import WorkloadSpec
+
+TABLE = Path(__file__).with_name("flagdefs.py")
+
+
+@dataclass(frozen=True)
+class Source:
+    """A model a command takes flags from: under ``prefix`` in the command's data (None: the
+    command routes them itself), only the flags ``only`` names (None: all)."""
+
+    model: type[BaseModel]
+    prefix: tuple[str, ...] | None = ()
+    only: tuple[str, ...] | None = None
+    skip: tuple[str, ...] = ()
+
+
+_READING = ("format", "limit", "window", "sample", "sample_seed", "skip_bad_lines", "source_target")
+_SENDING = (Source(OutputOptions, None, ("spec", "output", "json_out", "progress")),)
+
+#: per command, the models it takes flags from, in the order ``--help`` lists them
+SOURCES: dict[str, tuple[Source, ...]] = {
+    "run": (Source(RunSpec), *_SENDING),
+    "replay": (Source(ReplaySpec), *_SENDING),
+    "sweep": (
+        Source(SweepOptions, None), Source(RunSpec), Source(ReplaySpec, (), skip=("replay.source",)),
+        Source(SweepSpec, ("sweep",)), *_SENDING, Source(OutputOptions, None, ("html", "slo")),
+    ),
+    "emulate": (Source(EmulatorConfig), Source(TargetSpec, None, ("engine",))),
+    "probe": (
+        Source(TargetSpec, None, ("engine", "model", "api_key_env", "api_key_file")),
+        Source(OutputOptions, None, ("json_out", "output")),
+    ),
+    "report": (Source(OutputOptions, None, ("html", "json_out", "output", "slo")),),
+    "compare": (Source(OutputOptions, None, ("json_out", "output", "slo")),),
+    "export": (
+        Source(TraceSourceSpec, None, ("format", "source_target")), Source(OutputOptions, None, ("output",)),
+    ),
+    "fit": (Source(TraceSourceSpec, (), _READING), Source(OutputOptions, None, ("output", "json_out"))),
+    "realism": (
+        Source(TraceSourceSpec, (), _READING), Source(WorkloadSpec, ("workload",), ("agents",)),
+        Source(OutputOptions, None, ("json_out", "html", "output")),
+    ),
+}
+
+
+def _meta(info: FieldInfo) -> dict[str, Any] | None:
+    extra = info.json_schema_extra
+    return extra.get("cli") if isinstance(extra, dict) else None  # type: ignore[return-value]
+
+
+def _strip_optional(annotation: Any) -> Any:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return args[0] if len(args) == 1 else annotation
+    return annotation
+
+
+def _submodel(annotation: Any) -> tuple[type[BaseModel], bool] | None:
+    """The model a field holds (and whether a list of them), if it holds one."""
+    ann = _strip_optional(annotation)
+    many = typing.get_origin(ann) is list
+    if many:
+        ann = typing.get_args(ann)[0]
+    return (ann, many) if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+
+
+def flagged_fields(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], FieldInfo, str]]:
+    """(path, field, the model and field it is) for every flagged field of ``model``, nested
+    models included (a list of models as ``*`` in the path)."""
+    for name, info in model.model_fields.items():
+        path = (*prefix, name)
+        if _meta(info) is not None:
+            owner = next(c for c in model.__mro__ if name in getattr(c, "__annotations__", {}))
+            yield path, info, f"{owner.__name__}.{name}"
+        sub = _submodel(info.annotation)
+        if sub is not None:
+            yield from flagged_fields(sub[0], (*path, "*") if sub[1] else path)
+
+
+def param_name(flag_name: str) -> str:
+    """The Python parameter of a flag: ``--max-in-flight`` -> ``max_in_flight`` (``--json``: ``json_out``)."""
+    name = flag_name.removeprefix("--").replace("-", "_")
+    return "json_out" if name == "json" else name
+
+
+def _kind(info: FieldInfo, meta: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
+    if "cli_type" in meta:
+        return meta["cli_type"], ()
+    ann = _strip_optional(info.annotation)
+    if typing.get_origin(ann) is Literal:
+        return "str", tuple(str(a) for a in typing.get_args(ann))
+    if typing.get_origin(ann) is list or meta.get("repeat"):
+        return "list[str]", ()
+    kinds = {str: "str", int: "int", float: "float", bool: "bool", Path: "path"}
+    if ann not in kinds:
+        raise TypeError(f"a flag for a field of type {ann!r}: give it a cli_type")
+    return kinds[ann], ()
+
+
+def _default_text(info: FieldInfo, kind: str) -> str | None:
+    value = info.default
+    if value is PydanticUndefined or value is None or kind == "list[str]":
+        return None
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value) if isinstance(value, (int, str)) else None
+
+
+def flag_def(info: FieldInfo, origin: str) -> FlagDef:
+    meta = _meta(info)
+    assert meta is not None
+    kind, choices = _kind(info, meta)
+    decls = (meta["name"], *([meta["short"]] if "short" in meta else []))
+    return FlagDef(
+        decls=decls,
+        kind=kind,
+        help=meta.get("help") or info.description or "",
+        group=meta["group"],
+        default_text=meta.get("default_text", _default_text(info, kind)),
+        choices=choices,
+        parse=meta.get("parse"),
+        negatable=meta.get("negatable", True),
+        metavar=meta.get("metavar"),
+        hidden=meta.get("hidden", False),
+        origin=(origin,),
+    )
+
+
+@dataclass
+class Table:
+    flags: dict[str, FlagDef] = field(default_factory=dict)
+    commands: dict[str, dict[str, tuple[tuple[str, ...], ...]]] = field(default_factory=dict)
+
+    def add(self, command: str, param: str, flag: FlagDef, path: tuple[str, ...] | None) -> None:
+        known = self.flags.get(param)
+        if known is not None:
+            same = {k: v for k, v in known.__dict__.items() if k != "origin"}
+            if same != {k: v for k, v in flag.__dict__.items() if k != "origin"}:
+                raise ValueError(
+                    f"{flag.decls[0]} is declared twice, differently: {known.origin[0]} and {flag.origin[0]}; "
+                    "one flag name is one field (share an Annotated type, swarm/fields.py)"
+                )
+            if flag.origin[0] not in known.origin:
+                self.flags[param] = FlagDef(**{**known.__dict__, "origin": (*known.origin, *flag.origin)})
+        else:
+            self.flags[param] = flag
+        paths = self.commands.setdefault(command, {}).setdefault(param, ())
+        if path is not None and path not in paths:
+            self.commands[command][param] = (*paths, path)
+
+
+def build() -> Table:
+    """The table of every command's flags."""
+    table = Table()
+    for command, sources in SOURCES.items():
+        for src in sources:
+            for path, info, origin in flagged_fields(src.model):
+                param = param_name(_meta(info)["name"])  # type: ignore[index]
+                if (src.only is not None and param not in src.only) or ".".join(path) in src.skip:
+                    continue
+                where = None if src.prefix is None else (*src.prefix, *path)
+                table.add(command, param, flag_def(info, origin), where)
+    return table
+
+
+def _flag_text(f: FlagDef) -> str:
+    """``FlagDef(...)`` with the fields that differ from their defaults."""
+    blank = FlagDef(decls=(), kind="", help="", group="")
+    given = [
+        f"{k}={v!r}" for k, v in f.__dict__.items() if k in ("decls", "kind", "help", "group") or v != getattr(blank, k)
+    ]
+    return f"FlagDef({', '.join(given)})"
+
+
+def render(table: Table) -> str:
+    """``cli/flagdefs.py``'s text for ``table``."""
+    lines = [
+        '"""GENERATED by ``python -m swarm.cli.flagspec`` from the settings models: do not edit.',
+        "",
+        'Place in the map (docs/architecture.md, "CLI"): every flag of every command (``FLAGS``), and',
+        "per command where each of its flags goes in its spec's data (``COMMANDS``; no path: the",
+        "command routes it). ``tests/test_cli_flags.py`` checks it is what ``cli/flagspec.py`` makes.",
+        '"""',
+        "",
+        "from __future__ import annotations",
+        "",
+        "from swarm.cli.flagdef import FlagDef",
+        "",
+        "FLAGS: dict[str, FlagDef] = {",
+    ]
+    for param, f in sorted(table.flags.items()):
+        lines.append(f"    {param!r}: {_flag_text(f)},")
+    lines += ["}", "", "COMMANDS: dict[str, dict[str, tuple[tuple[str, ...], ...]]] = {"]
+    for command, params in table.commands.items():
+        lines.append(f"    {command!r}: {{")
+        lines += [f"        {p!r}: {paths!r}," for p, paths in params.items()]
+        lines.append("    },")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    text = render(build())
+    if "--check" in sys.argv[1:]:
+        return 0 if TABLE.read_text() == text else 1
+    TABLE.write_text(text)
+    print(f"wrote {TABLE}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
