@@ -97,15 +97,15 @@ def one(address: str, workers: int, url: str) -> dict[str, Any]:
         "requests": rows,
         "ok": int(pc.sum(pc.equal(table["status"], "ok")).as_py() or 0),
         "workers": len(outcome.workers),
-        "workers_alive": sum(1 for w in outcome.workers if w.get("alive", True)),
-        "nodes": len({w.get("node_id") for w in outcome.workers}),
+        "workers_alive": sum(1 for w in outcome.workers if w.alive),
+        "nodes": len({w.node_id for w in outcome.workers}),
         "span_s": span_s,
         "requests_per_s": rows / span_s if span_s else 0.0,
         "driver_cpu_s": driver_cpu_s,
         "driver_wall_s": driver_wall_s,
         "driver_records": driver_records,
-        "workers_measured": sum(1 for w in outcome.workers if float(w.get("cpu_s", 0.0)) > 0),
-        "worker_cpu_s": sum(float(w.get("cpu_s", 0.0)) for w in outcome.workers),
+        "workers_measured": sum(1 for w in outcome.workers if float(w.cpu_s) > 0),
+        "worker_cpu_s": sum(float(w.cpu_s) for w in outcome.workers),
     }
 
 

@@ -75,8 +75,8 @@ def one(agents: int, workers: int, url: str) -> dict[str, Any]:
         finally:
             sink.close()
         table = read_requests(tmp, columns=["status", "sent_ns", "e2e_ns", "ttft_ns", "chunk_ns"])
-    alive = [w for w in outcome.workers if w.get("alive", True)]
-    measured = [w for w in outcome.workers if w.get("peak_rss_bytes", 0) > 0]
+    alive = [w for w in outcome.workers if w.alive]
+    measured = [w for w in outcome.workers if w.peak_rss_bytes > 0]
     ok = table.filter(pc.equal(table["status"], "ok"))
     start = pc.min(table["sent_ns"]).as_py()
     end = pc.max(pc.add(table["sent_ns"], pc.fill_null(table["e2e_ns"], 0))).as_py()
@@ -94,10 +94,10 @@ def one(agents: int, workers: int, url: str) -> dict[str, Any]:
         "requests_per_s": table.num_rows / duration if duration else 0.0,
         "chunks_per_s": chunks / duration if duration else 0.0,
         "driver_rss_mb": peak_rss_bytes() / 2**20,
-        "worker_rss_mb": max((w.get("peak_rss_bytes", 0) for w in outcome.workers), default=0) / 2**20,
+        "worker_rss_mb": max((w.peak_rss_bytes for w in outcome.workers), default=0) / 2**20,
         # a worker that died (or was not measured) has no growth: the figure is then unknown
         "worker_growth_kb_per_agent": max(
-            (w["peak_rss_bytes"] - w.get("start_rss_bytes", 0)) / max(w.get("sessions", 1), 1) / 1024
+            (w.peak_rss_bytes - w.start_rss_bytes) / max(w.sessions, 1) / 1024
             for w in measured
         )
         if measured and len(measured) == len(outcome.workers)

@@ -12,7 +12,8 @@ from swarm.runtime.agent_source import AgentSource
 from swarm.runtime.context import ResolvedTarget, TargetOutcome, TargetRun
 from swarm.runtime.loop import drive, stop_conditions_for
 from swarm.runtime.replay_source import ReplaySource
-from swarm.runtime.sources import RequestSource
+from swarm.runtime.retry import RetryPolicy
+from swarm.runtime.sources import RequestSource, SendLimits
 from swarm.trace.sink import RecordBuffer
 from swarm.workload.workload import Workload
 
@@ -53,15 +54,58 @@ def _placement() -> Any:
 
 
 def send_agents(
-    workload: Workload, target: ResolvedTarget, agent_ids: Sequence[int] | None = None, **run: Any
+    workload: Workload,
+    target: ResolvedTarget,
+    agent_ids: Sequence[int] | None = None,
+    limits: SendLimits | None = None,
+    retry: RetryPolicy | None = None,
+    **run: Any,
 ) -> list[RequestRecord]:
-    return send(AgentSource(workload, agent_ids), target, **run)[0]
+    return send(AgentSource(workload, limits, retry, agent_ids), target, **run)[0]
 
 
 def send_replay(
-    plan: ReplayPlan, target: ResolvedTarget, *, stop_after_s: float | None = None, **source: Any
+    plan: ReplayPlan,
+    target: ResolvedTarget,
+    *,
+    stop_after_s: float | None = None,
+    max_in_flight: int = 0,
+    retries: int = 0,
+    retry_backoff_s: float = 0.5,
+    **source: Any,
 ) -> tuple[list[RequestRecord], TargetOutcome]:
-    return send(ReplaySource(plan, **source), target, stop_after_s=stop_after_s)
+    """``plan`` as a ReplaySource (``source``: its mode, speed, copies, ...) with an in-flight cap
+    and retries as ``SendSpec`` would give them."""
+    replay = ReplaySource(
+        plan, limits=SendLimits(max_in_flight), retry=RetryPolicy(retries, retry_backoff_s), **source
+    )
+    return send(replay, target, stop_after_s=stop_after_s)
+
+
+def replay_spec(targets: Sequence[Any], **settings: Any) -> Any:
+    """A ``ReplaySpec`` sent in this process: ``settings`` named as its fields, the replay's
+    (``mode``, ``speed``, ``copies``, ``tool_time_scale``, ...) and the sending's (``max_in_flight``,
+    ``retries``, ``output_dir``, ...) alike."""
+    from swarm.replay.source_spec import ReplaySourceSpec
+    from swarm.runtime.specs import ReplaySpec
+
+    replay = {k: settings.pop(k) for k in list(settings) if k in ReplaySourceSpec.model_fields}
+    return ReplaySpec(targets=list(targets), replay=ReplaySourceSpec(**replay), **{"executor": "inprocess", **settings})
+
+
+def replay_run(
+    plan: ReplayPlan, targets: Sequence[Any], *, executor: Any = None, on_target_start: Any = None, **settings: Any
+) -> Any:
+    """``plan`` replayed by ``launch.execute_replay`` (``replay_spec``'s settings; ``executor``
+    an Executor, or its name); the RunResult."""
+    from swarm.launch import execute_replay, replay_plan_for
+
+    if isinstance(executor, str):
+        settings["executor"], executor = executor, None
+    spec = replay_spec(targets, **settings)
+    return execute_replay(
+        spec, plan=replay_plan_for(spec, plan), executor=executor, on_target_start=on_target_start
+    )
 
 
 def replay_one_at_a_time(plan: ReplayPlan, url: str, output_dir: str) -> Any:
@@ -70,11 +114,10 @@ def replay_one_at_a_time(plan: ReplayPlan, url: str, output_dir: str) -> Any:
     Returns the run's request rows (a pyarrow Table)."""
     import pyarrow.compute as pc
 
-    from swarm.launch import execute_replay
     from swarm.runtime.specs import TargetSpec
     from swarm.trace.reader import read_requests
 
-    result = execute_replay(
+    result = replay_run(
         plan, [TargetSpec(name="emu", url=url, engine="sglang")], max_in_flight=1,
         output_dir=output_dir, tool_time_scale=0.0,
     )  # fmt: skip

@@ -12,6 +12,7 @@ from sending import send_agents
 from swarm.emulator.http_server import EmulatorThread
 from swarm.record import RequestRecord, Status
 from swarm.runtime.context import ResolvedTarget
+from swarm.runtime.sources import SendLimits
 from swarm.workload.arrival import ArrivalSpec
 from swarm.workload.catalog import Catalog
 from swarm.workload.workload import MixEntry, Workload, WorkloadSpec, partition
@@ -57,10 +58,14 @@ def spec(topology: str = "tree_of_thought", agents: int = 12, **kw: object) -> W
 
 
 def run(
-    workload: Workload, url: str, engine: str = "sglang", agent_ids: list[int] | None = None
+    workload: Workload,
+    url: str,
+    engine: str = "sglang",
+    agent_ids: list[int] | None = None,
+    limits: SendLimits | None = None,
 ) -> list[RequestRecord]:
     target = ResolvedTarget("t", url, engine, "openai-chat", "m")
-    return send_agents(workload, target, agent_ids)
+    return send_agents(workload, target, agent_ids, limits)
 
 
 def test_same_spec_and_seed_give_identical_plans(catalog: Catalog) -> None:
@@ -175,8 +180,8 @@ def test_realised_cached_tokens_equal_ideal_with_unbounded_cache(
     # One request in flight: the ideal index and the engine then see prompts in the same order.
     # With several, concurrent siblings may reach the engine in another order than the one the
     # index observed them in (a busy machine), and each request's share moves between them.
-    wl = Workload(spec(topology, agents=10, system_prompts=3, max_in_flight=1), catalog)
-    records = run(wl, sg.url)
+    wl = Workload(spec(topology, agents=10, system_prompts=3), catalog)
+    records = run(wl, sg.url, limits=SendLimits(max_in_flight=1))
     assert records and all(r.ok for r in records)
     mismatched = [
         (r.identity.node, r.cached_tokens, r.ideal_cached_tokens_est)
@@ -187,9 +192,10 @@ def test_realised_cached_tokens_equal_ideal_with_unbounded_cache(
     assert all(r.prompt_tokens == r.prompt_tokens_est for r in records)
     # blocks reuse no more than the ideal, rounded down to whole blocks
     trt_records = run(
-        Workload(spec(topology, agents=10, system_prompts=3, max_in_flight=1), catalog),
+        Workload(spec(topology, agents=10, system_prompts=3), catalog),
         trt.url,
         engine="trtllm",
+        limits=SendLimits(max_in_flight=1),
     )
     for r in trt_records:
         assert r.cached_tokens is not None and r.ideal_cached_tokens_est is not None
@@ -215,8 +221,8 @@ def test_beam_keeps_width_per_level(catalog: Catalog, emulator: Callable[..., Em
 
 def test_in_flight_cap_and_request_limit(catalog: Catalog, emulator: Callable[..., EmulatorThread]) -> None:
     emu = emulator(engine="sglang", timing="fixed", first_token_ms=5, token_ms=1)
-    wl = Workload(spec("map_reduce", agents=6, max_in_flight=3), catalog)
-    records = run(wl, emu.url)
+    wl = Workload(spec("map_reduce", agents=6), catalog)
+    records = run(wl, emu.url, limits=SendLimits(max_in_flight=3))
     events = sorted(
         [(r.sent_ns, 1) for r in records] + [(r.sent_ns + (r.e2e_ns or 0), -1) for r in records],
         key=lambda e: (e[0], e[1]),
@@ -227,7 +233,7 @@ def test_in_flight_cap_and_request_limit(catalog: Catalog, emulator: Callable[..
         peak = max(peak, level)
     assert peak <= 3
     assert max(r.queue_ns for r in records) > 1_000_000  # waiting for the cap shows as lateness
-    limited = run(Workload(spec("map_reduce", agents=6, max_requests=17), catalog), emu.url)
+    limited = run(Workload(spec("map_reduce", agents=6), catalog), emu.url, limits=SendLimits(max_requests=17))
     assert len(limited) == 17
 
 
@@ -247,9 +253,9 @@ def test_duration_limit_stops_new_agents_and_requests(
     catalog: Catalog, emulator: Callable[..., EmulatorThread]
 ) -> None:
     emu = emulator(engine="sglang", timing="zero")
-    s = spec("chain", agents=50, duration_s=0.45)
+    s = spec("chain", agents=50)
     s.arrival = ArrivalSpec(process="constant", rate=10)  # agents at 0.0, 0.1, ..., 4.9 s
-    records = run(Workload(s, catalog), emu.url)
+    records = run(Workload(s, catalog), emu.url, limits=SendLimits(duration_s=0.45))
     sessions = {r.identity.session_id for r in records}
     assert sessions == {f"0-{i}" for i in range(5)}  # those due before 0.45 s
     # every request was due (and so issued) before the deadline, however late it went out

@@ -245,13 +245,14 @@ def test_a_replay_reuses_what_the_ideal_says(
     """The fixture against the sglang emulator (a token-level cache), one request at a time and
     100 times faster: every request's realised cached tokens equal its ideal; timed, the ideal is
     the table in the module docstring. Dependent, each later turn went out after its parent ended."""
-    from swarm.launch import execute_replay
+    from sending import replay_run
+
     from swarm.runtime.specs import TargetSpec
     from swarm.trace.reader import read_requests
 
     emu = emulator(engine="sglang", timing="zero", cache_capacity_tokens=None)
     plan = import_bailian(FIXTURE)
-    result = execute_replay(
+    result = replay_run(
         plan, [TargetSpec(name="emu", url=emu.url, engine="sglang")], mode=mode, speed=100.0,
         max_in_flight=1, output_dir=str(tmp_path / "runs"),
     )  # fmt: skip

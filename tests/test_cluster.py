@@ -108,8 +108,8 @@ def test_ray_sends_the_same_traffic_as_one_process(
     assert sorted(key(r) for r in table.to_pylist()) == local
     assert set(table["worker"].to_pylist()) == {0, 1}
     assert set(table["status"].to_pylist()) == {"ok"}
-    assert [w["sessions"] for w in outcome.workers] == [250, 250]
-    assert all(abs(w["clock_offset_ns"]) < 50_000_000 for w in outcome.workers)  # one host
+    assert [w.sessions for w in outcome.workers] == [250, 250]
+    assert all(abs(w.clock_offset_ns) < 50_000_000 for w in outcome.workers)  # one host
     # wall clocks are the driver's: every request was scheduled within the run
     assert table["queue_ns"].to_pylist() and min(table["queue_ns"].to_pylist()) > -5_000_000
 
@@ -139,11 +139,11 @@ def test_killed_worker_leaves_a_readable_trace_and_the_run_goes_on(
         executor, Workload(spec, catalog), emu.url, tmp_path / "run", during=kill_when_busy
     )
     dead, alive = outcome.workers[1], outcome.workers[0]
-    assert not dead["alive"] and dead["sessions_cut"] > 0 and "Actor" in (dead["error"] or "")
-    assert alive["alive"] and alive["sessions_cut"] == 0
+    assert not dead.alive and dead.sessions_cut > 0 and "Actor" in (dead.error or "")
+    assert alive.alive and alive.sessions_cut == 0
     table = read_requests(tmp_path / "run")
     rows_by_worker = {w: table["worker"].to_pylist().count(w) for w in (0, 1)}
-    assert rows_by_worker[1] == dead["requests"] > 0  # what the driver received from it is kept
+    assert rows_by_worker[1] == dead.requests > 0  # what the driver received from it is kept
     assert rows_by_worker[0] == 20 * 4  # the other worker's 20 sessions all ran to the end
 
 
@@ -193,16 +193,16 @@ def test_many_small_workers_agree_on_the_start_and_every_record_arrives_once(
     outcome, stats = run_on_ray(
         RayExecutor(workers=32, poll_s=0.2), workload, emu.url, tmp_path / "run", during=watch
     )
-    assert len(outcome.workers) == 32 and all(w["alive"] for w in outcome.workers)
-    assert all(abs(w["clock_offset_ns"]) < 50_000_000 for w in outcome.workers)  # one host
+    assert len(outcome.workers) == 32 and all(w.alive for w in outcome.workers)
+    assert all(abs(w.clock_offset_ns) < 50_000_000 for w in outcome.workers)  # one host
     table = read_requests(tmp_path / "run")
     # drains: every record once, each worker's rows as counted, the counts add up
     assert table.num_rows == agents * 4 == stats.requests == stats.requests_sent
     assert len(set(table["request_id"].to_pylist())) == table.num_rows
     workers = table["worker"].to_pylist()
     assert sorted(set(workers)) == list(range(32))
-    assert [workers.count(i) for i in range(32)] == [w["requests"] for w in outcome.workers]
-    assert all(w["requests_sent"] == w["requests"] and w["records_lost"] == 0 for w in outcome.workers)
+    assert [workers.count(i) for i in range(32)] == [w.requests for w in outcome.workers]
+    assert all(w.requests_sent == w.requests and w.records_lost == 0 for w in outcome.workers)
     # the agreed start: every agent's first call is due at the one start instant plus its own
     # offset, whichever worker ran it (each worker converts the instant to its own clock and
     # its records' times back with one reading of its clocks, so this holds however busy the

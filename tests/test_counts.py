@@ -14,18 +14,19 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-from sending import send_agents
+from sending import replay_run, send_agents
 
 from bench.synthetic import synthetic_record
 from swarm.analysis.compare import WorkloadMismatch, compare, lead
 from swarm.analysis.report import build_report, load_run
 from swarm.cli.live import LiveView
 from swarm.emulator.http_server import EmulatorThread
-from swarm.launch import execute_replay, execute_run
+from swarm.launch import execute_run
 from swarm.record import RequestIdentity, RequestRecord, Status
 from swarm.replay.from_run import plan_from_run
 from swarm.runtime.context import ResolvedTarget
 from swarm.runtime.live_stats import LATE_NS, RunStats
+from swarm.runtime.sources import SendLimits
 from swarm.runtime.specs import RunSpec, TargetSpec
 from swarm.trace.manifest import RunManifest, RunStatus
 from swarm.trace.sink import ParquetTraceSink
@@ -96,13 +97,13 @@ def test_the_agent_records_its_wait_for_a_slot(
     emu = emulator(engine="sglang", timing="fixed", first_token_ms=100, token_ms=1)
     (tmp_path / "one_call.yaml").write_text(ONE_CALL)
     spec = WorkloadSpec(
-        agents=3, mix=[MixEntry(profile="one_call", topology="chain")], max_in_flight=1,
+        agents=3, mix=[MixEntry(profile="one_call", topology="chain")],
         arrival=ArrivalSpec(process="all_at_once", rate=None),
     )  # fmt: skip
     workload = Workload(spec, Catalog(agent_dirs=[tmp_path]))
     records: list[RequestRecord] = []
     target = ResolvedTarget("t", emu.url, "sglang", "openai-chat", "m")
-    records = send_agents(workload, target)
+    records = send_agents(workload, target, limits=SendLimits(max_in_flight=1))
     firsts = sorted((r for r in records if r.identity.node.endswith("0")), key=lambda r: r.slot_wait_ns)
     waits = [r.slot_wait_ns for r in firsts]
     assert len(waits) == 3 and waits[0] == 0, waits  # a free slot is no wait at all
@@ -110,8 +111,7 @@ def test_the_agent_records_its_wait_for_a_slot(
     assert all(r.slot_wait_ns <= r.queue_ns + 1_000_000 for r in records)  # a part of queue_ns
     # without a cap nothing waits for a slot
     uncapped: list[RequestRecord] = []
-    free = Workload(spec.model_copy(update={"max_in_flight": 0}), Catalog(agent_dirs=[tmp_path]))
-    uncapped = send_agents(free, target)
+    uncapped = send_agents(workload, target, limits=SendLimits(max_in_flight=0))
     assert {r.slot_wait_ns for r in uncapped} == {0}
 
 
@@ -168,13 +168,13 @@ def test_a_run_and_its_replay_compare_and_an_edited_profile_does_not(
     # a dependent replay of a run is the same workload as the run: compared, not refused
     plan = plan_from_run(run_a)
     assert plan.notes == [] and all(i.prompt_parts is not None for i in plan.items)  # rebuilt exactly
-    replayed = execute_replay(
+    replayed = replay_run(
         plan, [TargetSpec(name="b", url=emu.url, engine="sglang")], output_dir=str(tmp_path / "runs")
     )
     result = compare([load_run(run_a), load_run(replayed.run_dir)])
     assert result.columns == ["a", "b"] and result.warnings == []
     # a timed replay paces the same requests differently: refused, in words
-    timed = execute_replay(
+    timed = replay_run(
         plan,
         [TargetSpec(name="c", url=emu.url, engine="sglang")],
         mode="timed",

@@ -118,7 +118,7 @@ def test_report_and_compare_read_around_a_truncated_part_and_say_so(run_dir: Pat
 def test_export_writes_csv_for_a_spreadsheet(run_dir: Path, tmp_path: Path) -> None:
     import csv
 
-    out = _swarm("export", str(run_dir), "--format", "csv", "--target", "trt", "-o", "t.csv", cwd=tmp_path)
+    out = _swarm("export", str(run_dir), "--format", "csv", "--source-target", "trt", "-o", "t.csv", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     with (tmp_path / "t.csv").open(newline="") as f:
         rows = list(csv.DictReader(f))

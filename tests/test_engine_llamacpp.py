@@ -105,7 +105,7 @@ def test_swarm_on_a_real_engine_reuses_the_shared_prefix(swarm_run: str) -> None
 
 def test_replay_against_the_same_server(swarm_run: str, llama: str, tmp_path: Path) -> None:
     out = subprocess.run(
-        [*SWARM, "replay", swarm_run, "--target", f"llama={llama}", "--output", str(tmp_path), "--json"],
+        [*SWARM, "replay", swarm_run, "--target", f"llama={llama}", "--output", str(tmp_path), "--json", "--executor", "inprocess"],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]

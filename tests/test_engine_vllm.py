@@ -119,7 +119,7 @@ def test_swarm_on_vllm_agrees_with_the_servers_own_counters(
 def test_replay_against_vllm(swarm_run: tuple[str, tuple[float, float]], vllm: str, tmp_path: Path) -> None:
     run, _ = swarm_run
     out = subprocess.run(
-        [*SWARM, "replay", run, "--target", f"vllm={vllm}", "--output", str(tmp_path), "--json"],
+        [*SWARM, "replay", run, "--target", f"vllm={vllm}", "--output", str(tmp_path), "--json", "--executor", "inprocess"],
         capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]

@@ -38,7 +38,6 @@ import pytest
 import yaml
 
 from swarm.runtime.specs import RunSpec
-from swarm.workload.specfiles import validate
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy" / "kuberay"
@@ -265,30 +264,34 @@ def test_entrypoint_flags_are_real_options(name: str, job: Doc) -> None:
     assert unknown == [], f"{name}: not options of swarm {argv[1]}: {unknown}"
 
 
+class _Ran(Exception):
+    """The entrypoint reached the library call (which the test does not make)."""
+
+
 def parsed_entrypoint(job: Doc, monkeypatch: pytest.MonkeyPatch) -> tuple[RunSpec, dict[str, Any]]:
-    """The RunSpec the entrypoint's flags make (sweep: of its points, less the workload) and,
-    for a sweep, what the command hands to the sweep; nothing is run."""
+    """The RunSpec the entrypoint's flags make (sweep: of its points) and, for a sweep, what
+    the command hands to the sweep; nothing is run."""
     argv = shlex.split(job["spec"]["entrypoint"])
     seen: dict[str, Any] = {}
     if argv[1] == "run":
 
-        def fake_run(spec_data: dict[str, Any], show_progress: bool, json_out: bool, source: str = "") -> int:
-            seen["data"] = spec_data
-            return 0
+        def fake_run(spec: RunSpec, **kw: Any) -> Any:
+            seen["spec"] = spec
+            raise _Ran
 
-        monkeypatch.setattr(importlib.import_module("swarm.cli.run"), "run_command", fake_run)
+        monkeypatch.setattr(importlib.import_module("swarm.launch"), "execute_run", fake_run)
     else:
 
-        def fake_sweep(
-            sweep_spec: Any, data: dict[str, Any], targets: list[dict[str, Any]], **kw: Any
-        ) -> int:
-            seen.update(sweep_spec=sweep_spec, data={**data, "targets": targets}, **kw)
-            return 0
+        def fake_sweep(sweep_spec: Any, launcher: Any, targets: list[Any], executor: Any, **kw: Any) -> Any:
+            seen.update(sweep_spec=sweep_spec, spec=launcher.spec.model_copy(update={"targets": targets}), **kw)
+            raise _Ran
 
-        monkeypatch.setattr(importlib.import_module("swarm.cli.sweep"), "sweep_command", fake_sweep)
-    _command(argv[1]).main(args=argv[2:], prog_name=f"swarm {argv[1]}", standalone_mode=False)
-    spec = validate(RunSpec, seen["data"], "entrypoint")
-    return spec, seen
+        monkeypatch.setattr(importlib.import_module("swarm.sweep.runner"), "execute_sweep", fake_sweep)
+    with pytest.raises(_Ran):
+        _command(argv[1]).main(args=argv[2:], prog_name=f"swarm {argv[1]}", standalone_mode=False)
+    if "--html" in argv:
+        seen["html"] = argv[argv.index("--html") + 1]
+    return seen["spec"], seen
 
 
 def worker_cpus(cluster: Doc) -> int:

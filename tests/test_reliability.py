@@ -52,9 +52,7 @@ def specs(tmp_path: Path) -> tuple[str, str]:
 def _run(
     url: str, out: Path, specs: tuple[str, str], *, agents: int = 6, **overrides: object
 ) -> tuple[RunManifest, list[dict[str, object]]]:
-    workload_fields = {
-        k: overrides.pop(k) for k in ("retries", "retry_backoff_s", "on_failure") if k in overrides
-    }
+    workload_fields = {k: overrides.pop(k) for k in ("on_failure",) if k in overrides}
     spec = RunSpec(
         workload=WorkloadSpec(
             agents=agents,
@@ -310,7 +308,8 @@ def test_circuit_breaker_on_ray_judges_all_workers_at_the_driver(
 
 
 def test_replay_stops_on_the_circuit_breaker(emulator: object, tmp_path: Path) -> None:
-    from swarm.launch import execute_replay
+    from sending import replay_run
+
     from swarm.replay.formats import import_trace
 
     trace = tmp_path / "trace.jsonl"
@@ -321,7 +320,7 @@ def test_replay_stops_on_the_circuit_breaker(emulator: object, tmp_path: Path) -
         )
     )
     url = _faulty(emulator, "http_500=1")
-    result = execute_replay(
+    result = replay_run(
         import_trace(trace, "mooncake"), [TargetSpec(name="emu", url=url, engine="sglang")],
         output_dir=str(tmp_path / "runs"), speed=10, max_error_rate=1.0, error_window=10,
     )  # fmt: skip

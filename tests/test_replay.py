@@ -11,11 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from sending import send_replay
+from sending import replay_run, send_replay
 
 from swarm.emulator.http_server import EmulatorThread
 from swarm.errors import InputError
-from swarm.launch import execute_replay, execute_run
+from swarm.launch import execute_run
 from swarm.record import RequestRecord
 from swarm.replay.export import export_mooncake, mooncake_lines
 from swarm.replay.formats import import_trace
@@ -60,7 +60,7 @@ def test_dependent_replay_reproduces_structure_lengths_and_prompt_hashes(
     assert plan.default_mode == "dependent" and plan.notes == []
     assert all(item.prompt_parts is not None for item in plan.items)  # rebuilt from spec + seed
     fresh = emulator(engine="sglang", timing="zero", cache_capacity_tokens=None)
-    result = execute_replay(
+    result = replay_run(
         plan,
         [TargetSpec(name="again", url=fresh.url, engine="sglang")],
         speed=4.0,
@@ -279,7 +279,7 @@ def test_replay_cli_on_a_trace_and_bad_input(tmp_path: Path, emulator_process: C
         "".join(json.dumps({"timestamp": i * 10, "input_length": 700, "output_length": 3, "hash_ids": [0, i + 1]}) + "\n" for i in range(20)),
     )  # fmt: skip
     out = subprocess.run(
-        [sys.executable, "-m", "swarm", "replay", str(trace), "--target", f"trt={emu.url}", "--speed", "10", "--json"],  # type: ignore[attr-defined]
+        [sys.executable, "-m", "swarm", "replay", str(trace), "--target", f"trt={emu.url}", "--speed", "10", "--json", "--executor", "inprocess"],  # type: ignore[attr-defined]
         capture_output=True, text=True, cwd=tmp_path, timeout=120,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
@@ -288,7 +288,7 @@ def test_replay_cli_on_a_trace_and_bad_input(tmp_path: Path, emulator_process: C
     # 19 of 20 prompts share block 0 (512 tokens) with an earlier one
     assert result["targets"]["trt"]["cache_hit_ratio"] == pytest.approx(19 * 512 / (20 * 700))
     bad = subprocess.run(
-        [sys.executable, "-m", "swarm", "replay", str(write(tmp_path, "b.jsonl", "{nope\n")), "--target", f"x={emu.url}"],  # type: ignore[attr-defined]
+        [sys.executable, "-m", "swarm", "replay", str(write(tmp_path, "b.jsonl", "{nope\n")), "--target", f"x={emu.url}", "--executor", "inprocess"],  # type: ignore[attr-defined]
         capture_output=True, text=True, cwd=tmp_path, timeout=60,
     )  # fmt: skip
     assert (

@@ -14,12 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from sending import send_replay
+from sending import replay_run, send_replay
 
 from swarm.cluster.executor import RayExecutor
 from swarm.emulator.faults import FaultSpec
 from swarm.emulator.http_server import EmulatorThread
-from swarm.launch import execute_replay, execute_run
+from swarm.launch import execute_run
 from swarm.record import RequestIdentity
 from swarm.replay.formats import import_trace
 from swarm.replay.from_run import plan_from_run
@@ -29,6 +29,7 @@ from swarm.runtime.agent_source import AgentSource
 from swarm.runtime.context import ResolvedTarget
 from swarm.runtime.live_stats import RunStats
 from swarm.runtime.replay_source import ReplaySource, copy_session, group_sessions, shared_block_ids
+from swarm.runtime.sources import SendLimits
 from swarm.runtime.specs import RunSpec, TargetSpec
 from swarm.trace.manifest import RunManifest
 from swarm.trace.reader import read_requests
@@ -77,8 +78,8 @@ def test_a_replay_on_ray_sends_what_the_in_process_replay_sends(
     plan = plan_from_run(recorded_run)
     emu = emulator(engine="sglang", timing="zero", cache_capacity_tokens=None)
     targets = [TargetSpec(name="t", url=emu.url, engine="sglang")]
-    local = execute_replay(plan, targets, output_dir=str(tmp_path / "a"), record_text=True)
-    on_ray = execute_replay(
+    local = replay_run(plan, targets, output_dir=str(tmp_path / "a"), record_text=True)
+    on_ray = replay_run(
         plan, targets, output_dir=str(tmp_path / "b"), record_text=True, executor=RayExecutor(workers=2)
     )
     a, b = request_rows(local.run_dir), request_rows(on_ray.run_dir)
@@ -234,7 +235,7 @@ def test_a_worker_lost_mid_replay_leaves_the_rest_going(
     def on_start(_target: ResolvedTarget, stats: RunStats) -> None:
         threading.Thread(target=kill_when_busy, args=(stats,), daemon=True).start()
 
-    result = execute_replay(
+    result = replay_run(
         plan, [TargetSpec(name="t", url=emu.url, engine="sglang")], output_dir=str(tmp_path),
         executor=executor, on_target_start=on_start,
     )  # fmt: skip
@@ -258,7 +259,7 @@ def test_ctrl_c_ends_a_replay_on_ray_with_an_interrupted_manifest(
     proc = subprocess.Popen(
         [
             sys.executable, "-m", "swarm", "replay", recorded_run, "--target", f"t={emu.url}",  # type: ignore[attr-defined]
-            "--executor", "ray", "--workers", "2", "--sessions", "4", "--output", str(out), "--no-progress",
+            "--executor", "ray", "--workers", "2", "--copies", "4", "--output", str(out), "--no-progress",
             "--flush-interval", "1",  # parts close every second: one exists once requests are answered
         ],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -291,7 +292,7 @@ def test_replay_cli_plays_each_session_n_times(
     done = subprocess.run(
         [
             sys.executable, "-m", "swarm", "replay", recorded_run, "--target", f"t={emu.url}",  # type: ignore[attr-defined]
-            "--sessions", "5", "--max-sessions", "3", "--output", str(tmp_path / "out"), "--json",
+            "--copies", "5", "--max-sessions", "3", "--output", str(tmp_path / "out"), "--json", "--executor", "inprocess",
         ],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -306,7 +307,7 @@ def test_replay_cli_plays_each_session_n_times(
 
 
 def test_bad_replay_flags_name_the_flag(recorded_run: str) -> None:
-    for flags, word in ((["--sessions", "0"], "--sessions"), (["--max-sessions", "-1"], "--max-sessions")):
+    for flags, word in ((["--copies", "0"], "--copies"), (["--max-sessions", "-1"], "--max-sessions")):
         done = subprocess.run(
             [sys.executable, "-m", "swarm", "replay", recorded_run, *flags],
             capture_output=True,
@@ -317,17 +318,15 @@ def test_bad_replay_flags_name_the_flag(recorded_run: str) -> None:
 
 
 def test_caps_are_shared_by_the_parts_of_a_split_source() -> None:
-    limits = ReplaySource(chain_plan(6), max_in_flight=3, max_sessions=2).split(4)
+    limits = ReplaySource(chain_plan(6), limits=SendLimits(max_in_flight=3), max_sessions=2).split(4)
     assert len(limits) == 2  # two sessions at once cannot be shared by more than two workers
     assert [p.max_sessions for p in limits] == [1, 1] and [p.limits.max_in_flight for p in limits] == [2, 1]
-    spec = WorkloadSpec(
-        agents=10, mix=[MixEntry(profile="math_reasoner", topology="chain")], max_in_flight=3, max_requests=7
-    )
-    parts = AgentSource(Workload(spec)).split(4)
+    spec = WorkloadSpec(agents=10, mix=[MixEntry(profile="math_reasoner", topology="chain")])
+    parts = AgentSource(Workload(spec), SendLimits(max_in_flight=3, max_requests=7)).split(4)
     assert [p.limits.max_in_flight for p in parts] == [1, 1, 1]  # three slots: three workers
     assert [p.limits.max_requests for p in parts] == [3, 2, 2]
     assert sorted(i for p in parts for i in p.agent_ids) == list(range(10))
-    unlimited = AgentSource(Workload(spec.model_copy(update={"max_in_flight": 0, "max_requests": None})))
+    unlimited = AgentSource(Workload(spec))
     assert [(p.limits.max_in_flight, p.limits.max_requests) for p in unlimited.split(4)] == [(0, None)] * 4
 
 

@@ -105,9 +105,9 @@ def test_soak_500_agents_2_minutes_5_percent_faults(tmp_path: Path) -> None:
                     )
                 ],
                 arrival=ArrivalSpec(process="constant", rate=100),  # all 500 within 5 s
-                duration_s=DURATION_S,
                 on_failure="standin",
             ),
+            duration_s=DURATION_S,
             targets=[TargetSpec(name="emu", url=emulator.url, engine="sglang")],
             output_dir=str(tmp_path / "runs"),
             executor="inprocess",

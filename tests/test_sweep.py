@@ -224,14 +224,13 @@ def test_sweep_over_replayed_sessions_sets_the_closed_loop_per_point(
     sglang: TargetSpec, tmp_path: Path
 ) -> None:
     from swarm.launch import execute_run
-    from swarm.replay.from_run import plan_from_run
+    from swarm.runtime.specs import ReplaySpec
 
     spec = _spec(tmp_path, agents=4)
     spec.targets, spec.output_dir = [sglang], str(tmp_path / "runs")
     recorded = execute_run(spec)
-    plan = plan_from_run(recorded.run_dir)
     out = tmp_path / "replay-sweep"
-    launcher = ReplayPoints(plan, {"mode": "dependent"})
+    launcher = ReplayPoints(ReplaySpec(replay={"source": recorded.run_dir, "mode": "dependent"}))
     execute_sweep(
         SweepSpec(knob="max_sessions", loads=[1, 2], output=str(out)), launcher, [sglang], InProcessExecutor()
     )
@@ -267,9 +266,9 @@ def test_ray_workers_are_started_once_for_the_whole_sweep(
 def _sweep_cli(url: str, folder: Path, out: Path, *extra: str) -> list[str]:
     (folder / "tiny.yaml").write_text(TINY)
     return [
-        *SWARM, "sweep", "--target", f"emu={url}", "--engine", "sglang", "--agents", "1,2,3",
+        *SWARM, "sweep", "--target", f"emu={url}", "--engine", "sglang", "--ladder", "agents=1,2,3",
         "--profile", str(folder / "tiny.yaml"), "--topology", "chain", "--arrival", "all_at_once",
-        "--output", str(out), *extra,
+        "--executor", "inprocess", "--output", str(out), *extra,
     ]  # fmt: skip
 
 
@@ -329,7 +328,7 @@ def test_report_and_compare_read_sweep_folders(
         out = tmp_path / f"sweep-{name}"
         command = _sweep_cli(url, tmp_path, out, "--slo", "ttft:5s")
         command[command.index("--engine") + 1] = engine
-        command[command.index("--agents") + 1] = "1,2"
+        command[command.index("--ladder") + 1] = "agents=1,2"
         done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
         folders.append(str(out))
@@ -452,12 +451,18 @@ def test_sweep_command_line_refuses_flags_that_do_not_apply_and_reads_spec_targe
     def sweep(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*SWARM, "sweep", *args], capture_output=True, text=True, env=env, timeout=300)
 
-    refused = sweep("--replay", str(tmp_path), "--max-sessions", "1", "--seed", "3")
+    refused = sweep("--replay", str(tmp_path), "--ladder", "max_sessions=1", "--seed", "3")
     assert refused.returncode == 2 and "--seed apply to agent swarms" in refused.stderr
     refused = sweep("--copies", "2")
     assert refused.returncode == 2 and "--copies apply with --replay only" in refused.stderr
-    refused = sweep("--agents", "1,2", "--max-in-flight", "2")
-    assert refused.returncode == 2 and "give one load knob" in refused.stderr
+    refused = sweep("--ladder", "cache=1,2")
+    assert refused.returncode == 2 and "KNOB one of agents, max_in_flight, rate" in refused.stderr
+    refused = sweep("--ladder", "agents=1,x")
+    assert refused.returncode == 2 and "expected numbers separated by commas" in refused.stderr
+    refused = sweep("--agents", "1,2")  # the base's agents: a ladder is --ladder agents=1,2
+    assert refused.returncode == 2 and "--agents" in refused.stderr
+    refused = sweep("--factor", "3")
+    assert refused.returncode == 2 and "--factor apply with --auto only" in refused.stderr
 
     url = emulator(engine="sglang", timing="fixed", first_token_ms=5, token_ms=2).url
     (tmp_path / "tiny.yaml").write_text(TINY)
@@ -466,15 +471,19 @@ def test_sweep_command_line_refuses_flags_that_do_not_apply_and_reads_spec_targe
         f"targets: [{{name: emu, url: '{url}', engine: sglang}}]\n"
         f"workload: {{mix: [{{profile: '{tmp_path / 'tiny.yaml'}', topology: chain}}], arrival: {{process: all_at_once}}}}\n"
     )
-    done = sweep("--spec", str(spec_file), "--agents", "1", "--output", str(tmp_path / "from-spec"), "--json")
+    done = sweep(
+        "--spec", str(spec_file), "--ladder", "agents=1", "--executor", "inprocess",
+        "--output", str(tmp_path / "from-spec"), "--json",
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     manifest = SweepManifest.read(str(tmp_path / "from-spec"))
     assert manifest.targets == ["emu"]  # the spec's target, not the emulated showdown
 
     # a rate ladder without --arrival gets arrivals with a rate (the default is all at once)
     done = sweep(
-        "--target", f"emu={url}", "--engine", "sglang", "--rate", "5", "--profile", str(tmp_path / "tiny.yaml"),
-        "--topology", "chain", "--duration", "1", "--output", str(tmp_path / "rate"), "--json",
+        "--target", f"emu={url}", "--engine", "sglang", "--ladder", "rate=5", "--profile", str(tmp_path / "tiny.yaml"),
+        "--topology", "chain", "--duration", "1", "--executor", "inprocess", "--output", str(tmp_path / "rate"),
+        "--json",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     (run,) = SweepManifest.read(str(tmp_path / "rate")).done_runs()

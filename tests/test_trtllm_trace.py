@@ -153,13 +153,14 @@ def test_fifty_sessions_of_the_example_reuse_what_the_ideal_says(
     at a time (so the engine sees prompts in the order the ideal index does): every request's
     realised cached tokens equal its ideal, and a session shares only the system prompt with
     the others: a copy's first call reuses the 2,269-token system prompt and nothing more."""
-    from swarm.launch import execute_replay
+    from sending import replay_run
+
     from swarm.runtime.specs import TargetSpec
     from swarm.trace.reader import read_requests
 
     emu = emulator(engine="sglang", timing="zero", cache_capacity_tokens=None)
     plan = import_trtllm(DJANGO)
-    result = execute_replay(
+    result = replay_run(
         plan, [TargetSpec(name="emu", url=emu.url, engine="sglang")], copies=50, max_in_flight=1,
         output_dir=str(tmp_path / "runs"),
     )  # fmt: skip
@@ -187,7 +188,7 @@ def test_replay_tells_the_format_from_the_name_and_keeps_the_structure(
     done = subprocess.run(
         [
             sys.executable, "-m", "swarm.cli", "replay", str(PARALLEL), "--target", f"emu={url}", "--engine", "sglang",
-            "--sessions", "2", "--output", str(tmp_path / "runs"), "--json",
+            "--copies", "2", "--output", str(tmp_path / "runs"), "--json", "--executor", "inprocess",
         ],
         capture_output=True, text=True, timeout=120, env={**os.environ, "RAY_AUTH_MODE": "disabled"},
     )  # fmt: skip
@@ -281,7 +282,8 @@ def test_a_wait_before_a_region_whose_branches_never_call_is_kept(tmp_path: Path
 def test_tool_time_scale_is_refused_where_it_would_do_nothing(
     emulator: Callable[..., EmulatorThread], tmp_path: Path
 ) -> None:
-    from swarm.launch import execute_replay
+    from sending import replay_run
+
     from swarm.runtime.specs import TargetSpec
 
     target = [TargetSpec(name="emu", url=emulator(engine="sglang", timing="zero").url, engine="sglang")]
@@ -289,12 +291,12 @@ def test_tool_time_scale_is_refused_where_it_would_do_nothing(
         Path(__file__).parent / "data" / "mooncake_conversation_first300.jsonl", "mooncake"
     )
     with pytest.raises(InputError, match="records no waits"):
-        execute_replay(mooncake, target, tool_time_scale=0.5, output_dir=str(tmp_path))
+        replay_run(mooncake, target, tool_time_scale=0.5, output_dir=str(tmp_path))
     bailian = import_trace(
         Path(__file__).parent / "data" / "bailian" / "two-conversations_blksz_16.jsonl", "bailian"
     )
     with pytest.raises(InputError, match="use --mode dependent"):
-        execute_replay(bailian, target, tool_time_scale=0.5, output_dir=str(tmp_path))
+        replay_run(bailian, target, tool_time_scale=0.5, output_dir=str(tmp_path))
 
 
 def test_a_sweep_folder_is_not_a_replay_source(tmp_path: Path) -> None:

@@ -40,7 +40,9 @@ def emulate(
     engines = given.get("engine", [])
     if len(engines) > 1:
         raise InputError(f"swarm emulate serves one engine: --engine given {len(engines)} times")
-    data = given.apply({"engine": engines[0]} if engines else {})
+    data = given.apply({})
+    if engines:
+        data["engine"] = engines[0]
     if (tokenizer := data.get("tokenizer")) is not None and not os.path.isfile(tokenizer):
         raise InputError(f"--tokenizer {tokenizer}: no such file")
     serve(validated(EmulatorConfig, data, "swarm emulate", given), exit_with_parent)

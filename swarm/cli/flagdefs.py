@@ -271,7 +271,7 @@ COMMANDS: dict[str, dict[str, tuple[tuple[str, ...], ...]]] = {
         'cache_report': (('cache_report',),),
         'stamp_chunks': (('stamp_chunks',),),
         'faults': (('faults',),),
-        'engine': (),
+        'engine': (('engine',),),
     },
     'probe': {
         'engine': (),

@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel
-from pydantic.fields import FieldInfo
-from pydantic_core import PydanticUndefined
+from pydantic.fields import FieldInfo, PydanticUndefined
 
 from swarm.cli.flagdef import FlagDef
 from swarm.cli.options import OutputOptions, SweepOptions
@@ -44,6 +43,8 @@ class Source:
     prefix: tuple[str, ...] | None = ()
     only: tuple[str, ...] | None = None
     skip: tuple[str, ...] = ()
+    #: a flag placed elsewhere than its field's own path (the shared ``--engine`` in emulate)
+    bind: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 _READING = ("format", "limit", "window", "sample", "sample_seed", "skip_bad_lines", "source_target")
@@ -57,7 +58,7 @@ SOURCES: dict[str, tuple[Source, ...]] = {
         Source(SweepOptions, None), Source(RunSpec), Source(ReplaySpec, (), skip=("replay.source",)),
         Source(SweepSpec, ("sweep",)), *_SENDING, Source(OutputOptions, None, ("html", "slo")),
     ),
-    "emulate": (Source(EmulatorConfig), Source(TargetSpec, None, ("engine",))),
+    "emulate": (Source(EmulatorConfig), Source(TargetSpec, None, ("engine",), bind=(("engine", ("engine",)),))),
     "probe": (
         Source(TargetSpec, None, ("engine", "model", "api_key_env", "api_key_file")),
         Source(OutputOptions, None, ("json_out", "output")),
@@ -193,6 +194,7 @@ def build() -> Table:
                 if (src.only is not None and param not in src.only) or ".".join(path) in src.skip:
                     continue
                 where = None if src.prefix is None else (*src.prefix, *path)
+                where = dict(src.bind).get(param, where)
                 table.add(command, param, flag_def(info, origin), where)
     return table
 

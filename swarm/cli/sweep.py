@@ -89,12 +89,12 @@ def launcher_of(given: Given, knob: str) -> tuple[PointLauncher, SendSpec]:
         raise InputError(f"{', '.join(wrong)} apply with --replay only")
     showdown = given.get("spec") is None
     data, source = spec_data(given, skip=("replay", "sweep"))
+    if knob == "rate" and "arrival" not in data.get("workload", {}):
+        data.setdefault("workload", {})["arrival"] = {"process": "poisson", "rate": 1.0}  # each point sets it
     if showdown:
         data["workload"] = {**SHOWDOWN_WORKLOAD, **data.get("workload", {})}
         if not data.get("targets") and not data.get("emulator_args"):
             data["emulator_args"] = [f"--cache-tokens={SHOWDOWN_CACHE_TOKENS}"]
-    if knob == "rate" and "arrival" not in data.get("workload", {}):
-        data.setdefault("workload", {})["arrival"] = {"process": "poisson", "rate": 1.0}  # each point sets it
     run_spec = validated(RunSpec, data, source if not showdown else "sweep flags", given)
     return AgentPoints(run_spec, source=source), run_spec
 

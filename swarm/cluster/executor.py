@@ -37,6 +37,7 @@ import dataclasses
 import logging
 import signal
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -51,6 +52,7 @@ from swarm.runtime.clocks import Placement
 from swarm.runtime.context import TargetOutcome, TargetRun
 from swarm.runtime.live_stats import RunStats
 from swarm.runtime.loop import stop_conditions_for
+from swarm.runtime.sources import RequestSource
 from swarm.runtime.stop import StopConditions
 from swarm.trace.manifest import WorkerInfo
 from swarm.trace.sink import PART_SUFFIX, REQUESTS_DIR
@@ -233,7 +235,9 @@ class RayExecutor:
                 "holding them?); --workers sets how many"
             ) from None
 
-    def _accounts(self, actors: list[Any], parts: list[Any], target: str) -> list[WorkerAccount]:
+    def _accounts(
+        self, actors: list[Any], parts: Sequence[RequestSource], target: str
+    ) -> list[WorkerAccount]:
         """The driver's account of each worker: where it runs and its clock's offset."""
         import ray
 
