@@ -8,14 +8,11 @@ builds its spec's data; each hook is named by a field's ``parse`` in its flag me
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any
 
+from swarm.cli.flagdef import FlagDef
 from swarm.errors import InputError
-
-if TYPE_CHECKING:
-    from swarm.cli.flagdefs import FlagDef
-    from swarm.cli.flags import Given
 
 
 def _arrival(text: str) -> Any:
@@ -73,7 +70,7 @@ def parse_targets(
     return out
 
 
-def _targets(given: Given, data: dict[str, Any]) -> None:
+def _targets(given: Mapping[str, Any], data: dict[str, Any]) -> None:
     """The given target flags replace the spec's targets (``--engine`` alone is an error)."""
     composed = parse_targets(
         given.get("target", []), given.get("engine", []), given.get("dialect"), given.get("model"),
@@ -83,15 +80,16 @@ def _targets(given: Given, data: dict[str, Any]) -> None:
         data["targets"] = composed
 
 
-def _mix(given: Given, data: dict[str, Any]) -> None:
+def _mix(given: Mapping[str, Any], data: dict[str, Any]) -> None:
     """``--profile`` and ``--topology`` set the one mix entry (a spec's mix of several is replaced)."""
     workload = data.setdefault("workload", {})
     mix = list(workload.get("mix") or [{}])
     entry = dict(mix[0]) if len(mix) == 1 else {}
     for key in ("profile", "topology"):
         if key in given:
-            entry[key] = given.get(key)
+            entry[key] = given[key]
     workload["mix"] = [entry]
 
 
-COMPOSERS: dict[str, Callable[[Given, dict[str, Any]], None]] = {"targets": _targets, "mix": _mix}
+#: by key, a composer that writes the given flags' values (by parameter name) into a spec's data
+COMPOSERS: dict[str, Callable[[Mapping[str, Any], dict[str, Any]], None]] = {"targets": _targets, "mix": _mix}

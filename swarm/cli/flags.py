@@ -104,7 +104,7 @@ class Given:
                     continue
                 _set(out, path, parse_value(f, value))
         for key in sorted(composite):
-            COMPOSERS[key](self, out)
+            COMPOSERS[key](self.values, out)
         return out
 
     def path_flags(self) -> dict[tuple[str, ...], str]:

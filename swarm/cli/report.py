@@ -1,5 +1,5 @@
 """``swarm report`` and ``swarm compare``: a run's figures on the terminal, as HTML or JSON, and
-targets side by side; also the closing summary table of ``swarm run`` and ``swarm replay``.
+targets side by side.
 
 Place in the map (docs/architecture.md, "CLI"): renders ``analysis``'s typed figures.
 """
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from swarm.analysis.rows import SUMMARY_COLUMNS, fmt, report_rows
+from swarm.analysis.rows import fmt, report_rows
 from swarm.cli.app import app
 from swarm.cli.flags import Given, takes
 from swarm.cli.sending import report_console, save_report, write_or_print
@@ -98,20 +98,6 @@ def report_tables(report: RunReport) -> list[Table]:
             )  # fmt: skip
         tables.append(t)
     return tables
-
-
-def summary_table(summary: dict[str, dict[str, Any]], emulated: set[str]) -> Table:
-    """The closing summary of ``swarm run`` / ``swarm replay`` (``analysis.summary``'s JSON
-    shape, one row per target), columns from ``rows.SUMMARY_COLUMNS``."""
-    table = Table(title="summary (from the trace)")
-    table.add_column("target", justify="left")
-    table.add_column("engine", justify="left")
-    for col in SUMMARY_COLUMNS:
-        table.add_column(col.title, justify="right")
-    for name, s in summary.items():
-        engine = s["engine"] + (" (emulator)" if name in emulated else "")
-        table.add_row(name, engine, *[col.cell(s) for col in SUMMARY_COLUMNS])
-    return table
 
 
 def report_command(

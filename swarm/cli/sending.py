@@ -13,7 +13,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.table import Table
 
+from swarm.analysis.rows import SUMMARY_COLUMNS
 from swarm.cli.flags import Given
 from swarm.cli.live import LiveDisplay, LiveView
 
@@ -62,7 +64,6 @@ def send_with_view(
     """Run ``execute`` (given the live view's start-of-target hook) under the live view of
     ``sessions`` sessions, then print the summary (``--json``: one object, with
     ``json_extra``'s keys; else the table and ``closing``'s lines); the exit code."""
-    from swarm.cli.report import summary_table
     from swarm.launch import summary_rows
 
     json_out = bool(given.get("json_out"))
@@ -92,6 +93,20 @@ def send_with_view(
         console.print(summary_table(summary, {t.name for t in manifest.targets if t.emulated}))
         closing(result, console)
     return finish_code(manifest, console)
+
+
+def summary_table(summary: dict[str, dict[str, Any]], emulated: set[str]) -> Table:
+    """The closing summary of ``swarm run`` / ``swarm replay`` (``analysis.summary``'s JSON
+    shape, one row per target), columns from ``rows.SUMMARY_COLUMNS``."""
+    table = Table(title="summary (from the trace)")
+    table.add_column("target", justify="left")
+    table.add_column("engine", justify="left")
+    for col in SUMMARY_COLUMNS:
+        table.add_column(col.title, justify="right")
+    for name, s in summary.items():
+        engine = s["engine"] + (" (emulator)" if name in emulated else "")
+        table.add_row(name, engine, *[col.cell(s) for col in SUMMARY_COLUMNS])
+    return table
 
 
 def write_or_print(text: str, path: str | None) -> None:

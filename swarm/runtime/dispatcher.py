@@ -269,113 +269,11 @@ class Dispatcher:
         timed = any(entry.prepare is not None for entry in schedule)
         if not timed:
             self._collector.start()
-        prepared: dict[int, Outgoing] = {}
-        ready: dict[int, asyncio.Event] = {}
-        released: dict[int, asyncio.Event] = {}
-        cost = _PrepareCost()
-        next_release = [0]
-        start = start_perf_ns if start_perf_ns is not None else self.clock_ns()
-        self.start_perf_ns = start
-
-        def prepare_ahead(j: int) -> None:
-            entry = schedule[j]
-            assert entry.prepare is not None
-            t0 = self.clock_ns()
-            out = entry.prepare(self.start_perf_ns + entry.due_ns)
-            if out.tokens is not None:
-                # released in this same order, so the ideal can be taken now, off the send path
-                out.request = dataclasses.replace(
-                    out.request, ideal_cached_tokens_est=self.index.observe(out.tokens)
-                )
-                out.tokens = None
-            prepared[j] = out
-            if (event := ready.pop(j, None)) is not None:
-                event.set()
-            cost.learn(entry.prepare_tokens, self.clock_ns() - t0)
-
-        head = 0
-        while head < len(schedule) and schedule[head].due_ns < PREPARE_LEAD_NS:
-            if schedule[head].prepare is not None:
-                prepare_ahead(head)
-            head += 1
-        if start_perf_ns is None:  # the clock starts now; the early entries get their true times
-            shift = self.clock_ns() - start
-            self.start_perf_ns = start + shift
-            for out in prepared.values():
-                scheduled = out.request.scheduled_ns
-                if scheduled is not None:
-                    out.request = dataclasses.replace(out.request, scheduled_ns=scheduled + shift)
-
-        async def preparer() -> None:
-            for j in range(head, len(schedule)):
-                entry = schedule[j]
-                if entry.prepare is None:
-                    continue
-                await self.sleep_until(self.start_perf_ns + entry.due_ns - PREPARE_LEAD_NS)
-                # keep clear of the next release: if it is due before this preparation would
-                # end, let it (and its burst) go first
-                while next_release[0] < j:
-                    until = self.start_perf_ns + schedule[next_release[0]].due_ns - self.clock_ns()
-                    if until > cost.estimate_ns(entry.prepare_tokens) + PREPARE_MARGIN_NS:
-                        break
-                    await released.setdefault(next_release[0], asyncio.Event()).wait()
-                    await self._sleep(PREPARE_MARGIN_NS / 1e9)  # the released sends write first
-                prepare_ahead(j)
-                await self._sleep(0)
-
-        async def start_entry(j: int, due: int) -> None:
-            entry = schedule[j]
-            out: Outgoing | None = None
-            if entry.prepare is not None:
-                if j not in prepared:  # preparation fell behind (a huge burst)
-                    self.prepared_late += 1
-                    await ready.setdefault(j, asyncio.Event()).wait()
-                out = prepared.pop(j)
-            await entry.run(out, due)
-
-        async def releaser() -> None:
-            quiet = QuietCollector() if timed else None
-            spin_ns = DISPATCH_SPIN_NS if timed else 0
-            with quiet or contextlib.nullcontext():
-                while next_release[0] < len(schedule):
-                    due = self.start_perf_ns + schedule[next_release[0]].due_ns
-                    while (wake := due - spin_ns - self.clock_ns()) > 0:
-                        if self.stop.stopped_now():  # a soft stop ends the releases at once
-                            return
-                        # garbage is collected in quiet stretches, never just before a release
-                        if quiet is not None:
-                            quiet.collect_if_due(quiet=wake > GC_QUIET_NS)
-                        await self._sleep(min(wake, DISPATCH_SLICE_NS) / 1e9)
-                    if quiet is not None:
-                        quiet.collect_if_due(quiet=False)
-                    while self.clock_ns() < due:  # the last stretch: the loop keeps turning
-                        await self._sleep(0)
-                    if self.stop.stopped_now():
-                        return
-                    now = self.clock_ns()
-                    while next_release[0] < len(schedule):
-                        j = next_release[0]
-                        entry_due = self.start_perf_ns + schedule[j].due_ns
-                        if entry_due > now:
-                            break
-                        self.spawn(start_entry(j, entry_due))
-                        if (event := released.pop(j, None)) is not None:
-                            event.set()
-                        next_release[0] += 1
-                    await self._sleep(0)  # let the released tasks go before anything else
-
-        async def sampler() -> None:
-            last_full = time.monotonic()
-            while True:
-                self.stats.in_flight = self.in_flight
-                await asyncio.sleep(SAMPLE_EVERY_S)
-                if not timed and time.monotonic() - last_full >= self._collector.full_every_s:
-                    last_full = time.monotonic()
-                    self._collector.full_collection()
-
-        helpers = [loop.create_task(preparer()), loop.create_task(sampler())]
+        release_run = _Release(self, schedule, timed)
+        head = release_run.prepare_lead(start_perf_ns)
+        helpers = [loop.create_task(release_run.preparer(head)), loop.create_task(self._sampler(timed))]
         helpers[0].add_done_callback(self._helper_done)
-        release = loop.create_task(releaser())
+        release = loop.create_task(release_run.releaser())
         self._releasing = True
         release.add_done_callback(self._release_done)
         hard = loop.create_task(self.stop.wait_hard())
@@ -406,6 +304,17 @@ class Dispatcher:
         if release.done() and not release.cancelled() and release.exception() is not None:
             raise release.exception()  # type: ignore[misc]
 
+    async def _sampler(self, timed: bool) -> None:
+        """The in-flight level into the live stats; for an untimed schedule, the collector's
+        full collections."""
+        last_full = time.monotonic()
+        while True:
+            self.stats.in_flight = self.in_flight
+            await asyncio.sleep(SAMPLE_EVERY_S)
+            if not timed and time.monotonic() - last_full >= self._collector.full_every_s:
+                last_full = time.monotonic()
+                self._collector.full_collection()
+
     def _helper_done(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and (exc := task.exception()) is not None:
             log.error("preparing requests failed", exc_info=exc)
@@ -427,3 +336,118 @@ class Dispatcher:
     def _check_idle(self) -> None:
         if not self._releasing and not self._tasks and self._idle is not None:
             self._idle.set()
+
+
+class _Release:
+    """One run of a schedule: the preparer builds timed requests ahead of their send instants
+    (never just before a release), the releaser starts every entry at its due instant."""
+
+    def __init__(self, d: Dispatcher, schedule: Sequence[Scheduled], timed: bool) -> None:
+        self.d = d
+        self.schedule = schedule
+        self.timed = timed
+        self.prepared: dict[int, Outgoing] = {}
+        self.ready: dict[int, asyncio.Event] = {}
+        self.released: dict[int, asyncio.Event] = {}
+        self.cost = _PrepareCost()
+        #: the next entry to release
+        self.next = 0
+
+    def prepare_ahead(self, j: int) -> None:
+        d, entry = self.d, self.schedule[j]
+        assert entry.prepare is not None
+        t0 = d.clock_ns()
+        out = entry.prepare(d.start_perf_ns + entry.due_ns)
+        if out.tokens is not None:
+            # released in this same order, so the ideal can be taken now, off the send path
+            out.request = dataclasses.replace(out.request, ideal_cached_tokens_est=d.index.observe(out.tokens))
+            out.tokens = None
+        self.prepared[j] = out
+        if (event := self.ready.pop(j, None)) is not None:
+            event.set()
+        self.cost.learn(entry.prepare_tokens, d.clock_ns() - t0)
+
+    def prepare_lead(self, start_perf_ns: int | None) -> int:
+        """Prepare the entries due in the first ``PREPARE_LEAD_NS``; with no agreed start the
+        clock starts once they are ready (their times shifted to it). Returns the first entry
+        left to the preparer."""
+        d, schedule = self.d, self.schedule
+        start = start_perf_ns if start_perf_ns is not None else d.clock_ns()
+        d.start_perf_ns = start
+        head = 0
+        while head < len(schedule) and schedule[head].due_ns < PREPARE_LEAD_NS:
+            if schedule[head].prepare is not None:
+                self.prepare_ahead(head)
+            head += 1
+        if start_perf_ns is None:  # the clock starts now; the early entries get their true times
+            shift = d.clock_ns() - start
+            d.start_perf_ns = start + shift
+            for out in self.prepared.values():
+                scheduled = out.request.scheduled_ns
+                if scheduled is not None:
+                    out.request = dataclasses.replace(out.request, scheduled_ns=scheduled + shift)
+        return head
+
+    async def preparer(self, head: int) -> None:
+        d, schedule = self.d, self.schedule
+        for j in range(head, len(schedule)):
+            entry = schedule[j]
+            if entry.prepare is None:
+                continue
+            await d.sleep_until(d.start_perf_ns + entry.due_ns - PREPARE_LEAD_NS)
+            # keep clear of the next release: if it is due before this preparation would end,
+            # let it (and its burst) go first
+            while self.next < j:
+                until = d.start_perf_ns + schedule[self.next].due_ns - d.clock_ns()
+                if until > self.cost.estimate_ns(entry.prepare_tokens) + PREPARE_MARGIN_NS:
+                    break
+                await self.released.setdefault(self.next, asyncio.Event()).wait()
+                await d._sleep(PREPARE_MARGIN_NS / 1e9)  # the released sends write first
+            self.prepare_ahead(j)
+            await d._sleep(0)
+
+    async def start_entry(self, j: int, due: int) -> None:
+        entry = self.schedule[j]
+        out: Outgoing | None = None
+        if entry.prepare is not None:
+            if j not in self.prepared:  # preparation fell behind (a huge burst)
+                self.d.prepared_late += 1
+                await self.ready.setdefault(j, asyncio.Event()).wait()
+            out = self.prepared.pop(j)
+        await entry.run(out, due)
+
+    async def releaser(self) -> None:
+        d, schedule = self.d, self.schedule
+        quiet = QuietCollector() if self.timed else None
+        spin_ns = DISPATCH_SPIN_NS if self.timed else 0
+        with quiet or contextlib.nullcontext():
+            while self.next < len(schedule):
+                due = d.start_perf_ns + schedule[self.next].due_ns
+                while (wake := due - spin_ns - d.clock_ns()) > 0:
+                    if d.stop.stopped_now():  # a soft stop ends the releases at once
+                        return
+                    # garbage is collected in quiet stretches, never just before a release
+                    if quiet is not None:
+                        quiet.collect_if_due(quiet=wake > GC_QUIET_NS)
+                    await d._sleep(min(wake, DISPATCH_SLICE_NS) / 1e9)
+                if quiet is not None:
+                    quiet.collect_if_due(quiet=False)
+                while d.clock_ns() < due:  # the last stretch: the loop keeps turning
+                    await d._sleep(0)
+                if d.stop.stopped_now():
+                    return
+                self._release_due(d.clock_ns())
+                await d._sleep(0)  # let the released tasks go before anything else
+
+    def _release_due(self, now: int) -> None:
+        """Start every entry due by ``now``, in order."""
+        d, schedule = self.d, self.schedule
+        while self.next < len(schedule):
+            j = self.next
+            entry_due = d.start_perf_ns + schedule[j].due_ns
+            if entry_due > now:
+                break
+            d.spawn(self.start_entry(j, entry_due))
+            if (event := self.released.pop(j, None)) is not None:
+                event.set()
+            self.next += 1

@@ -162,6 +162,93 @@ def _open_manifest(folder: Path, fresh: SweepManifest) -> SweepManifest:
     return old
 
 
+def _definition(
+    spec: SweepSpec, launcher: PointLauncher, targets: list[TargetSpec], args: list[str]
+) -> dict[str, Any]:
+    """What the sweep measures (its digest names the folder): the knob and ladder, the base,
+    the targets without credentials (or the emulators' arguments)."""
+    return {
+        "kind": launcher.kind,
+        "sweep": spec.measured_part(),
+        "base": launcher.definition(),
+        "targets": [
+            {**t.model_dump(mode="json", exclude={"api_key_env", "api_key_file"}), "url": redact_url(t.url)}
+            for t in targets
+        ]
+        or {"emulators": args},
+    }
+
+
+def _manifest_for(
+    folder: Path, spec: SweepSpec, launcher: PointLauncher, definition: dict[str, Any], names: list[str],
+    budget: int | None,
+) -> SweepManifest:  # fmt: skip
+    """The folder's manifest (a new sweep's, or the one it resumes), with this run's judging
+    settings (they may change on a re-run), written."""
+    manifest = _open_manifest(
+        folder,
+        SweepManifest(
+            sweep_id=folder.name, swarm_version=__version__, kind=launcher.kind, knob=spec.knob,
+            ladder=list(spec.loads), auto=spec.auto.model_dump(mode="json") if spec.auto else None,
+            stop_rules=spec.stop.model_dump(mode="json"), slos=list(spec.slos),
+            steady_fraction=spec.steady_fraction, cliff_fraction=spec.cliff_fraction,
+            kv_budget_tokens=budget, definition_digest=definition_digest(definition), definition=definition,
+            targets=names, seed=launcher.seed, created_at=dt.datetime.now(dt.timezone.utc).isoformat(),
+        ),
+    )  # fmt: skip
+    # what only judges the points may change on a re-run: this run's settings stand
+    manifest.slos, manifest.steady_fraction = list(spec.slos), spec.steady_fraction
+    manifest.cliff_fraction, manifest.kv_budget_tokens = spec.cliff_fraction, budget
+    manifest.definition["analysis"] = {"slo_percentile": spec.slo_percentile}
+    manifest.write(str(folder))
+    return manifest
+
+
+@dataclass
+class _Climb:
+    """The sweep's walk up its ladder: which targets stopped climbing, and why."""
+
+    spec: SweepSpec
+    manifest: SweepManifest
+    folder: Path
+    result: SweepResult
+    emit: Callable[[SweepEvent], None]
+    slo: m.SLO | None
+    stopped: dict[str, str] = field(default_factory=dict)
+    failed: list[str] = field(default_factory=list)
+
+    def failed_at(self, index: int, load: float, target: str, exc: Exception) -> None:
+        """A point that could not run: the target is measured no further, the others go on."""
+        why = f"failed at {self.spec.knob}={format_load(load)}: {exc}"
+        log.error("target %s %s", target, why)
+        latest = self.manifest.latest(index, target)
+        if latest is not None and not latest.done:
+            latest.status, latest.status_reason = RunStatus.FAILED.value, str(exc)
+        self.stopped[target] = why
+        self.failed.append(f"{target} {why}")
+        self.emit(SweepEvent("stop", index, load, target, reason=why))
+
+    def measured(self, index: int, load: float, target: str, outcome: PointResult) -> None:
+        """A point's figures; an auto ladder asks the stop rules whether the target climbs on."""
+        self.result.results[target].append(outcome)
+        if self.spec.auto is None:
+            return
+        reason = stop_rule(self.result.results[target], self.spec.stop, self.slo, self.spec.slo_percentile)
+        if reason:
+            self.stopped[target] = f"at {self.spec.knob}={format_load(load)}: {reason}"
+            latest = self.manifest.latest(index, target)
+            if latest is not None:
+                latest.stop_rule = reason
+            self.emit(SweepEvent("stop", index, load, target, outcome, reason))
+
+    def finished(self, names: list[str]) -> None:
+        self.manifest.status = RunStatus.STOPPED.value if self.failed else RunStatus.COMPLETE.value
+        self.manifest.status_reason = "; ".join(self.failed) or None
+        if self.spec.auto is not None:
+            left = {n: "the ladder's limits (max points or max load)" for n in names if n not in self.stopped}
+            self.stopped.update(left)
+
+
 def execute_sweep(
     spec: SweepSpec,
     launcher: PointLauncher,
@@ -175,18 +262,8 @@ def execute_sweep(
     """Run (or resume) the sweep; returns its folder, final manifest and every point's figures."""
     launcher.check_knob(spec.knob, list(spec.loads))
     args = list(emulator_args or [])
-    definition = {
-        "kind": launcher.kind,
-        "sweep": spec.measured_part(),
-        "base": launcher.definition(),
-        "targets": [
-            {**t.model_dump(mode="json", exclude={"api_key_env", "api_key_file"}), "url": redact_url(t.url)}
-            for t in targets
-        ]
-        or {"emulators": args},
-    }
-    digest = definition_digest(definition)
-    folder = Path(spec.output or default_folder(digest, output_root))
+    definition = _definition(spec, launcher, targets, args)
+    folder = Path(spec.output or default_folder(definition_digest(definition), output_root))
     slo = m.parse_slos(spec.slos) if spec.slos else None
     emit = on_event or (lambda event: None)
     with contextlib.ExitStack() as stack:
@@ -196,41 +273,15 @@ def execute_sweep(
         budget = spec.kv_budget_tokens
         if budget is None and not targets:
             budget = _emulator_budget(args)
-        manifest = _open_manifest(
-            folder,
-            SweepManifest(
-                sweep_id=folder.name,
-                swarm_version=__version__,
-                kind=launcher.kind,
-                knob=spec.knob,
-                ladder=list(spec.loads),
-                auto=spec.auto.model_dump(mode="json") if spec.auto else None,
-                stop_rules=spec.stop.model_dump(mode="json"),
-                slos=list(spec.slos),
-                steady_fraction=spec.steady_fraction,
-                cliff_fraction=spec.cliff_fraction,
-                kv_budget_tokens=budget,
-                definition_digest=digest,
-                definition=definition,
-                targets=names,
-                seed=launcher.seed,
-                created_at=dt.datetime.now(dt.timezone.utc).isoformat(),
-            ),
-        )
-        # what only judges the points may change on a re-run: this run's settings stand
-        manifest.slos, manifest.steady_fraction = list(spec.slos), spec.steady_fraction
-        manifest.cliff_fraction, manifest.kv_budget_tokens = spec.cliff_fraction, budget
-        manifest.definition["analysis"] = {"slo_percentile": spec.slo_percentile}
-        manifest.write(str(folder))
+        manifest = _manifest_for(folder, spec, launcher, definition, names, budget)
         held = _HeldExecutor(stack.enter_context(executor))
         result = SweepResult(folder=str(folder), manifest=manifest, results={n: [] for n in names})
-        stopped: dict[str, str] = {}
-        failed: list[str] = []
+        climb = _Climb(spec, manifest, folder, result, emit, slo)
         try:
             index = 0
-            while (load := spec.load(index)) is not None and len(stopped) < len(names):
+            while (load := spec.load(index)) is not None and len(climb.stopped) < len(names):
                 for target in specs:
-                    if target.name in stopped:
+                    if target.name in climb.stopped:
                         continue
                     try:
                         outcome = _run_one(
@@ -238,39 +289,17 @@ def execute_sweep(
                             load, slo, emit,
                         )  # fmt: skip
                     except (InputError, OSError) as exc:  # this target failed here; the others go on
-                        why = f"failed at {spec.knob}={format_load(load)}: {exc}"
-                        log.error("target %s %s", target.name, why)
-                        latest = manifest.latest(index, target.name)
-                        if latest is not None and not latest.done:
-                            latest.status, latest.status_reason = RunStatus.FAILED.value, str(exc)
-                        stopped[target.name] = why
-                        failed.append(f"{target.name} {why}")
-                        emit(SweepEvent("stop", index, load, target.name, reason=why))
+                        climb.failed_at(index, load, target.name, exc)
                         manifest.write(str(folder))
                         continue
                     if outcome is None:  # interrupted
                         manifest.status = RunStatus.INTERRUPTED.value
-                        manifest.status_reason = (
-                            f"interrupted at {spec.knob}={format_load(load)} on {target.name}"
-                        )
+                        manifest.status_reason = f"interrupted at {spec.knob}={format_load(load)} on {target.name}"
                         return result
-                    result.results[target.name].append(outcome)
-                    if spec.auto is not None:
-                        reason = stop_rule(result.results[target.name], spec.stop, slo, spec.slo_percentile)
-                        if reason:
-                            stopped[target.name] = f"at {spec.knob}={format_load(load)}: {reason}"
-                            latest = manifest.latest(index, target.name)
-                            if latest is not None:
-                                latest.stop_rule = reason
-                            emit(SweepEvent("stop", index, load, target.name, outcome, reason))
+                    climb.measured(index, load, target.name, outcome)
                     manifest.write(str(folder))
                 index += 1
-            manifest.status = RunStatus.STOPPED.value if failed else RunStatus.COMPLETE.value
-            manifest.status_reason = "; ".join(failed) or None
-            if spec.auto is not None:
-                open_targets = [n for n in names if n not in stopped]
-                if open_targets:
-                    stopped.update({n: "the ladder's limits (max points or max load)" for n in open_targets})
+            climb.finished(names)
         except KeyboardInterrupt:
             manifest.status = RunStatus.INTERRUPTED.value
             manifest.status_reason = "interrupted (KeyboardInterrupt)"
@@ -280,7 +309,7 @@ def execute_sweep(
             manifest.status_reason = f"{type(exc).__name__}: {exc}"
             raise
         finally:
-            manifest.stopped_by = stopped
+            manifest.stopped_by = climb.stopped
             manifest.finished_at = dt.datetime.now(dt.timezone.utc).isoformat()
             manifest.write(str(folder))
     return result
