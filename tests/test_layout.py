@@ -206,3 +206,123 @@ def test_the_runtime_reaches_the_emulator_only_to_start_it() -> None:
         if name.startswith("swarm.emulator") and name != "swarm.emulator.process"
     ]
     assert wrong == []
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the swarm modules it imports (at module level, in functions, or for the type
+    checker alike)."""
+    graph: dict[str, set[str]] = {}
+    for path in module_files():
+        rel = path.relative_to(PACKAGE).as_posix()
+        graph[rel] = set()
+        for name, _, _ in imports(path):
+            target = rel_of_module(name) if name.split(".")[0] == "swarm" else None
+            if target is not None and target != rel:
+                graph[rel].add(target)
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(sorted(group))
+    return found
+
+
+def test_no_import_circle_anywhere() -> None:
+    assert circles(import_graph()) == []
+
+
+def test_the_circle_check_finds_a_circle() -> None:
+    assert circles({"a.py": {"b.py"}, "b.py": {"c.py"}, "c.py": {"a.py"}, "d.py": {"a.py"}}) == [
+        ["a.py", "b.py", "c.py"]
+    ]
+
+
+#: the CLI's own support, which its command modules share; a command module imports no other
+#: command module (what two commands share is library code, or one of these)
+CLI_SUPPORT = {
+    "cli/__init__.py", "cli/app.py", "cli/flags.py", "cli/flagdef.py", "cli/flagdefs.py", "cli/compose.py",
+    "cli/options.py", "cli/sending.py", "cli/live.py", "cli/sweep_view.py",
+}  # fmt: skip
+
+
+def test_cli_commands_share_only_the_clis_support_and_the_library() -> None:
+    graph = import_graph()
+    wrong = [
+        f"swarm/{rel} imports swarm/{target}"
+        for rel, targets in graph.items()
+        if rel.startswith("cli/") and rel != "cli/__init__.py"
+        for target in targets
+        if target.startswith("cli/") and target not in CLI_SUPPORT
+    ]
+    assert wrong == []
+    support_imports = {t for rel in CLI_SUPPORT - {"cli/__init__.py"} for t in graph.get(rel, ())}
+    assert not {t for t in support_imports if t.startswith("cli/") and t not in CLI_SUPPORT}
+
+
+#: a sweep's analysis reads folders on disk, like ``analysis``: it never imports the runtime,
+#: the clients, the cluster or the launcher
+SWEEP_ANALYSIS = {
+    "sweep/__init__.py", "sweep/manifest.py", "sweep/point_figures.py", "sweep/curves.py", "sweep/working_set.py",
+    "sweep/report.py", "sweep/compare.py", "sweep/html.py",
+}  # fmt: skip
+
+
+def test_a_sweeps_analysis_reads_only_what_is_on_disk() -> None:
+    paths, _ = directions()
+    graph = import_graph()
+    wrong = [
+        f"swarm/{rel} imports swarm/{target} ({part_of(target, paths)})"
+        for rel in sorted(SWEEP_ANALYSIS)
+        for target in graph[rel]
+        if target not in SWEEP_ANALYSIS and part_of(target, paths) not in {"shared", "engines", "trace", "analysis"}
+    ]
+    assert wrong == []
+
+
+def test_no_function_is_longer_than_100_lines() -> None:
+    long = [
+        f"swarm/{p.relative_to(PACKAGE).as_posix()}:{n.lineno} {n.name} ({n.end_lineno - n.lineno + 1} lines)"
+        for p in module_files()
+        for n in ast.walk(ast.parse(p.read_text()))
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and n.end_lineno is not None
+        and n.end_lineno - n.lineno + 1 > 100
+    ]
+    assert long == []

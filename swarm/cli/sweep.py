@@ -75,7 +75,7 @@ def launcher_of(given: Given, knob: str) -> tuple[PointLauncher, SendSpec]:
     """The points' base (a swarm, or with ``--replay`` a replay) and how they send."""
     from swarm.runtime.specs import ReplaySpec, RunSpec
     from swarm.sweep.points import AgentPoints, ReplayPoints
-    from swarm.sweep.spec import SHOWDOWN_CACHE_TOKENS, SHOWDOWN_WORKLOAD
+    from swarm.sweep.spec import SHOWDOWN_CACHE_TOKENS, SHOWDOWN_EXECUTOR, SHOWDOWN_WORKLOAD
 
     replay = given.get("replay")
     if replay is not None:
@@ -93,8 +93,11 @@ def launcher_of(given: Given, knob: str) -> tuple[PointLauncher, SendSpec]:
         data.setdefault("workload", {})["arrival"] = {"process": "poisson", "rate": 1.0}  # each point sets it
     if showdown:
         data["workload"] = {**SHOWDOWN_WORKLOAD, **data.get("workload", {})}
-        if not data.get("targets") and not data.get("emulator_args"):
+    if not data.get("targets"):  # the emulators, with the showdown's small budget
+        if not data.get("emulator_args"):
             data["emulator_args"] = [f"--cache-tokens={SHOWDOWN_CACHE_TOKENS}"]
+        if showdown:  # the emulated showdown runs in process unless told
+            data.setdefault("executor", SHOWDOWN_EXECUTOR)
     run_spec = validated(RunSpec, data, source if not showdown else "sweep flags", given)
     return AgentPoints(run_spec, source=source), run_spec
 

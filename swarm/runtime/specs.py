@@ -145,7 +145,8 @@ class SendSpec(BaseModel):
     )  # fmt: skip
     executor: Literal["ray", "inprocess"] = Field(
         default="ray",
-        description="ray: async Ray actors (a local Ray unless --address); inprocess: one process",
+        description="ray: async Ray actors (a local Ray unless --address); inprocess: one process "
+        "(swarm sweep's emulated showdown, with no --spec nor --target, runs in process unless told)",
         json_schema_extra=flag("--executor", group=_EXEC),
     )
     workers: int | None = Field(

@@ -1,7 +1,7 @@
 """Two sweeps side by side: ``swarm compare SWEEP_A SWEEP_B``.
 
 Place in the map (docs/architecture.md, "Sweeps"; its analysis, which reads folders on disk only): from two sweep reports
-(``sweep_report.build_sweep_report``) it builds one dict: a **series** per (sweep, target),
+(``sweep.report.build_sweep_report``) it builds one dict: a **series** per (sweep, target),
 named ``<sweep label>:<target>``; per series its verdicts (capacity at SLO, eviction cliff,
 predicted cliff, peak output tokens/s and tasks/hour over valid points); the capacity ratio of
 every series to the first; the crossovers between series of different sweeps on the crossover

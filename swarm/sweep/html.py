@@ -1,7 +1,7 @@
 """``swarm report SWEEP_DIR --html``: a sweep's report as one self-contained page that opens offline.
 
 Place in the map (docs/architecture.md, "Sweeps"; its analysis, which reads folders on disk only): draws the dict of
-``sweep_report.build_sweep_report`` and computes nothing of its own. The page holds a header
+``sweep.report.build_sweep_report`` and computes nothing of its own. The page holds a header
 (the sweep, its SLOs, the steady-state rule, the KV budget), one table of points per target
 (the headline figures of ``sweep_report.HEADLINE`` plus the compulsory share of misses and the
 engine's KV usage and queue over the steady window; invalid points marked, with their
@@ -487,7 +487,7 @@ def _verdicts(report: Mapping[str, Any], targets: dict[str, dict[str, Any]]) -> 
 
 
 def render_sweep_html(report: dict[str, Any]) -> str:
-    """The whole page for a sweep report (``sweep_report.build_sweep_report``'s dict)."""
+    """The whole page for a sweep report (``sweep.report.build_sweep_report``'s dict)."""
     sweep = report.get("sweep") or {}
     targets = _targets(report)
     extra_color = len(targets) % len(PALETTE)

@@ -2,7 +2,7 @@
 
 Place in the map (docs/architecture.md, "Sweeps"; its analysis, which reads folders on disk only): pure functions from one target's trace
 rows (the trace schema) to a ``SteadyWindow``, a ``PointFigures`` and a ``Validity``; the
-curves and verdicts over many points are in ``sweep_curves``. Latency figures come from the
+curves and verdicts over many points are in ``sweep.curves``. Latency figures come from the
 functions of ``metrics`` (whose docstrings hold each formula) applied to the window's rows.
 
 Conventions:
@@ -301,7 +301,7 @@ class PointFigures:
     def flat(self) -> dict[str, float]:
         """Every numeric figure by its dotted path in ``as_dict`` (``"ttft_ms.p99"``,
         ``"tasks.per_hour"``, ``"goodput.per_s"``); None values left out. The names the
-        curves (``sweep_curves``) read."""
+        curves (``sweep.curves``) read."""
         out: dict[str, float] = {}
 
         def walk(prefix: str, value: Any) -> None:

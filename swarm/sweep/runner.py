@@ -5,7 +5,7 @@ Place in the map (docs/architecture.md, "Sweeps"): above ``launch``. ``execute_s
 and the executor once for the whole sweep, and for each load in order and each target in
 order: empties the target's prefix cache (``cache_reset``), runs one point
 (``PointLauncher.run_point``: a run folder under ``runs/``), reads its figures back
-(``analysis.sweep_report.point_result``) and rewrites ``sweep.json``. A (point, target) whose
+(``sweep.report.point_result``) and rewrites ``sweep.json``. A (point, target) whose
 run is complete or stopped is skipped on a re-run; one that was killed or interrupted is run
 again in a new run folder (the old attempt stays listed).
 

@@ -45,6 +45,9 @@ SHOWDOWN_WORKLOAD: dict[str, Any] = {
 }
 SHOWDOWN_LADDER = "agents=4,8,16,32,64"
 SHOWDOWN_CACHE_TOKENS = 40_000
+#: the showdown runs in this process unless --executor says otherwise: its emulators and the
+#: generator share the machine, and it was measured so (README, "Sweeps")
+SHOWDOWN_EXECUTOR = "inprocess"
 
 
 def parse_ladder(text: str) -> tuple[str, list[float]]:
