@@ -3,7 +3,6 @@ readers of formats and engines use, and nothing else knows a format or an engine
 
 from __future__ import annotations
 
-import ast
 import re
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import pytest
 
 from swarm.engines.engine import Served
 from swarm.engines.registry import ENGINES, get_engine
-from swarm.replay.format import ReadOptions
+from swarm.replay.format import ReadOptions, TraceFormat
 from swarm.replay.formats import FORMATS, detect_format, trace_format
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,18 +29,17 @@ FIXTURES = {
 
 
 def _format_modules() -> dict[str, str]:
-    """Module file -> the name its ``FORMAT = TraceFormat(name=...)`` gives, for every module of
-    swarm/replay/ that declares one."""
+    """Module file -> the name of the ``FORMAT`` it declares, for every module of swarm/replay/
+    that declares one."""
+    import importlib
+
     out = {}
     for path in sorted((PACKAGE / "replay").glob("*.py")):
-        tree = ast.parse(path.read_text())
-        for node in tree.body:
-            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "FORMAT" for t in node.targets):
-                call = node.value
-                assert isinstance(call, ast.Call), path
-                name = next(k.value for k in call.keywords if k.arg == "name")
-                assert isinstance(name, ast.Constant), path
-                out[path.name] = name.value
+        module = importlib.import_module(f"swarm.replay.{path.stem}")
+        fmt = getattr(module, "FORMAT", None)
+        if fmt is not None:
+            assert isinstance(fmt, TraceFormat), path
+            out[path.name] = fmt.name
     return out
 
 

@@ -22,7 +22,6 @@ import typer
 
 from swarm.cli.flagdef import FlagDef
 from swarm.cli.flagdefs import COMMANDS, FLAGS
-from swarm.errors import InputError
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -137,23 +136,14 @@ def validated(model: type[M], data: Any, source: str, given: Given | None = None
     """``model`` from ``data``, or an InputError with one line per problem, naming the flag when
     a given flag set the field, else ``source`` and the field's path (an unknown key of a spec
     file: ``spec.yaml: agnets: unknown key``)."""
-    from pydantic import ValidationError
+    from swarm.workload.specfiles import validate
 
-    from swarm.workload.specfiles import validation_problems
+    flags = given.path_flags() if given is not None else {}
 
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise InputError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        flags = given.path_flags() if given is not None else {}
-        lines = []
-        for loc, msg in validation_problems(exc):
-            hit = next((flag for path, flag in flags.items() if loc[: len(path)] == path), None)
-            lines.append(f"{hit}: {msg}" if hit else f"{source}: {'.'.join(loc) or '(top level)'}: {msg}")
-        raise InputError("\n".join(lines)) from None
+    def flag_of(loc: tuple[str, ...]) -> str | None:
+        return next((flag for path, flag in flags.items() if loc[: len(path)] == path), None)
+
+    return validate(model, data, source, flag_of)
 
 
 def takes(command: str) -> Callable[[F], F]:

@@ -26,8 +26,8 @@ from pydantic.fields import FieldInfo, PydanticUndefined
 from swarm.cli.flagdef import FlagDef
 from swarm.cli.options import OutputOptions, SweepOptions
 from swarm.emulator.config import EmulatorConfig
-from swarm.replay.source_spec import TraceSourceSpec
-from swarm.runtime.specs import ReplaySpec, RunSpec, TargetSpec
+from swarm.replay.source_spec import ReplaySourceSpec, TraceSourceSpec
+from swarm.runtime.specs import SendSpec, TargetSpec
 from swarm.sweep.spec import SweepSpec
 from swarm.workload.workload import WorkloadSpec
 
@@ -48,15 +48,18 @@ class Source:
 
 
 _READING = ("format", "limit", "window", "sample", "sample_seed", "skip_bad_lines", "source_target")
-_SENDING = (Source(OutputOptions, None, ("spec", "output", "json_out", "progress")),)
+_SEND = Source(SendSpec)
+_WORKLOAD = Source(WorkloadSpec, ("workload",))
+_REPLAY = Source(ReplaySourceSpec, ("replay",), skip=("source",))
+_SENDERS_OUTPUT = Source(OutputOptions, None, ("spec", "output", "json_out", "progress"))
 
 #: per command, the models it takes flags from, in the order ``--help`` lists them
 SOURCES: dict[str, tuple[Source, ...]] = {
-    "run": (Source(RunSpec), *_SENDING),
-    "replay": (Source(ReplaySpec), *_SENDING),
+    "run": (_SEND, _WORKLOAD, _SENDERS_OUTPUT),
+    "replay": (_SEND, _REPLAY, _SENDERS_OUTPUT),
     "sweep": (
-        Source(SweepOptions, None), Source(RunSpec), Source(ReplaySpec, (), skip=("replay.source",)),
-        Source(SweepSpec, ("sweep",)), *_SENDING, Source(OutputOptions, None, ("html", "slo")),
+        Source(SweepOptions, None), _SEND, _WORKLOAD, _REPLAY, Source(SweepSpec, ("sweep",)), _SENDERS_OUTPUT,
+        Source(OutputOptions, None, ("html", "slo")),
     ),
     "emulate": (Source(EmulatorConfig), Source(TargetSpec, None, ("engine",), bind=(("engine", ("engine",)),))),
     "probe": (
@@ -165,6 +168,9 @@ def flag_def(info: FieldInfo, origin: str) -> FlagDef:
 class Table:
     flags: dict[str, FlagDef] = field(default_factory=dict)
     commands: dict[str, dict[str, tuple[tuple[str, ...], ...]]] = field(default_factory=dict)
+    #: per source, its flags and their paths; per command, the sources it takes, in order
+    groups: dict[Source, dict[str, tuple[tuple[str, ...], ...]]] = field(default_factory=dict)
+    uses: dict[str, list[Source]] = field(default_factory=dict)
 
     def add(self, command: str, param: str, flag: FlagDef, path: tuple[str, ...] | None) -> None:
         known = self.flags.get(param)
@@ -188,7 +194,9 @@ def build() -> Table:
     """The table of every command's flags."""
     table = Table()
     for command, sources in SOURCES.items():
+        table.uses[command] = list(sources)
         for src in sources:
+            group = table.groups.setdefault(src, {})
             for path, info, origin in flagged_fields(src.model):
                 param = param_name(_meta(info)["name"])  # type: ignore[index]
                 if (src.only is not None and param not in src.only) or ".".join(path) in src.skip:
@@ -196,6 +204,7 @@ def build() -> Table:
                 where = None if src.prefix is None else (*src.prefix, *path)
                 where = dict(src.bind).get(param, where)
                 table.add(command, param, flag_def(info, origin), where)
+                group[param] = (where,) if where is not None else ()
     return table
 
 
@@ -226,13 +235,35 @@ def render(table: Table) -> str:
     ]
     for param, f in sorted(table.flags.items()):
         lines.append(f"    {param!r}: {_flag_text(f)},")
-    lines += ["}", "", "COMMANDS: dict[str, dict[str, tuple[tuple[str, ...], ...]]] = {"]
-    for command, params in table.commands.items():
-        lines.append(f"    {command!r}: {{")
-        lines += [f"        {p!r}: {paths!r}," for p, paths in params.items()]
-        lines.append("    },")
+    lines += ["}", "", "# where each flag of a model goes in a command's spec (none: the command routes it)"]
+    names = _group_names(table)
+    for src, name in names.items():
+        lines.append(f"{name}: dict[str, tuple[tuple[str, ...], ...]] = {{")
+        lines += [f"    {p!r}: {paths!r}," for p, paths in table.groups[src].items()]
+        lines.append("}")
+    lines += ["", "COMMANDS: dict[str, dict[str, tuple[tuple[str, ...], ...]]] = {"]
+    for command, sources in table.uses.items():
+        parts = ["**" + names[src] for src in sources]
+        merged: dict[str, tuple[tuple[str, ...], ...]] = {}
+        for src in sources:
+            merged.update(table.groups[src])
+        # a flag two of its models place differently (--tokenizer in a sweep) goes to both
+        parts += [f"{p!r}: {paths!r}" for p, paths in table.commands[command].items() if merged[p] != paths]
+        lines.append(f"    {command!r}: {{{', '.join(parts)}}},")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _group_names(table: Table) -> dict[Source, str]:
+    """A constant's name for each source: its model's, numbered where a model is taken twice."""
+    out: dict[Source, str] = {}
+    for src in table.groups:
+        base = "_" + "".join("_" + c if c.isupper() and i else c for i, c in enumerate(src.model.__name__)).upper()
+        name, k = base, 2
+        while name in out.values():
+            name, k = f"{base}_{k}", k + 1
+        out[src] = name
+    return out
 
 
 def main() -> int:

@@ -7,24 +7,11 @@ timestamps are date-times; there is no prefix information, so every prompt is un
 
 from __future__ import annotations
 
-from pathlib import Path
+from swarm.replay.format import Peek, TraceFormat
+from swarm.replay.timed import csv_reader, iso_seconds
 
-from swarm.errors import InputError
-from swarm.replay.format import Peek, ReadOptions, TraceFormat
-from swarm.replay.plan import ReplayPlan
-from swarm.replay.reading import BadLines
-from swarm.replay.timed import csv_rows, flat_plan, iso_seconds
-
+NAME = "azure"
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
-
-
-def read_azure(source: str, options: ReadOptions) -> ReplayPlan:
-    p = Path(source)
-    if not p.is_file():
-        raise InputError(f"{p}: no such file")
-    bad = BadLines(p, options.skip_bad_lines)
-    rows = csv_rows(p, bad, COLUMNS, iso_seconds())
-    return flat_plan(p, FORMAT.name, rows, options.filters, bad, block_tokens=512)
 
 
 def detect(peek: Peek) -> bool:
@@ -32,10 +19,10 @@ def detect(peek: Peek) -> bool:
 
 
 FORMAT = TraceFormat(
-    name="azure",
+    name=NAME,
     title="Azure LLM inference CSV (.csv)",
     detect=detect,
-    read=read_azure,
+    read=csv_reader(NAME, COLUMNS, iso_seconds),
     filters=True,
     sessions=False,
     default_mode="timed",

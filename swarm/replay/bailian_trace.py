@@ -59,7 +59,7 @@ from swarm.errors import InputError
 from swarm.record import RequestIdentity
 from swarm.replay.format import Peek, ReadOptions, TraceFormat
 from swarm.replay.plan import ReplayItem, ReplayPlan
-from swarm.replay.reading import BadLines, Filters, parsed_lines
+from swarm.replay.reading import BadLines, Filters, in_window, parsed_lines
 
 BLOCK_TOKENS = 16
 ROOT_PARENT = -1
@@ -163,17 +163,7 @@ def import_bailian(
     kept: dict[int, tuple[int, float, int]] = {}  # chat_id -> (item index, arrival s, turn)
     orphans = 0
     dropped: set[int] = set()  # chat ids of conversations --sample left out
-    first_t: float | None = None
-    for req in _requests(p, bad):
-        if first_t is None:
-            first_t = req.t_s
-        rel = req.t_s - first_t
-        if filters.window is not None:
-            lo, hi = filters.window
-            if rel < lo:
-                continue
-            if rel >= hi:
-                break
+    for req, rel in in_window(_requests(p, bad), filters.window):
         # --sample draws whole conversations: a first turn is drawn, a later turn follows it
         if filters.sample is not None and (
             req.parent in dropped or (req.parent == ROOT_PARENT and rng.random() >= filters.sample)

@@ -7,24 +7,11 @@ Prompts are unique (no prefix information).
 
 from __future__ import annotations
 
-from pathlib import Path
+from swarm.replay.format import Peek, TraceFormat
+from swarm.replay.timed import csv_reader, plain_seconds
 
-from swarm.errors import InputError
-from swarm.replay.format import Peek, ReadOptions, TraceFormat
-from swarm.replay.plan import ReplayPlan
-from swarm.replay.reading import BadLines
-from swarm.replay.timed import csv_rows, flat_plan, plain_seconds
-
+NAME = "burstgpt"
 COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
-
-
-def read_burstgpt(source: str, options: ReadOptions) -> ReplayPlan:
-    p = Path(source)
-    if not p.is_file():
-        raise InputError(f"{p}: no such file")
-    bad = BadLines(p, options.skip_bad_lines)
-    rows = csv_rows(p, bad, COLUMNS, plain_seconds, session_column="Session ID")
-    return flat_plan(p, FORMAT.name, rows, options.filters, bad, block_tokens=512)
 
 
 def detect(peek: Peek) -> bool:
@@ -32,11 +19,11 @@ def detect(peek: Peek) -> bool:
 
 
 FORMAT = TraceFormat(
-    name="burstgpt",
+    name=NAME,
     title="BurstGPT CSV (.csv)",
     detect=detect,
-    read=read_burstgpt,
+    read=csv_reader(NAME, COLUMNS, plain_seconds, session_column="Session ID"),
     filters=True,
-    sessions=False,
+    sessions=True,
     default_mode="timed",
 )

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from swarm.errors import InputError
 
@@ -148,3 +148,28 @@ def int_field(obj: dict[str, object], name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < 0:
         raise ValueError(f"field {name!r} must be a non-negative integer, got {value!r}")
     return int(value)
+
+
+class Timed(Protocol):
+    @property
+    def t_s(self) -> float:
+        """Arrival, seconds on the trace's own clock."""
+        ...
+
+
+R = TypeVar("R", bound=Timed)
+
+
+def in_window(rows: Iterable[R], window: tuple[float, float] | None) -> Iterator[tuple[R, float]]:
+    """(row, seconds from the first row) for the rows inside ``window`` (START, END seconds from
+    the first row; None: every row), reading no further than its end."""
+    first_t: float | None = None
+    for row in rows:
+        first_t = row.t_s if first_t is None else first_t
+        rel = row.t_s - first_t
+        if window is not None:
+            if rel < window[0]:
+                continue
+            if rel >= window[1]:
+                return
+        yield row, rel

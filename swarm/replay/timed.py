@@ -20,8 +20,9 @@ from pathlib import Path
 
 from swarm.errors import InputError
 from swarm.record import RequestIdentity
+from swarm.replay.format import ReadOptions
 from swarm.replay.plan import ReplayItem, ReplayPlan
-from swarm.replay.reading import BadLines, Filters
+from swarm.replay.reading import BadLines, Filters, in_window
 
 
 @dataclass
@@ -34,10 +35,8 @@ class Row:
     session: str = ""
 
 
-def _windowed(rows: Iterator[Row], filters: Filters, bad: BadLines) -> Iterator[tuple[Row, float]]:
-    """(row, seconds from the first row) for the rows inside the window, in order; a row
-    earlier than the one before goes to ``bad``."""
-    first_t: float | None = None
+def _in_order(rows: Iterator[Row], bad: BadLines) -> Iterator[Row]:
+    """The rows, but one earlier than the one before it, which goes to ``bad``."""
     last_t = -math.inf
     for row in rows:
         if row.t_s < last_t:
@@ -47,15 +46,7 @@ def _windowed(rows: Iterator[Row], filters: Filters, bad: BadLines) -> Iterator[
             )
             continue
         last_t = row.t_s
-        first_t = row.t_s if first_t is None else first_t
-        rel = row.t_s - first_t
-        if filters.window is not None:
-            lo, hi = filters.window
-            if rel < lo:
-                continue
-            if rel >= hi:
-                return
-        yield row, rel
+        yield row
 
 
 def flat_plan(
@@ -64,7 +55,7 @@ def flat_plan(
     """The timed plan of a flat trace's ``rows`` after ``filters``; bad lines noted."""
     rng = random.Random(f"sample:{filters.seed}")
     items: list[ReplayItem] = []
-    for row, rel in _windowed(rows, filters, bad):
+    for row, rel in in_window(_in_order(rows, bad), filters.window):
         if filters.sample is not None and rng.random() >= filters.sample:
             continue
         items.append(
@@ -139,9 +130,32 @@ def iso_seconds() -> Callable[[str], float]:
     return read
 
 
-def plain_seconds(cell: str) -> float:
+def plain_seconds() -> Callable[[str], float]:
+    """A cell reader for seconds as a number (finite, not negative)."""
+    return _plain_seconds
+
+
+def _plain_seconds(cell: str) -> float:
     """A cell reader for seconds as a number (finite, not negative)."""
     t_s = float(cell)
     if t_s < 0 or not math.isfinite(t_s):
         raise ValueError(f"bad timestamp {cell!r}")
     return t_s
+
+
+def csv_reader(
+    fmt: str, columns: tuple[str, str, str], seconds: Callable[[], Callable[[str], float]],
+    session_column: str | None = None,
+) -> Callable[[str, ReadOptions], ReplayPlan]:  # fmt: skip
+    """The ``read`` of a CSV format: its ``columns`` (time, prompt tokens, output tokens), a new
+    time-cell reader per file from ``seconds``, and the column that names sessions, if any."""
+
+    def read(source: str, options: ReadOptions) -> ReplayPlan:
+        p = Path(source)
+        if not p.is_file():
+            raise InputError(f"{p}: no such file")
+        bad = BadLines(p, options.skip_bad_lines)
+        rows = csv_rows(p, bad, columns, seconds(), session_column)
+        return flat_plan(p, fmt, rows, options.filters, bad, block_tokens=512)
+
+    return read

@@ -10,6 +10,7 @@ may not escape it unless they are absolute.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -54,8 +55,11 @@ def format_validation_error(source: str, exc: ValidationError) -> str:
     return "\n".join(f"{source}: {'.'.join(loc) or '(top level)'}: {msg}" for loc, msg in validation_problems(exc))
 
 
-def validate(model: type[M], data: Any, source: str) -> M:
-    """``model`` built from ``data``, or an InputError naming ``source`` and each bad field."""
+def validate(
+    model: type[M], data: Any, source: str, flag_of: Callable[[tuple[str, ...]], str | None] | None = None
+) -> M:
+    """``model`` built from ``data``, or an InputError naming ``source`` and each bad field; a
+    field ``flag_of`` names (the flag that set it) is named by that instead."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -63,7 +67,11 @@ def validate(model: type[M], data: Any, source: str) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise InputError(format_validation_error(source, exc)) from None
+        lines = []
+        for loc, msg in validation_problems(exc):
+            flag = flag_of(loc) if flag_of is not None else None
+            lines.append(f"{flag}: {msg}" if flag else f"{source}: {'.'.join(loc) or '(top level)'}: {msg}")
+        raise InputError("\n".join(lines)) from None
 
 
 def resolve_spec_path(base_dir: Path, value: str, source: str, field: str) -> Path:
