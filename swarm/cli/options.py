@@ -74,6 +74,7 @@ class SweepOptions(BaseModel):
     )
     replay: str | None = Field(
         default=None,
-        description="sweep a replay of this run folder or trace (its reading flags as swarm replay's)",
+        description="sweep a replay of this run folder or trace (its reading flags as swarm replay's; "
+        "or a --spec with a replay: part)",
         json_schema_extra=flag("--replay", group="Sweep", metavar="SOURCE"),
     )

@@ -42,6 +42,15 @@ def _given_under(given: Given, part: str) -> list[str]:
     return given.given_of(n for n, paths in given.paths.items() if any(p[0] == part for p in paths))
 
 
+def _spec_replays(given: Given) -> bool:
+    """Whether ``--spec`` is a replay's (a ``replay:`` part, as ``swarm replay --spec`` reads)."""
+    from swarm.workload.specfiles import load_yaml
+
+    path = given.get("spec")
+    data = load_yaml(path) if path is not None else None
+    return isinstance(data, dict) and "replay" in data
+
+
 def sweep_spec_of(given: Given, replay: bool) -> SweepSpec:
     """The SweepSpec the flags say: the ladder (the showdown's when none is given), its rules."""
     from swarm.sweep.spec import SHOWDOWN_LADDER, SweepSpec, parse_ladder
@@ -78,11 +87,12 @@ def launcher_of(given: Given, knob: str) -> tuple[PointLauncher, SendSpec]:
     from swarm.sweep.spec import SHOWDOWN_CACHE_TOKENS, SHOWDOWN_EXECUTOR, SHOWDOWN_WORKLOAD
 
     replay = given.get("replay")
-    if replay is not None:
+    if replay is not None or _spec_replays(given):
         if wrong := _given_under(given, "workload"):
             raise InputError(f"--replay sends the recorded traffic: {', '.join(wrong)} apply to agent swarms")
         data, source = spec_data(given, skip=("workload", "sweep"))
-        data.setdefault("replay", {})["source"] = replay
+        if replay is not None:
+            data.setdefault("replay", {})["source"] = replay
         replay_spec = validated(ReplaySpec, data, source, given)
         return ReplayPoints(replay_spec), replay_spec
     if wrong := _given_under(given, "replay"):
@@ -133,7 +143,7 @@ def sweep_command(given: Given) -> int:
     from swarm.launch import make_executor
     from swarm.sweep.runner import execute_sweep
 
-    sweep_spec = sweep_spec_of(given, given.get("replay") is not None)
+    sweep_spec = sweep_spec_of(given, given.get("replay") is not None or _spec_replays(given))
     launcher, base = launcher_of(given, sweep_spec.knob)
     console = Console(stderr=True)
     on_event = _printer(console, sweep_spec.knob) if given.get("progress", True) else None

@@ -1,14 +1,14 @@
 """Two sweeps side by side: ``swarm compare SWEEP_A SWEEP_B``.
 
-Place in the map (docs/architecture.md, "Sweeps"; its analysis, which reads folders on disk only): from two sweep reports
-(``sweep.report.build_sweep_report``) it builds one dict: a **series** per (sweep, target),
-named ``<sweep label>:<target>``; per series its verdicts (capacity at SLO, eviction cliff,
-predicted cliff, peak output tokens/s and tasks/hour over valid points); the capacity ratio of
-every series to the first; the crossovers between series of different sweeps on the crossover
-figure (goodput/s with SLOs in both, else output tokens/s); and, per load both sweeps measured,
-the headline figures of every series. Sweeps over different knobs cannot be compared (an
-``InputError``); sweeps whose base workload differs are compared with a warning naming it.
-"""
+Place in the map (docs/architecture.md, "Sweeps"; its analysis, which reads folders on disk
+only): from two sweep reports (``sweep.report.build_sweep_report``) it builds one dict: a
+**series** per (sweep, target), named ``<sweep label>:<target>``; per series its verdicts
+(capacity at SLO, eviction cliff, predicted cliff, peak output tokens/s and tasks/hour over
+valid points); the capacity ratio of every series to the first; the crossovers between series of
+different sweeps on the crossover figure (goodput/s with SLOs in both, else output tokens/s);
+and, per load both sweeps measured, the headline figures of every series. Sweeps over different
+knobs cannot be compared (an ``InputError``); sweeps whose base workload differs are compared
+with a warning naming it."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """Curves and verdicts over a sweep's load points: Pareto fronts, capacity at SLO, the eviction
 cliff, crossovers.
 
-Place in the map (docs/architecture.md, "Sweeps"; its analysis, which reads folders on disk only): pure functions over lists of
-``SweepPoint`` (a load value, a point's figures by name, its validity), one list per target;
-the points' figures come from ``sweep.point_figures`` (``PointFigures.flat`` names them:
-``"output_tokens_per_s"``, ``"ttft_ms.p99"``, ``"tasks.per_hour"``, ``"hit_vs_ideal"``,
-``"goodput.per_s"``, ...).
+Place in the map (docs/architecture.md, "Sweeps"; its analysis, which reads folders on disk
+only): pure functions over lists of ``SweepPoint`` (a load value, a point's figures by name, its
+validity), one list per target; the points' figures come from ``sweep.point_figures``
+(``PointFigures.flat`` names them: ``"output_tokens_per_s"``, ``"ttft_ms.p99"``,
+``"tasks.per_hour"``, ``"hit_vs_ideal"``, ``"goodput.per_s"``, ...).
 
 Rules every function shares: invalid points are left out (the generator's own delay never
 passes for the engine's); a point without the figure a function reads is left out of that

@@ -1,18 +1,17 @@
 """``swarm report SWEEP_DIR --html``: a sweep's report as one self-contained page that opens offline.
 
-Place in the map (docs/architecture.md, "Sweeps"; its analysis, which reads folders on disk only): draws the dict of
-``sweep.report.build_sweep_report`` and computes nothing of its own. The page holds a header
-(the sweep, its SLOs, the steady-state rule, the KV budget), one table of points per target
-(the headline figures of ``sweep_report.HEADLINE`` plus the compulsory share of misses and the
-engine's KV usage and queue over the steady window; invalid points marked, with their
-reasons), four plots drawn as inline SVG with ``svgplot.line_chart`` (the two Pareto fronts,
-realised / ideal hit against load with the eviction cliff found and predicted, goodput or
-output tokens/s against load with capacity at SLO and crossovers), and the verdicts (capacity
-and its ratios, cliffs, crossovers, invalid points). A marker on a plot (a cliff, a capacity,
-a crossover) is a two-point vertical series with the class ``mark`` beside ``series``, so a
-test tells data from marks. A missing value shows as "–"; a plot with nothing to show is left
-out and the page says why. No script, no external resource.
-"""
+Place in the map (docs/architecture.md, "Sweeps"; its analysis, which reads folders on disk
+only): draws the dict of ``sweep.report.build_sweep_report`` and computes nothing of its own.
+The page holds a header (the sweep, its SLOs, the steady-state rule, the KV budget), one table
+of points per target (the headline figures of ``sweep_report.HEADLINE`` plus the compulsory
+share of misses and the engine's KV usage and queue over the steady window; invalid points
+marked, with their reasons), four plots drawn as inline SVG with ``svgplot.line_chart`` (the two
+Pareto fronts, realised / ideal hit against load with the eviction cliff found and predicted,
+goodput or output tokens/s against load with capacity at SLO and crossovers), and the verdicts
+(capacity and its ratios, cliffs, crossovers, invalid points). A marker on a plot (a cliff, a
+capacity, a crossover) is a two-point vertical series with the class ``mark`` beside ``series``,
+so a test tells data from marks. A missing value shows as "–"; a plot with nothing to show is
+left out and the page says why. No script, no external resource."""
 
 from __future__ import annotations
 

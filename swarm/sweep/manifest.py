@@ -1,12 +1,12 @@
 """The sweep manifest: ``<sweep folder>/sweep.json``.
 
-Place in the map (docs/architecture.md, "Sweeps"; its analysis, which reads folders on disk only): part of the trace contract, like the run
-manifest. A sweep folder holds one run folder per load point and target (``runs/<run_id>/``,
-each an ordinary swarm run with its own manifest) and this file, which says what the sweep is
-(the load knob, the ladder, the stop rules, the SLOs, the definition's digest that a re-run must
-match to resume), which point ran where and how it ended, and why the sweep stopped. It is
-rewritten atomically after every point, so a sweep killed at any moment leaves a readable file.
-"""
+Place in the map (docs/architecture.md, "Sweeps"; its analysis, which reads folders on disk
+only): part of the trace contract, like the run manifest. A sweep folder holds one run folder
+per load point and target (``runs/<run_id>/``, each an ordinary swarm run with its own manifest)
+and this file, which says what the sweep is (the load knob, the ladder, the stop rules, the
+SLOs, the definition's digest that a re-run must match to resume), which point ran where and how
+it ended, and why the sweep stopped. It is rewritten atomically after every point, so a sweep
+killed at any moment leaves a readable file."""
 
 from __future__ import annotations
 

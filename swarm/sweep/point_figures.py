@@ -1,9 +1,10 @@
 """One load point of a sweep: its steady-state window, its figures in that window, its validity.
 
-Place in the map (docs/architecture.md, "Sweeps"; its analysis, which reads folders on disk only): pure functions from one target's trace
-rows (the trace schema) to a ``SteadyWindow``, a ``PointFigures`` and a ``Validity``; the
-curves and verdicts over many points are in ``sweep.curves``. Latency figures come from the
-functions of ``metrics`` (whose docstrings hold each formula) applied to the window's rows.
+Place in the map (docs/architecture.md, "Sweeps"; its analysis, which reads folders on disk
+only): pure functions from one target's trace rows (the trace schema) to a ``SteadyWindow``, a
+``PointFigures`` and a ``Validity``; the curves and verdicts over many points are in
+``sweep.curves``. Latency figures come from the functions of ``metrics`` (whose docstrings hold
+each formula) applied to the window's rows.
 
 Conventions:
 

@@ -1,15 +1,14 @@
 """A sweep's report: every point's figures per target, the fronts, capacity at SLO, the cliff.
 
-Place in the map (docs/architecture.md, "Sweeps"; its analysis, which reads folders on disk only): reads a sweep folder (``sweep.json`` and
-its run folders, see ``trace.sweep_manifest``) and builds one JSON-ready dict that
-``swarm report SWEEP_DIR`` prints, writes as ``--json`` or draws as ``--html``
-(``sweep.html``), and that ``swarm compare SWEEP_A SWEEP_B`` sets side by side. Per point: the
-steady-window figures (``sweep.point_figures``), the whole-run figures beside them, validity,
-and the engine's gauges averaged over the window (``engine_metrics.window_means``). Over points
-(``sweep.curves``): the Pareto fronts, capacity at SLO (with the ratio between targets), the
-eviction cliff with the KV usage there, the cliff predicted from the working set against the
-KV budget (``working_set``), and crossovers.
-"""
+Place in the map (docs/architecture.md, "Sweeps"; its analysis, which reads folders on disk
+only): reads a sweep folder (``sweep.json`` and its run folders, see ``sweep.manifest``)
+and builds one JSON-ready dict that ``swarm report SWEEP_DIR`` prints, writes as ``--json`` or
+draws as ``--html`` (``sweep.html``), and that ``swarm compare SWEEP_A SWEEP_B`` sets side by
+side. Per point: the steady-window figures (``sweep.point_figures``), the whole-run figures
+beside them, validity, and the engine's gauges averaged over the window
+(``engine_metrics.window_means``). Over points (``sweep.curves``): the Pareto fronts, capacity
+at SLO (with the ratio between targets), the eviction cliff with the KV usage there, the cliff
+predicted from the working set against the KV budget (``working_set``), and crossovers."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """A swarm's working set in KV tokens, and the load at which it outgrows a cache budget.
 
-Place in the map (docs/architecture.md, "Sweeps"; its analysis, which reads folders on disk only): reads one target's trace rows (ok rows
-with a session and the client's token estimates). An LRU cache (SGLang's radix tree, and
-TensorRT-LLM's block pool, both evict the least recently used first) keeps a session's context
-between its turns only while the contexts the other live sessions touched since then, and its
-own, fit in the budget. So the swarm needs about ``shared + N × context`` tokens with ``N``
-sessions live:
+Place in the map (docs/architecture.md, "Sweeps"; its analysis, which reads folders on disk
+only): reads one target's trace rows (ok rows with a session and the client's token estimates).
+An LRU cache (SGLang's radix tree, and TensorRT-LLM's block pool, both evict the least recently
+used first) keeps a session's context between its turns only while the contexts the other live
+sessions touched since then, and its own, fit in the budget. So the swarm needs about ``shared +
+N × context`` tokens with ``N`` sessions live:
 
 - the **shared prompt** ``L`` = the median, over sessions whose first request found something
   cached in the ideal (``ideal_cached_tokens_est > 0``), of that amount: what a session's
