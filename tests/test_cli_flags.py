@@ -24,7 +24,7 @@ OWN = {
     "emulate": {"--exit-with-parent"},
     "compare": {"--force", "--tie-within"},
     "fit": {"--name"},
-    "realism": {"--against", "--candidate-target"},
+    "realism": {"--against", "--candidate-target", "--read-agents"},
     "topologies": {"--topologies-dir"},
 }
 #: commands that send (a live view or progress lines), and those that report a result
@@ -175,3 +175,57 @@ def test_a_spec_with_sending_settings_under_workload_still_reads() -> None:
     assert (old.max_in_flight, old.retries, old.workload.agents) == (2, 1, 3)
     with pytest.raises(InputError, match="max_in_flight is given twice"):
         RunSpec.model_validate({"max_in_flight": 1, "workload": {"max_in_flight": 2}})
+
+
+def test_a_flag_overrides_a_spec_file_whatever_its_layout(tmp_path: Path) -> None:
+    """A flag wins over the spec's value, also where an old spec has it under workload:; the
+    target flags set a spec's targets when no --target is given."""
+    from swarm.cli.flags import Given, validated
+    from swarm.cli.sending import spec_data
+    from swarm.runtime.specs import RunSpec
+
+    spec = tmp_path / "old.yaml"
+    spec.write_text(
+        "workload: {agents: 3, max_in_flight: 8}\ntargets: [{name: a, url: 'http://127.0.0.1:1'}]\n"
+    )
+    given = Given("run", {"spec": spec, "max_in_flight": 16, "model": "m", "engine": ["vllm"]})
+    data, source = spec_data(given)
+    run = validated(RunSpec, data, source, given)
+    assert (run.max_in_flight, run.workload.agents) == (16, 3)
+    assert (run.targets[0].model, run.targets[0].engine, run.targets[0].url) == ("m", "vllm", "http://127.0.0.1:1")
+
+
+def test_a_bad_value_in_a_spec_file_names_the_file_and_the_field(tmp_path: Path) -> None:
+    from swarm.cli.flags import Given, validated
+    from swarm.cli.sending import spec_data
+    from swarm.errors import InputError
+    from swarm.runtime.specs import ReplaySpec
+
+    spec = tmp_path / "r.yaml"
+    spec.write_text("replay: {source: x.jsonl, window: abc}\n")
+    given = Given("replay", {"spec": spec})
+    data, source = spec_data(given)
+    with pytest.raises(InputError, match=rf"{spec} \(with flags\): replay.window: .*'abc': expected START:END"):
+        validated(ReplaySpec, data, source, given)
+    given = Given("replay", {"window": "9:1"})
+    with pytest.raises(InputError, match="^--window: .*'9:1'"):
+        validated(ReplaySpec, spec_data(given)[0], "flags", given)
+
+
+def test_sweep_bases_take_the_flags_of_their_kind() -> None:
+    """--tokenizer has a place in a swarm and in a replay; --profile or --topology alone changes
+    only that of the showdown's mix; the emulators get the showdown's small cache either way."""
+    from swarm.cli.flags import Given
+    from swarm.cli.sweep import launcher_of
+
+    launcher, base = launcher_of(Given("sweep", {"topology": "chain", "tokenizer": None}), "agents")
+    entry = base.workload.mix[0]  # type: ignore[attr-defined]
+    assert (entry.profile, entry.topology) == ("support_agent", "chain")
+    assert base.emulator_args == ["--cache-tokens=40000"] and base.executor == "inprocess"
+    tokenizer = str(DATA / "no-such-tokenizer.json")
+    launcher, base = launcher_of(
+        Given("sweep", {"replay": str(DATA / "mooncake_conversation_first300.jsonl"), "tokenizer": tokenizer}),
+        "max_sessions",
+    )
+    assert base.replay.tokenizer == tokenizer  # type: ignore[attr-defined]
+    assert base.emulator_args == ["--cache-tokens=40000"] and base.executor == "ray"

@@ -149,7 +149,7 @@ def test_not_json_and_not_a_trace_are_refused(tmp_path: Path) -> None:
 def test_fifty_sessions_of_the_example_reuse_what_the_ideal_says(
     emulator: Callable[..., EmulatorThread], tmp_path: Path
 ) -> None:
-    """``swarm replay django.trace.json --sessions 50`` against the sglang emulator, one request
+    """``swarm replay django.trace.json --copies 50`` against the sglang emulator, one request
     at a time (so the engine sees prompts in the order the ideal index does): every request's
     realised cached tokens equal its ideal, and a session shares only the system prompt with
     the others: a copy's first call reuses the 2,269-token system prompt and nothing more."""

@@ -70,14 +70,33 @@ def parse_targets(
     return out
 
 
+#: the target flags every target shares
+_SHARED = ("dialect", "model", "api_key_env", "api_key_file")
+
+
 def _targets(given: Mapping[str, Any], data: dict[str, Any]) -> None:
-    """The given target flags replace the spec's targets (``--engine`` alone is an error)."""
-    composed = parse_targets(
-        given.get("target", []), given.get("engine", []), given.get("dialect"), given.get("model"),
-        given.get("api_key_env"), given.get("api_key_file"),
-    )  # fmt: skip
-    if composed:
-        data["targets"] = composed
+    """The given ``--target`` flags replace the spec's targets; without them, ``--engine`` (one
+    for all, or one per target) and the shared target flags set the spec's targets (with none
+    at all, ``--engine`` is an error: the emulator runs in both profiles)."""
+    engines = given.get("engine", [])
+    if given.get("target"):
+        data["targets"] = parse_targets(given["target"], engines, *(given.get(k) for k in _SHARED))
+        return
+    targets = [dict(t) for t in data.get("targets") or [] if isinstance(t, dict)]
+    if engines and not targets:
+        raise InputError(
+            "--engine needs --target NAME=URL (with no target, swarm runs its emulator in both profiles)"
+        )
+    if engines and len(engines) not in (1, len(targets)):
+        raise InputError(
+            f"--engine given {len(engines)} times for {len(targets)} targets: give one, or one per target"
+        )
+    for i, t in enumerate(targets):
+        if engines:
+            t["engine"] = engines[i if len(engines) > 1 else 0]
+        t.update({k: given[k] for k in _SHARED if k in given})
+    if targets:
+        data["targets"] = targets
 
 
 def _mix(given: Mapping[str, Any], data: dict[str, Any]) -> None:

@@ -28,7 +28,7 @@ FLAGS: dict[str, FlagDef] = {
     'dialect': FlagDef(decls=('--dialect',), kind='str', help="openai-chat, openai-completions or sglang-generate (default: the engine's own, openai-chat)", group='Targets', origin=('TargetSpec.dialect',)),
     'duration': FlagDef(decls=('--duration',), kind='float', help='stop sending after this many seconds (default: when every session has finished)', group='Sending', origin=('SendSpec.duration_s',)),
     'emulator_arg': FlagDef(decls=('--emulator-arg',), kind='list[str]', help='extra `swarm emulate` flags for the embedded emulators, e.g. --emulator-arg=--cache-tokens=0', group='Executor', origin=('SendSpec.emulator_args',)),
-    'engine': FlagDef(decls=('--engine',), kind='list[str]', help='engine profile, one per --target or one for all: sglang, trtllm, vllm or llamacpp (default: detected; swarm emulate: the one to emulate, sglang)', group='Targets', origin=('TargetSpec.engine',)),
+    'engine': FlagDef(decls=('--engine',), kind='list[str]', help='engine profile, one per --target or one for all: vllm, sglang, llamacpp, trtllm (default: detected; swarm emulate: the one to emulate, sglang)', group='Targets', metavar='ENGINE', origin=('TargetSpec.engine',)),
     'error_window': FlagDef(decls=('--error-window',), kind='int', help='requests the circuit breaker looks back over', group='Sending', default_text='100', origin=('SendSpec.error_window',)),
     'executor': FlagDef(decls=('--executor',), kind='str', help="ray: async Ray actors (a local Ray unless --address); inprocess: one process (swarm sweep's emulated showdown, with no --spec nor --target, runs in process unless told)", group='Executor', default_text='ray', choices=('ray', 'inprocess'), origin=('SendSpec.executor',)),
     'factor': FlagDef(decls=('--factor',), kind='float', help='--auto: each load is the last times this', group='Sweep', default_text='2', origin=('AutoLadder.factor',)),
@@ -36,7 +36,7 @@ FLAGS: dict[str, FlagDef] = {
     'first_token_ms': FlagDef(decls=('--first-token-ms',), kind='float', help='fixed timing: time to first token, ms', group='Emulator', default_text='50', origin=('EmulatorConfig.first_token_ms',)),
     'first_token_timeout': FlagDef(decls=('--first-token-timeout',), kind='float', help='from sending to the first token, seconds', group='Timeouts', default_text='120', origin=('TimeoutSpec.first_token_s',)),
     'flush_interval': FlagDef(decls=('--flush-interval',), kind='float', help='close a trace part at least this often, seconds: what a kill -9 can lose', group='Output', default_text='10', origin=('SendSpec.flush_interval_s',)),
-    'format': FlagDef(decls=('--format',), kind='str', help="the source's trace format (swarm, mooncake, azure, burstgpt, trtllm, bailian, agentic_coding, aiperf_dag, otel_genai; default: from the source); swarm export: the one to write (mooncake or csv)", group='Replay source', origin=('TraceSourceSpec.format',)),
+    'format': FlagDef(decls=('--format',), kind='str', help="the source's trace format (trtllm, otel_genai, agentic_coding, swarm, aiperf_dag, bailian, mooncake, azure, burstgpt; default: from the source); swarm export: the one to write (mooncake or csv; default mooncake)", group='Replay source', origin=('TraceSourceSpec.format',)),
     'host': FlagDef(decls=('--host',), kind='str', help='address to bind (loopback by default)', group='Emulator', default_text='127.0.0.1', origin=('EmulatorConfig.host',)),
     'html': FlagDef(decls=('--html',), kind='path', help='also write the result as one self-contained HTML page with plots', group='Output', metavar='FILE', origin=('OutputOptions.html',)),
     'idle_timeout': FlagDef(decls=('--idle-timeout',), kind='float', help='longest silence mid-stream, seconds', group='Timeouts', default_text='60', origin=('TimeoutSpec.idle_s',)),
@@ -73,11 +73,11 @@ FLAGS: dict[str, FlagDef] = {
     'sample_seed': FlagDef(decls=('--sample-seed',), kind='int', help='seed of --sample', group='Replay source', default_text='0', origin=('TraceSourceSpec.sample_seed',)),
     'seed': FlagDef(decls=('--seed',), kind='int', help='seed of every random choice', group='Workload', default_text='0', origin=('WorkloadSpec.seed',)),
     'served_model_name': FlagDef(decls=('--served-model-name',), kind='str', help="model name served (as vLLM's and SGLang's --served-model-name)", group='Emulator', default_text='swarm-emulator', origin=('EmulatorConfig.model',)),
-    'skip_bad_lines': FlagDef(decls=('--skip-bad-lines',), kind='bool', help='skip malformed lines (counted in the notes) instead of stopping', group='Replay source', default_text='off', negatable=False, origin=('TraceSourceSpec.skip_bad_lines',)),
+    'skip_bad_lines': FlagDef(decls=('--skip-bad-lines',), kind='bool', help='skip malformed lines (counted in the notes) instead of stopping', group='Replay source', default_text='off', origin=('TraceSourceSpec.skip_bad_lines',)),
     'slo': FlagDef(decls=('--slo',), kind='list[str]', help="an SLO, NAME:VALUE, e.g. --slo ttft:500ms --slo itl:50ms (goodput; a sweep's capacity)", group='Output', origin=('OutputOptions.slo',)),
     'slo_factor': FlagDef(decls=('--slo-factor',), kind='float', help='--auto stops when an SLO figure passes its bound times this', group='Sweep', default_text='2', origin=('StopRules.slo_factor',)),
     'slo_percentile': FlagDef(decls=('--slo-percentile',), kind='str', help='a point meets an SLO when this percentile is within it', group='Sweep', default_text='p99', choices=('p50', 'p90', 'p99'), origin=('SweepSpec.slo_percentile',)),
-    'source_target': FlagDef(decls=('--source-target',), kind='str', help='a run folder: which of its recorded targets to read (default: the first)', group='Replay source', origin=('TraceSourceSpec.source_target',)),
+    'source_target': FlagDef(decls=('--source-target',), kind='str', help='a run folder: which of its recorded targets to read (default: the first; swarm export --format csv: all)', group='Replay source', origin=('TraceSourceSpec.source_target',)),
     'spec': FlagDef(decls=('--spec',), kind='path', help='a spec YAML (run and sweep: workload:, targets:, ...; replay: replay:, targets:, ...); flags override it', group='Output', metavar='FILE', origin=('OutputOptions.spec',)),
     'speed': FlagDef(decls=('--speed',), kind='float', help='time compression: 2 halves the gaps', group='Replay source', default_text='1', origin=('ReplaySourceSpec.speed',)),
     'stamp_chunks': FlagDef(decls=('--stamp-chunks',), kind='bool', help='add "swarm_sent_ns" (this host\'s monotonic clock at the write) to every streamed content event, so a client on the same host can measure its own receive delay', group='Emulator', default_text='off', negatable=False, origin=('EmulatorConfig.stamp_chunks',)),
@@ -243,14 +243,14 @@ _OUTPUT_OPTIONS_7: dict[str, tuple[tuple[str, ...], ...]] = {
     'output': (),
     'json_out': (),
 }
-_WORKLOAD_SPEC_2: dict[str, tuple[tuple[str, ...], ...]] = {
-    'agents': (('workload', 'agents'),),
-}
 _OUTPUT_OPTIONS_8: dict[str, tuple[tuple[str, ...], ...]] = {
     'output': (),
     'json_out': (),
     'html': (),
 }
+
+#: the help of a command's arguments that a model's field describes
+ARGUMENTS = {'source': 'a run folder, or a trace: TensorRT-LLM execution traces (*.trace.json, or a folder of them); OpenTelemetry GenAI span files (.json with spans, or a folder of them); agentic-coding traces (.json with requests, or a folder of them); AIPerf DAG JSON lines (.jsonl, a conversation a line); Qwen-Bailian JSON lines (.jsonl with chat_id); Mooncake JSON lines (.jsonl); Azure LLM inference CSV (.csv); BurstGPT CSV (.csv)'}
 
 COMMANDS: dict[str, dict[str, tuple[tuple[str, ...], ...]]] = {
     'run': {**_SEND_SPEC, **_WORKLOAD_SPEC, **_OUTPUT_OPTIONS},
@@ -262,5 +262,5 @@ COMMANDS: dict[str, dict[str, tuple[tuple[str, ...], ...]]] = {
     'compare': {**_OUTPUT_OPTIONS_5},
     'export': {**_TRACE_SOURCE_SPEC, **_OUTPUT_OPTIONS_6},
     'fit': {**_TRACE_SOURCE_SPEC_2, **_OUTPUT_OPTIONS_7},
-    'realism': {**_TRACE_SOURCE_SPEC_2, **_WORKLOAD_SPEC_2, **_OUTPUT_OPTIONS_8},
+    'realism': {**_TRACE_SOURCE_SPEC_2, **_OUTPUT_OPTIONS_8},
 }

@@ -72,10 +72,7 @@ SOURCES: dict[str, tuple[Source, ...]] = {
         Source(TraceSourceSpec, None, ("format", "source_target")), Source(OutputOptions, None, ("output",)),
     ),
     "fit": (Source(TraceSourceSpec, (), _READING), Source(OutputOptions, None, ("output", "json_out"))),
-    "realism": (
-        Source(TraceSourceSpec, (), _READING), Source(WorkloadSpec, ("workload",), ("agents",)),
-        Source(OutputOptions, None, ("json_out", "html", "output")),
-    ),
+    "realism": (Source(TraceSourceSpec, (), _READING), Source(OutputOptions, None, ("json_out", "html", "output"))),
 }
 
 
@@ -241,6 +238,8 @@ def render(table: Table) -> str:
         lines.append(f"{name}: dict[str, tuple[tuple[str, ...], ...]] = {{")
         lines += [f"    {p!r}: {paths!r}," for p, paths in table.groups[src].items()]
         lines.append("}")
+    source = TraceSourceSpec.model_fields["source"].description
+    lines += ["", "#: the help of a command's arguments that a model's field describes", f"ARGUMENTS = {{'source': {source!r}}}"]
     lines += ["", "COMMANDS: dict[str, dict[str, tuple[tuple[str, ...], ...]]] = {"]
     for command, sources in table.uses.items():
         parts = ["**" + names[src] for src in sources]

@@ -7,11 +7,13 @@ Place in the map (docs/architecture.md, "CLI"): thin over ``ReplaySpec`` (the re
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
+from swarm.cli import flagdefs
 from swarm.cli.app import app
 from swarm.cli.flags import Given, takes, validated
 from swarm.cli.sending import send_with_view, spec_data
@@ -19,17 +21,10 @@ from swarm.cli.sending import send_with_view, spec_data
 if TYPE_CHECKING:
     from swarm.runtime.frame import RunResult
 
-SOURCE_HELP = (
-    "a run folder, or a trace: Mooncake, Qwen-Bailian or AIPerf DAG .jsonl, Azure or BurstGPT .csv, "
-    "TensorRT-LLM .trace.json, agentic-coding or OpenTelemetry GenAI span .json (or a folder of any of "
-    "the last three)"
-)
-
-
 @app.command()
 @takes("replay")
 def replay(
-    source: Annotated[str | None, typer.Argument(help=SOURCE_HELP)] = None, *, given: Given
+    source: Annotated[str | None, typer.Argument(help=getattr(flagdefs, "ARGUMENTS", {}).get("source"))] = None, *, given: Given
 ) -> None:
     """Send recorded traffic again: a swarm run, or a public trace, as a new run."""
     code = replay_command(source, given)
@@ -50,6 +45,8 @@ def replay_command(source: str | None, given: Given) -> int:
     spec = validated(ReplaySpec, data, where, given)
     if not spec.replay.source:
         raise InputError("swarm replay: give the SOURCE to replay (or replay: source: in --spec)")
+    if (tokenizer := spec.replay.tokenizer) is not None and not Path(tokenizer).is_file():
+        raise InputError(f"--tokenizer {tokenizer}: no such file")  # before the trace is read
     plan = replay_plan_for(spec)
     console = Console(stderr=bool(given.get("json_out")))
     for note in plan.notes:

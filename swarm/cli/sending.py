@@ -33,10 +33,11 @@ def spec_data(given: Given, skip: tuple[str, ...] = ()) -> tuple[dict[str, Any],
     """The spec's data: ``--spec``'s file (if given) with the given flags written over it (but
     those under ``skip``), and where it came from (for errors: ``spec.yaml (with flags)`` or
     ``flags``); ``--output`` is the folder run folders go in (a sweep's is its own folder)."""
+    from swarm.runtime.specs import sending_moved_up
     from swarm.workload.specfiles import load_run_spec_file
 
     path = given.get("spec")
-    data: dict[str, Any] = load_run_spec_file(path) if path is not None else {}
+    data: dict[str, Any] = sending_moved_up(load_run_spec_file(path), str(path)) if path is not None else {}
     data = given.apply(data, skip)
     if "output" in given and given.command != "sweep":
         data["output_dir"] = given.get("output")

@@ -96,16 +96,18 @@ def realism(
     candidate_target: Annotated[
         str | None, typer.Option(help="the candidate run's target (default: the first)")
     ] = None,
+    read_agents: Annotated[
+        int, typer.Option(min=1, help="a candidate spec: how many of its agents to read")
+    ] = SPEC_AGENTS,
     *,
     given: Given,
 ) -> None:
-    """Compare the distributions that decide prefix-cache behaviour: a swarm against a trace.
-    A spec is read for at most 200 of its agents unless --agents says how many."""
+    """Compare the distributions that decide prefix-cache behaviour: a swarm against a trace."""
     from swarm.cli.sending import write_or_print
     from swarm.shape.features import features
     from swarm.shape.realism import compare, text_table
 
-    cand = load_table(candidate, target=candidate_target, agents=given.get("agents", SPEC_AGENTS))
+    cand = load_table(candidate, target=candidate_target, agents=read_agents)
     ref = load_table(against, _reading(given))
     cv, rv = features(cand), features(ref)
     report = compare(cand, ref, cv, rv)

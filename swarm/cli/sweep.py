@@ -38,8 +38,9 @@ def sweep(*, given: Given) -> None:
 
 
 def _given_under(given: Given, part: str) -> list[str]:
-    """The given flags whose place is under ``part`` of the spec (``workload``, ``replay``)."""
-    return given.given_of(n for n, paths in given.paths.items() if any(p[0] == part for p in paths))
+    """The given flags whose only place is under ``part`` of the spec (``workload``, ``replay``;
+    ``--tokenizer`` has a place in both)."""
+    return given.given_of(n for n, paths in given.paths.items() if paths and all(p[0] == part for p in paths))
 
 
 def _spec_replays(given: Given) -> bool:
@@ -84,7 +85,7 @@ def launcher_of(given: Given, knob: str) -> tuple[PointLauncher, SendSpec]:
     """The points' base (a swarm, or with ``--replay`` a replay) and how they send."""
     from swarm.runtime.specs import ReplaySpec, RunSpec
     from swarm.sweep.points import AgentPoints, ReplayPoints
-    from swarm.sweep.spec import SHOWDOWN_CACHE_TOKENS, SHOWDOWN_EXECUTOR, SHOWDOWN_WORKLOAD
+    from swarm.sweep.spec import SHOWDOWN_EXECUTOR
 
     replay = given.get("replay")
     if replay is not None or _spec_replays(given):
@@ -93,7 +94,7 @@ def launcher_of(given: Given, knob: str) -> tuple[PointLauncher, SendSpec]:
         data, source = spec_data(given, skip=("workload", "sweep"))
         if replay is not None:
             data.setdefault("replay", {})["source"] = replay
-        replay_spec = validated(ReplaySpec, data, source, given)
+        replay_spec = validated(ReplaySpec, _emulators(data), source, given)
         return ReplayPoints(replay_spec), replay_spec
     if wrong := _given_under(given, "replay"):
         raise InputError(f"{', '.join(wrong)} apply with --replay only")
@@ -102,14 +103,33 @@ def launcher_of(given: Given, knob: str) -> tuple[PointLauncher, SendSpec]:
     if knob == "rate" and "arrival" not in data.get("workload", {}):
         data.setdefault("workload", {})["arrival"] = {"process": "poisson", "rate": 1.0}  # each point sets it
     if showdown:
-        data["workload"] = {**SHOWDOWN_WORKLOAD, **data.get("workload", {})}
-    if not data.get("targets"):  # the emulators, with the showdown's small budget
-        if not data.get("emulator_args"):
-            data["emulator_args"] = [f"--cache-tokens={SHOWDOWN_CACHE_TOKENS}"]
-        if showdown:  # the emulated showdown runs in process unless told
+        data["workload"] = _showdown_workload(data.get("workload", {}))
+        if not data.get("targets"):  # the emulated showdown runs in process unless told
             data.setdefault("executor", SHOWDOWN_EXECUTOR)
-    run_spec = validated(RunSpec, data, source if not showdown else "sweep flags", given)
+    run_spec = validated(RunSpec, _emulators(data), source if not showdown else "sweep flags", given)
     return AgentPoints(run_spec, source=source), run_spec
+
+
+def _emulators(data: dict[str, Any]) -> dict[str, Any]:
+    """With no target, the embedded emulators get the showdown's small prefix cache (unless
+    ``--emulator-arg`` says otherwise), for a swarm or a replay alike."""
+    from swarm.sweep.spec import SHOWDOWN_CACHE_TOKENS
+
+    if not data.get("targets") and not data.get("emulator_args"):
+        data = {**data, "emulator_args": [f"--cache-tokens={SHOWDOWN_CACHE_TOKENS}"]}
+    return data
+
+
+def _showdown_workload(given: dict[str, Any]) -> dict[str, Any]:
+    """The showdown's workload with the flags given over it: ``--profile`` or ``--topology``
+    changes that one of its mix entry, the other stays the showdown's."""
+    from swarm.sweep.spec import SHOWDOWN_WORKLOAD
+
+    out = {**SHOWDOWN_WORKLOAD, **given}
+    mix = given.get("mix")
+    if isinstance(mix, list) and len(mix) == 1 and isinstance(mix[0], dict):
+        out["mix"] = [{**SHOWDOWN_WORKLOAD["mix"][0], **mix[0]}]
+    return out
 
 
 def _printer(console: Console, knob: str) -> Any:

@@ -1,7 +1,7 @@
 """Agentic-coding traces (Weka / SemiAnalysis, Claude Code sessions) as ReplayPlans, structure kept.
 
-Place in the map (docs/architecture.md, "Replay"): an importer, beside ``importers`` (flat
-traces) and ``trtllm_trace``. The format: repository callanjfox/agentic-coding-analysis,
+Place in the map (docs/architecture.md, "Replay"): a format module (``FORMAT`` at its end), beside
+``trtllm_trace``; ``reading`` has what the formats share. The format: repository callanjfox/agentic-coding-analysis,
 ``docs/TRACE_FORMAT.md`` (MIT; replayed by callanjfox/kv-cache-tester). One JSON document per
 conversation (or per ``_s1``, ``_s2`` segment of a split one), pretty-printed, not JSON lines; a
 folder holds one ``*.json`` each. Top level: ``id``, ``models``, ``block_size`` (tokens per

@@ -1,7 +1,7 @@
 """AIPerf DAG JSONL files (``dag_jsonl``: branching conversations) as ReplayPlans, structure kept.
 
-Place in the map (docs/architecture.md, "Replay"): an importer, beside ``importers`` (whose
-``BadLines`` it shares), ``trtllm_trace`` and ``agentic_coding_trace``. The format is AIPerf's
+Place in the map (docs/architecture.md, "Replay"): a format module (``FORMAT`` at its end), beside
+``trtllm_trace`` and ``agentic_coding_trace``; ``BadLines`` is ``reading``'s. The format is AIPerf's
 (repository ai-dynamo/aiperf, Apache-2.0: ``docs/benchmark-modes/dag.md`` and the loader
 ``src/aiperf/dataset/loader/dag_jsonl.py`` with its schema ``dag_jsonl_models.py``). JSON lines,
 one conversation each:

@@ -1,7 +1,7 @@
 """Qwen-Bailian usage traces (Alibaba Cloud Model Studio, "Bailian") as ReplayPlans, conversations kept.
 
-Place in the map (docs/architecture.md, "Replay"): an importer, beside ``importers`` (flat
-traces, whose ``Filters`` and bad-line handling it shares) and ``trtllm_trace``. The format is
+Place in the map (docs/architecture.md, "Replay"): a format module (``FORMAT`` at its end), beside
+the flat formats (``timed``; ``Filters`` and bad lines are ``reading``'s) and ``trtllm_trace``. The format is
 the one published with the USENIX ATC'25 paper "KVCache Cache in the Wild" (repository
 alibaba-edu/qwen-bailian-usagetraces-anon, ``README.md``, "Data Specification of the Traces";
 files ``qwen_traceA_blksz_16.jsonl``, ``qwen_traceB_blksz_16.jsonl`` and later

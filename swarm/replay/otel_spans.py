@@ -1,7 +1,7 @@
 """OpenTelemetry GenAI spans (the trace files inference-perf replays) as ReplayPlans, structure kept.
 
-Place in the map (docs/architecture.md, "Replay"): an importer, beside ``importers`` (flat
-traces), ``trtllm_trace`` and ``agentic_coding_trace``. The file layout is the one
+Place in the map (docs/architecture.md, "Replay"): a format module (``FORMAT`` at its end), beside
+``trtllm_trace`` and ``agentic_coding_trace``; ``reading`` has what the formats share. The file layout is the one
 kubernetes-sigs/inference-perf reads for ``otel_trace_replay`` (Apache-2.0;
 ``docs/otel_trace_replay.md``, "Trace File Format", and the loader
 ``inference_perf/datagen/replay/otel_trace_replay_datagen.py`` with

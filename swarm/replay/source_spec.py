@@ -15,8 +15,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from swarm.cliflag import flag
+from swarm.errors import InputError
 from swarm.fields import TokenizerPath
+from swarm.replay.export import FORMATS as EXPORT_FORMATS
 from swarm.replay.format import ReadOptions
+from swarm.replay.formats import FORMATS, TRACE_FORMATS, load_plan
 from swarm.replay.plan import ReplayPlan
 from swarm.replay.reading import Filters, parse_window
 
@@ -30,15 +33,12 @@ class TraceSourceSpec(BaseModel):
 
     source: str = Field(
         default="",
-        description="a run folder, or a trace: Mooncake, Qwen-Bailian or AIPerf DAG .jsonl, Azure or "
-        "BurstGPT .csv, TensorRT-LLM .trace.json, agentic-coding or OpenTelemetry GenAI span .json "
-        "(or a folder of any of the last three)",
+        description="a run folder, or a trace: " + "; ".join(FORMATS[n].title for n in TRACE_FORMATS),
     )
     format: str | None = Field(
         default=None,
-        description="the source's trace format (swarm, mooncake, azure, burstgpt, trtllm, bailian, "
-        "agentic_coding, aiperf_dag, otel_genai; default: from the source); swarm export: the one "
-        "to write (mooncake or csv)",
+        description=f"the source's trace format ({', '.join(FORMATS)}; default: from the source); "
+        f"swarm export: the one to write ({' or '.join(EXPORT_FORMATS)}; default {EXPORT_FORMATS[0]})",
         json_schema_extra=flag("--format", group=_READ),
     )
     limit: int | None = Field(
@@ -63,18 +63,22 @@ class TraceSourceSpec(BaseModel):
     skip_bad_lines: bool = Field(
         default=False,
         description="skip malformed lines (counted in the notes) instead of stopping",
-        json_schema_extra=flag("--skip-bad-lines", group=_READ, negatable=False),
+        json_schema_extra=flag("--skip-bad-lines", group=_READ),
     )
     source_target: str | None = Field(
         default=None,
-        description="a run folder: which of its recorded targets to read (default: the first)",
+        description="a run folder: which of its recorded targets to read (default: the first; swarm "
+        "export --format csv: all)",
         json_schema_extra=flag("--source-target", group=_READ),
     )
 
     @field_validator("window")
     @classmethod
     def _window(cls, value: str | None) -> str | None:
-        parse_window(value)  # an InputError for a bad one, before anything is read
+        try:
+            parse_window(value)  # checked before anything is read
+        except InputError:
+            raise ValueError(f"{value!r}: expected START:END in seconds with START < END") from None
         return value
 
     def filters(self) -> Filters:
@@ -89,8 +93,6 @@ class TraceSourceSpec(BaseModel):
 
     def load(self) -> ReplayPlan:
         """The source read into a plan (``replay.formats.load_plan``)."""
-        from swarm.replay.formats import load_plan
-
         return load_plan(self.source, self.format, self.read_options())
 
 

@@ -1,7 +1,7 @@
 """TensorRT-LLM scaffolding execution traces (``*.trace.json``) as ReplayPlans, structure kept.
 
-Place in the map (docs/architecture.md, "Replay"): an importer, beside ``importers`` (flat
-traces). The format is TensorRT-LLM's (``tensorrt_llm/scaffolding/trace_replay/``, and the
+Place in the map (docs/architecture.md, "Replay"): a format module (``FORMAT`` at its end); ``reading``
+has what the formats share. The format is TensorRT-LLM's (``tensorrt_llm/scaffolding/trace_replay/``, and the
 example traces of ``examples/scaffolding/trace_replay/``): one JSON object ``{"trace_id",
 "events": [...]}`` per agent task, events in order:
 
@@ -18,7 +18,7 @@ example traces of ``examples/scaffolding/trace_replay/``): one JSON object ``{"t
 
 Each assistant message becomes one ReplayItem whose prompt is the conversation's messages before
 it: the system prompt as one deterministic text per ``system_prompt_id`` (shared by every trace
-and every ``--sessions`` copy), user and tool messages as text of their own (tool results are
+and every ``--copies`` copy), user and tool messages as text of their own (tool results are
 sent as user messages: a chat ``tool`` message needs a tool call id the trace does not keep),
 and earlier assistant replies as a deterministic stand-in of ``completion_tokens −
 reasoning_tokens`` words (reasoning is not carried into the next prompt). A prompt is therefore

@@ -15,12 +15,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from swarm.cliflag import flag
+from swarm.engines.registry import ENGINES
 from swarm.errors import InputError
 from swarm.replay.source_spec import ReplaySourceSpec
 from swarm.request import Timeouts
 from swarm.runtime.retry import RetryPolicy
 from swarm.runtime.sources import SendLimits
 from swarm.workload.workload import MOVED_TO_SENDING, WorkloadSpec
+
+_ENGINE_NAMES = ", ".join(ENGINES)
 
 
 class TargetSpec(BaseModel):
@@ -30,12 +33,12 @@ class TargetSpec(BaseModel):
     url: str = Field(description="base URL of the server")
     engine: str | None = Field(
         default=None,
-        description="engine profile: sglang, trtllm, vllm or llamacpp (detected when absent; swarm "
-        "emulate: the one to emulate, sglang by default)",
-        json_schema_extra=flag("--engine", group="Targets", repeat=True,
-                               help="engine profile, one per --target or one for all: sglang, trtllm, "
-                               "vllm or llamacpp (default: detected; swarm emulate: the one to "
-                               "emulate, sglang)"),
+        description=f"engine profile: {_ENGINE_NAMES} (detected when absent)",
+        json_schema_extra=flag(
+            "--engine", group="Targets", repeat=True, metavar="ENGINE",
+            help=f"engine profile, one per --target or one for all: {_ENGINE_NAMES} (default: detected; "
+            "swarm emulate: the one to emulate, sglang)",
+        ),
     )  # fmt: skip
     dialect: str | None = Field(
         default=None,
@@ -205,20 +208,28 @@ class RunSpec(SendSpec):
     @model_validator(mode="before")
     @classmethod
     def _sending_moved_out_of_the_workload(cls, data: Any) -> Any:
-        """Spec files written before the sending settings left ``workload:`` still read: each of
-        ``MOVED_TO_SENDING`` there is taken as if it stood at the top level (both at once is an error)."""
-        if not isinstance(data, dict) or not isinstance(data.get("workload"), dict):
-            return data
-        moved = [k for k in MOVED_TO_SENDING if k in data["workload"]]
-        if not moved:
-            return data
-        out, workload = dict(data), dict(data["workload"])
-        for key in moved:
-            if key in out:
-                raise InputError(f"{key} is given twice: at the top level and under workload:; keep the top-level one")
-            out[key] = workload.pop(key)
-        out["workload"] = workload
-        return out
+        return sending_moved_up(data, "run spec")
+
+
+def sending_moved_up(data: Any, source: str) -> Any:
+    """Spec files written before the sending settings left ``workload:`` still read: each of
+    ``MOVED_TO_SENDING`` there is taken as if it stood at the top level (both at once is an
+    error naming ``source``). The CLI applies this to a spec file before its flags, so a flag
+    overrides such a key as it overrides any other."""
+    if not isinstance(data, dict) or not isinstance(data.get("workload"), dict):
+        return data
+    moved = [k for k in MOVED_TO_SENDING if k in data["workload"]]
+    if not moved:
+        return data
+    out, workload = dict(data), dict(data["workload"])
+    for key in moved:
+        if key in out:
+            raise InputError(
+                f"{source}: {key} is given twice, at the top level and under workload:; keep the top-level one"
+            )
+        out[key] = workload.pop(key)
+    out["workload"] = workload
+    return out
 
 
 class ReplaySpec(SendSpec):

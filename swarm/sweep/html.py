@@ -3,7 +3,7 @@
 Place in the map (docs/architecture.md, "Sweeps"; its analysis, which reads folders on disk
 only): draws the dict of ``sweep.report.build_sweep_report`` and computes nothing of its own.
 The page holds a header (the sweep, its SLOs, the steady-state rule, the KV budget), one table
-of points per target (the headline figures of ``sweep_report.HEADLINE`` plus the compulsory
+of points per target (the headline figures of ``sweep.report.HEADLINE`` plus the compulsory
 share of misses and the engine's KV usage and queue over the steady window; invalid points
 marked, with their reasons), four plots drawn as inline SVG with ``svgplot.line_chart`` (the two
 Pareto fronts, realised / ideal hit against load with the eviction cliff found and predicted,
