@@ -208,7 +208,7 @@ def test_a_bad_value_in_a_spec_file_names_the_file_and_the_field(tmp_path: Path)
     with pytest.raises(InputError, match=rf"{spec} \(with flags\): replay.window: .*'abc': expected START:END"):
         validated(ReplaySpec, data, source, given)
     given = Given("replay", {"window": "9:1"})
-    with pytest.raises(InputError, match="^--window: .*'9:1'"):
+    with pytest.raises(InputError, match=r"^--window: .*'9:1'"):
         validated(ReplaySpec, spec_data(given)[0], "flags", given)
 
 
@@ -218,12 +218,12 @@ def test_sweep_bases_take_the_flags_of_their_kind() -> None:
     from swarm.cli.flags import Given
     from swarm.cli.sweep import launcher_of
 
-    launcher, base = launcher_of(Given("sweep", {"topology": "chain", "tokenizer": None}), "agents")
+    _, base = launcher_of(Given("sweep", {"topology": "chain", "tokenizer": None}), "agents")
     entry = base.workload.mix[0]  # type: ignore[attr-defined]
     assert (entry.profile, entry.topology) == ("support_agent", "chain")
     assert base.emulator_args == ["--cache-tokens=40000"] and base.executor == "inprocess"
     tokenizer = str(DATA / "no-such-tokenizer.json")
-    launcher, base = launcher_of(
+    _, base = launcher_of(
         Given("sweep", {"replay": str(DATA / "mooncake_conversation_first300.jsonl"), "tokenizer": tokenizer}),
         "max_sessions",
     )

@@ -179,9 +179,9 @@ def test_sweep_shows_the_slot_cache_giving_way_past_its_slots(
     with llama_server(binary, model, folder / "server.log", parallel=2, ctx=4096, extra=extra) as url:
         out = subprocess.run(
             [
-                *SWARM, "sweep", "--target", f"llama={url}", "--engine", "llamacpp", "--agents", "1,2,5",
+                *SWARM, "sweep", "--target", f"llama={url}", "--engine", "llamacpp", "--ladder", "agents=1,2,5",
                 "--profile", str(folder / "long_task.yaml"), "--topology", str(folder / "chain3.yaml"), "--arrival", "all_at_once",
-                "--output", str(folder / "sweep"), "--json",
+                "--executor", "inprocess", "--output", str(folder / "sweep"), "--json",
             ],
             capture_output=True, text=True, timeout=600,
         )  # fmt: skip

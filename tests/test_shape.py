@@ -173,7 +173,7 @@ def test_realism_command_prints_a_row_per_distribution_and_writes_html(
     page = tmp_path / "realism.html"
     result = runner.invoke(
         app,
-        ["realism", str(tmp_path / "c.yaml"), "--against", str(agent_trace), "--agents", "60", "--json",
+        ["realism", str(tmp_path / "c.yaml"), "--against", str(agent_trace), "--read-agents", "60", "--json",
          "--html", str(page)],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -185,7 +185,7 @@ def test_realism_command_prints_a_row_per_distribution_and_writes_html(
     # a built-in spec against the same trace, as a table
     spec = tmp_path / "builtin.yaml"
     spec.write_text("workload: {mix: [{profile: coding_agent, topology: react}]}\n")
-    result = runner.invoke(app, ["realism", str(spec), "--against", str(agent_trace), "--agents", "20"])
+    result = runner.invoke(app, ["realism", str(spec), "--against", str(agent_trace), "--read-agents", "20"])
     assert result.exit_code == 0, result.output
     assert "growth per turn" in result.output and "verdict:" in result.output
 
