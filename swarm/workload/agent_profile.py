@@ -36,6 +36,33 @@ class PruningSpec(BaseModel):
     early_stop_p: float = Field(default=0.0, ge=0, lt=1, description="chance a finished call ends its branch")
 
 
+class ReasoningSpec(BaseModel):
+    """Reasoning that later prompts do not carry: its KV is computed and cached, then never
+    reused (reasoning models' APIs strip earlier turns' thinking; TensorRT-LLM's agent
+    analyser counts it as cache pollution)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    share: float = Field(
+        ge=0, le=1, description="leading share of each output that is reasoning (by words)"
+    )
+    carried: Literal["all", "last", "none"] = Field(
+        default="none",
+        description="whose reasoning later prompts carry: all, only the last turn's (a node's "
+        "direct context parents), or none (only the visible rest of each output)",
+    )
+
+
+class CompactionSpec(BaseModel):
+    """Context compaction: a prompt past a threshold is sent with its history replaced by a
+    summary, and later turns build on the summary (the prefix breaks there)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    threshold_tokens: int = Field(ge=1, description="a prompt longer than this is compacted")
+    summary_tokens: Distribution = Field(description="length of the summary that replaces the history")
+
+
 class AgentProfile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -52,6 +79,20 @@ class AgentProfile(BaseModel):
     tool_time_s: Distribution = Field(default_factory=lambda: Constant(value=0.5))
     tool_result_tokens: Distribution = Field(default_factory=lambda: Constant(value=200))
     pruning: PruningSpec = Field(default_factory=PruningSpec)
+    reasoning: ReasoningSpec | None = Field(
+        default=None, description="reasoning not carried into later prompts (none: all carried)"
+    )
+    compaction: CompactionSpec | None = Field(default=None, description="context compaction (none: never)")
+    subagent_system_prompt: SystemPromptSpec | None = Field(
+        default=None,
+        description="the system prompt of spawned sub-agents (spawn nodes and their context "
+        "descendants); none: the agent's own",
+    )
+    synthetic: bool = Field(
+        default=False,
+        description="true for a profile made up rather than fitted to a recording or study",
+    )
+    source: str = Field(default="", description="the recording or study its numbers come from")
     #: set by the loader: the folder the profile came from (for system_prompt.file)
     base_dir: str | None = Field(default=None, exclude=True)
     #: set by the loader: the text of system_prompt.file, read once (workers need no file)
@@ -66,6 +107,15 @@ class AgentProfile(BaseModel):
             raise ValueError("output_tokens: needs a 'default' entry")
         return self
 
+    def digest_fields(self) -> dict[str, object]:
+        """Every field as JSON, less the fields added since digests began that are at their
+        defaults (so a profile that does not use them keeps the digest its runs recorded)."""
+        out = self.model_dump(mode="json")
+        for name in _ADDED_LATER:
+            if out.get(name) == AgentProfile.model_fields[name].get_default(call_default_factory=True):
+                out.pop(name, None)
+        return out
+
     def output_for(self, role: str) -> Distribution:
         return self.output_tokens.get(role, self.output_tokens["default"])
 
@@ -77,6 +127,10 @@ class AgentProfile(BaseModel):
         return resolve_spec_path(
             base, self.system_prompt.file, source or f"profile {self.name}", "system_prompt.file"
         )
+
+
+#: fields added after content digests were first recorded
+_ADDED_LATER = ("reasoning", "compaction", "subagent_system_prompt", "synthetic", "source")
 
 
 def load_profile(path: str | Path) -> AgentProfile:

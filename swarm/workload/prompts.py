@@ -6,12 +6,16 @@ agent program (``runtime.agent``, which walks a topology live) and by the replay
 spec and seed). A prompt is the system prompt; the task (the agent's, or inside a spawned
 sub-agent, the spawn node's own); for each alive context ancestor in topological order its
 instruction (user), its output (assistant) and, after a tool call, the tool result (user);
-then the node's own instruction (user).
+then the node's own instruction (user). A profile's options change it: reasoning left out of
+later prompts, compaction (history replaced by a summary past a threshold), and sub-agents
+with a system prompt of their own (``agents/*.yaml``: ``reasoning``, ``compaction``,
+``subagent_system_prompt``).
 """
 
 from __future__ import annotations
 
 from swarm.request import ChatMessage
+from swarm.workload.agent_profile import ReasoningSpec
 from swarm.workload.workload import AgentPlan
 
 
@@ -19,27 +23,92 @@ def compose_messages(
     plan: AgentPlan, node: str, turns: list[tuple[str, list[str]]]
 ) -> tuple[ChatMessage, ...]:
     """The chat messages of ``node``: system prompt, task, each ancestor's turn (instruction,
-    output, and a tool result if any) in the order given, then the node's instruction."""
-    out = [ChatMessage("system", plan.system_prompt), ChatMessage("user", task_of(plan, node))]
-    for _, turn in turns:
+    output, and a tool result if any) in the order given, then the node's instruction.
+
+    The profile's options shape it: ``reasoning`` strips the reasoning from the outputs of
+    earlier turns (all, or all but the node's direct context parents'); ``compaction`` sends a
+    prompt past its threshold with the history replaced by the node's summary, and later
+    prompts start from the latest compacted ancestor (its summary, then the turns from it on);
+    a spawned sub-agent's prompts carry ``subagent_system_prompt``. Compaction decisions are
+    kept on the plan, taken when a node's prompt is first composed."""
+    spawn = spawn_of(plan, node)
+    system = plan.system_prompt
+    if spawn is not None and plan.subagent_system_prompt is not None:
+        system = plan.subagent_system_prompt
+    task = (plan.node(spawn).task or plan.task) if spawn is not None else plan.task
+    head = [ChatMessage("system", system), ChatMessage("user", task)]
+    if plan.profile.compaction is not None:
+        turns = _since_compaction(plan, turns)
+    body = _history(plan, node, turns)
+    own = ChatMessage("user", plan.node(node).instruction)
+    messages = (*head, *body, own)
+    compaction = plan.profile.compaction
+    if compaction is not None:
+        if node not in plan.compacted:
+            length = sum(plan.token_count(m.content) for m in messages)
+            plan.compacted[node] = length > compaction.threshold_tokens
+        if plan.compacted[node]:
+            return (*head, ChatMessage("user", plan.summary(node)), own)
+    return messages
+
+
+def _since_compaction(plan: AgentPlan, turns: list[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
+    """The turns from the latest compacted one on (all when none was compacted). An ancestor
+    whose decision is not known yet (read out of order) is decided from the turns before it."""
+    for i in range(len(turns) - 1, -1, -1):
+        name = turns[i][0]
+        if name not in plan.compacted:
+            ancestors = set(plan.topology.context_ancestors(name))
+            compose_messages(plan, name, [t for t in turns[:i] if t[0] in ancestors])
+        if plan.compacted[name]:
+            return turns[i:]
+    return turns
+
+
+def _history(plan: AgentPlan, node: str, turns: list[tuple[str, list[str]]]) -> list[ChatMessage]:
+    """Each turn as messages; a compacted turn's summary before it; reasoning stripped as the
+    profile says."""
+    reasoning = plan.profile.reasoning
+    direct = set(plan.topology.context_parents(node))
+    out: list[ChatMessage] = []
+    for name, turn in turns:
+        if plan.compacted.get(name):
+            out.append(ChatMessage("user", plan.summary(name)))
+        output = turn[1]
+        if reasoning is not None and _strips(reasoning, name in direct):
+            output = visible_part(output, reasoning.share)
         out.append(ChatMessage("user", turn[0]))
-        out.append(ChatMessage("assistant", turn[1]))
+        out.append(ChatMessage("assistant", output))
         if len(turn) > 2:
             out.append(ChatMessage("user", turn[2]))
-    out.append(ChatMessage("user", plan.node(node).instruction))
-    return tuple(out)
+    return out
 
 
-def task_of(plan: AgentPlan, node: str) -> str:
-    """The task a node's prompt carries: that of the nearest spawn node among the node and its
-    context ancestors (a sub-agent started fresh), else the agent's."""
+def _strips(reasoning: ReasoningSpec, direct_parent: bool) -> bool:
+    """Whether a turn's reasoning is left out of a later prompt."""
+    if reasoning.share == 0 or reasoning.carried == "all":
+        return False
+    return not (reasoning.carried == "last" and direct_parent)
+
+
+def visible_part(output: str, reasoning_share: float) -> str:
+    """An output less its leading reasoning: the words after the first ``reasoning_share`` of
+    them (at least the last word, so the assistant turn is never empty)."""
+    words = output.split(" ")
+    cut = min(len(words) - 1, int(len(words) * reasoning_share))
+    return " ".join(words[cut:]) if cut > 0 else output
+
+
+def spawn_of(plan: AgentPlan, node: str) -> str | None:
+    """The nearest spawn node among the node and its context ancestors (a sub-agent started
+    fresh), or None."""
     t = plan.topology
     if not t.spawns:
-        return plan.task
+        return None
     for n in (node, *reversed(t.context_ancestors(node))):
         if n in t.spawns:
-            return plan.node(n).task or plan.task
-    return plan.task
+            return n
+    return None
 
 
 def synthetic_turn(plan: AgentPlan, node: str) -> list[str]:

@@ -147,7 +147,29 @@ class AgentPlan:
     start_s: float
     seed: int
     tokenizer: Tokenizer
+    #: the system prompt of the agent's spawned sub-agents (the profile's
+    #: ``subagent_system_prompt``); None: they carry the agent's own
+    subagent_system_prompt: str | None = None
     _nodes: dict[str, NodePlan] = field(default_factory=dict, repr=False)
+    #: compaction decisions, by node, taken when the node's prompt was first composed
+    compacted: dict[str, bool] = field(default_factory=dict, repr=False)
+    _token_counts: dict[str, int] = field(default_factory=dict, repr=False)
+
+    def token_count(self, text: str) -> int:
+        """Tokens of ``text`` by the plan's tokenizer (memoised: prompt parts recur)."""
+        n = self._token_counts.get(text)
+        if n is None:
+            n = self._token_counts[text] = len(self.tokenizer.encode(text))
+        return n
+
+    def summary(self, node: str) -> str:
+        """The summary that replaces the history when ``node``'s prompt is compacted: its own
+        RNG stream, so nodes keep their other samples."""
+        compaction = self.profile.compaction
+        assert compaction is not None
+        rng = random.Random(f"{self.seed}:agent:{self.agent_id}:node:{node}:summary")
+        tokens = max(3, compaction.summary_tokens.sample_int(rng, 3))
+        return synth_text(rng, tokens, self.tokenizer, lead=f"summary {self.agent_id} {node} :")
 
     def node(self, name: str) -> NodePlan:
         """The plan of one node (built on first use; a pure function of seed, agent and node)."""
@@ -233,7 +255,7 @@ class Workload:
         out: dict[str, str] = {}
         for p in self.profiles:
             out[f"profile {p.name}"] = _digest(
-                {**p.model_dump(mode="json"), "system_prompt_text": p.system_prompt_text}
+                {**p.digest_fields(), "system_prompt_text": p.system_prompt_text}
             )
         for t in self.topologies:
             out[f"topology {t.name}"] = _digest(t.canonical())
@@ -252,15 +274,21 @@ class Workload:
                     entry[key] = Path(entry[key]).name
         return _digest({"spec": spec, "contents": self.content_digests()})
 
-    def system_prompt(self, profile: AgentProfile, index: int) -> str:
-        """System prompt ``index`` of ``profile``'s pool (starts with its own tag)."""
-        key = (profile.name, index)
+    def system_prompt(self, profile: AgentProfile, index: int, subagent: bool = False) -> str:
+        """System prompt ``index`` of ``profile``'s pool (starts with its own tag), or with
+        ``subagent`` of its sub-agents' pool (``subagent_system_prompt``)."""
+        key = (profile.name + (":subagent" if subagent else ""), index)
         text = self._system_prompts.get(key)
         if text is None:
             sp = profile.system_prompt
             lead = f"[system {profile.name} {index}]"
             rng = random.Random(f"{self.spec.seed}:system:{profile.name}:{index}")
-            if profile.system_prompt_text is not None:
+            if subagent:
+                assert profile.subagent_system_prompt is not None
+                sp = profile.subagent_system_prompt
+                lead = f"[subagent system {profile.name} {index}]"
+                rng = random.Random(f"{self.spec.seed}:subagent-system:{profile.name}:{index}")
+            if profile.system_prompt_text is not None and not subagent:
                 text = f"{lead} {profile.system_prompt_text}"
             elif sp.style == "tool_catalogue":
                 text = tool_catalogue(rng, sp.tokens, sp.tools, self.tokenizer, lead=lead)
@@ -275,13 +303,15 @@ class Workload:
         them, so prefixes first sent by another worker still count towards the ideal."""
         out: list[list[object]] = []
         for profile in {p.name: p for p in self.profiles}.values():
+            pools = [False, True] if profile.subagent_system_prompt is not None else [False]
             for k in range(self.spec.system_prompts):
-                out.append(
-                    [
-                        *self.tokenizer.encode(self.system_prompt(profile, k)),
-                        *self.tokenizer.encode(TASK_LEAD),
-                    ]
-                )
+                for subagent in pools:
+                    out.append(
+                        [
+                            *self.tokenizer.encode(self.system_prompt(profile, k, subagent)),
+                            *self.tokenizer.encode(TASK_LEAD),
+                        ]
+                    )
         return out
 
     def session_id(self, agent_id: int) -> str:
@@ -310,6 +340,11 @@ class Workload:
             start_s=float(self.start_offsets_s[agent_id]),
             seed=self.spec.seed,
             tokenizer=self.tokenizer,
+            subagent_system_prompt=(
+                self.system_prompt(profile, sp_id, subagent=True)
+                if profile.subagent_system_prompt is not None
+                else None
+            ),
         )
 
 

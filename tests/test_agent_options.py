@@ -1,0 +1,200 @@
+"""What agent frameworks really send (profile options): reasoning not carried into later
+prompts, context compaction, and sub-agents with a system prompt of their own. Each is sent to
+the emulator with an unbounded cache, one request in flight: what the engine reuses equals the
+ideal, request for request, and the ideal counts what the option changes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from sending import send_agents
+
+from swarm.emulator.http_server import EmulatorThread
+from swarm.errors import InputError
+from swarm.record import RequestRecord
+from swarm.runtime.context import ResolvedTarget
+from swarm.runtime.sources import SendLimits
+from swarm.shape.table import table_from_spec
+from swarm.workload.agent_profile import load_profile
+from swarm.workload.arrival import ArrivalSpec
+from swarm.workload.catalog import Catalog
+from swarm.workload.workload import MixEntry, Workload, WorkloadSpec
+
+BASE = """
+name: {name}
+system_prompt: {{style: prose, tokens: 120}}
+task_tokens: {{dist: constant, value: 30}}
+instruction_tokens: {{dist: constant, value: 6}}
+output_tokens:
+  default: {{dist: constant, value: 40}}
+think_time_s: {{dist: constant, value: 0}}
+tool_time_s: {{dist: constant, value: 0.001}}
+tool_result_tokens: {{dist: constant, value: 50}}
+"""
+
+OPTIONS = {
+    "plain": "",
+    "reasoning_none": "reasoning: {share: 0.75, carried: none}\n",
+    "reasoning_last": "reasoning: {share: 0.75, carried: last}\n",
+    "compaction": "compaction: {threshold_tokens: 400, summary_tokens: {dist: constant, value: 40}}\n",
+    "subagents": "subagent_system_prompt: {style: prose, tokens: 90}\n",
+}
+
+# a main thread of three tool calls that spawns a sub-agent of two calls, then answers
+SPAWNING = """
+name: spawning
+graph:
+  nodes:
+    - {id: a0, role: tool_call, tool_after: true}
+    - {id: a1, role: tool_call, tool_after: true}
+    - {id: s0, role: tool_call, tool_after: true, spawn: true}
+    - {id: s1, role: answer}
+    - {id: a2, role: answer}
+  links:
+    - {source: a0, target: a1}
+    - {source: a1, target: s0, kind: after}
+    - {source: s0, target: s1}
+    - {source: a1, target: a2}
+    - {source: s1, target: a2, kind: after}
+"""
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> Catalog:
+    for name, extra in OPTIONS.items():
+        (tmp_path / f"{name}.yaml").write_text(BASE.format(name=name) + extra)
+    (tmp_path / "spawning.yaml").write_text(SPAWNING)
+    return Catalog(agent_dirs=[tmp_path], topology_dirs=[tmp_path])
+
+
+def workload(catalog: Catalog, profile: str, topology: str = "react", agents: int = 6) -> Workload:
+    spec = WorkloadSpec(
+        agents=agents,
+        mix=[MixEntry(profile=profile, topology=topology)],
+        arrival=ArrivalSpec(process="all_at_once", rate=None),
+        system_prompts=2,
+    )
+    return Workload(spec, catalog)
+
+
+def sent(wl: Workload, emulators: Callable[..., EmulatorThread]) -> list[RequestRecord]:
+    """``wl`` sent to an emulator of its own with an unbounded cache."""
+    emu = emulators(engine="sglang", timing="zero", cache_capacity_tokens=None)
+    target = ResolvedTarget("t", emu.url, "sglang", "openai-chat", "m")
+    records = send_agents(wl, target, limits=SendLimits(max_in_flight=1))
+    assert records and all(r.ok for r in records)
+    return records
+
+
+def assert_realised_is_ideal(records: list[RequestRecord]) -> None:
+    mismatched = [
+        (r.identity.session_id, r.identity.node, r.cached_tokens, r.ideal_cached_tokens_est)
+        for r in records
+        if r.cached_tokens != r.ideal_cached_tokens_est
+    ]
+    assert mismatched == []
+    assert all(r.prompt_tokens == r.prompt_tokens_est for r in records)
+
+
+def by_node(records: list[RequestRecord]) -> dict[tuple[str, str], RequestRecord]:
+    return {(r.identity.session_id, r.identity.node): r for r in records}
+
+
+def test_reasoning_not_carried_breaks_the_prefix_at_each_earlier_output(
+    catalog: Catalog, emulator: Callable[..., EmulatorThread]
+) -> None:
+    plain = by_node(sent(workload(catalog, "plain"), emulator))
+    for option in ("reasoning_none", "reasoning_last"):
+        records = sent(workload(catalog, option), emulator)
+        assert_realised_is_ideal(records)
+        mine = by_node(records)
+        assert sum(r.ideal_cached_tokens_est or 0 for r in records) < sum(
+            r.ideal_cached_tokens_est or 0 for r in plain.values()
+        )
+        for key, r in mine.items():  # later prompts are shorter by the reasoning they drop
+            assert (r.prompt_tokens_est or 0) <= (plain[key].prompt_tokens_est or 0)
+    none = by_node(sent(workload(catalog, "reasoning_none"), emulator))
+    last = by_node(sent(workload(catalog, "reasoning_last"), emulator))
+    # `last` carries a turn's reasoning into the next call only: the call after that strips it,
+    # and reuses the previous prompt only up to that reasoning; `none` strips it everywhere,
+    # so prompts stay prefixes of each other, only shorter
+    s = "0-0"
+    assert (last[s, "call1"].prompt_tokens_est or 0) > (none[s, "call1"].prompt_tokens_est or 0)
+    assert plain[s, "obs1"].ideal_cached_tokens_est == plain[s, "call1"].prompt_tokens_est
+    assert none[s, "obs1"].ideal_cached_tokens_est == none[s, "call1"].prompt_tokens_est
+    assert (last[s, "obs1"].ideal_cached_tokens_est or 0) < (last[s, "call1"].prompt_tokens_est or 0)
+
+
+def test_compaction_replaces_the_history_past_its_threshold(
+    catalog: Catalog, emulator: Callable[..., EmulatorThread]
+) -> None:
+    records = sent(workload(catalog, "compaction"), emulator)
+    assert_realised_is_ideal(records)
+    plain = by_node(sent(workload(catalog, "plain"), emulator))
+    mine = by_node(records)
+    # without compaction a react chain of 4 tool calls grows past 400 tokens; with it no prompt
+    # is much past the threshold, and each compacted prompt reuses only what its head shares
+    assert max(r.prompt_tokens_est or 0 for r in plain.values()) > 700
+    assert max(r.prompt_tokens_est or 0 for r in records) <= 400 + 150
+    shrunk = [k for k, r in mine.items() if (r.prompt_tokens_est or 0) < (plain[k].prompt_tokens_est or 0)]
+    assert shrunk
+    first_shrunk = min(shrunk, key=lambda k: plain[k].prompt_tokens_est or 0)
+    r = mine[first_shrunk]
+    assert (r.ideal_cached_tokens_est or 0) < (plain[first_shrunk].ideal_cached_tokens_est or 0)
+    assert sum(r.ideal_cached_tokens_est or 0 for r in records) < sum(
+        r.ideal_cached_tokens_est or 0 for r in plain.values()
+    )
+
+
+def test_subagents_start_from_their_own_system_prompt(catalog: Catalog, emulator: Callable[..., EmulatorThread]) -> None:
+    wl = workload(catalog, "subagents", topology="spawning")
+    records = sent(wl, emulator)
+    assert_realised_is_ideal(records)
+    mine = by_node(records)
+    plain = by_node(sent(workload(catalog, "plain", topology="spawning"), emulator))
+    plan = wl.agent(0)
+    assert plan.subagent_system_prompt is not None
+    assert plan.subagent_system_prompt != plan.system_prompt
+    s = plan.session_id
+    # the sub-agent shares nothing with its spawner past the first word of the task pool: with
+    # the agent's own system prompt it would share that whole prompt
+    for sid in {k[0] for k in mine}:
+        assert (mine[sid, "s0"].ideal_cached_tokens_est or 0) <= (plain[sid, "s0"].ideal_cached_tokens_est or 0)
+    assert (mine[s, "s1"].ideal_cached_tokens_est or 0) >= (mine[s, "s0"].prompt_tokens_est or 0) - 8
+    # the first sub-agent of each pool is new to the cache; with the agent's system prompt, every
+    # sub-agent reuses that prompt whole
+    assert min(mine[sid, "s0"].ideal_cached_tokens_est or 0 for sid in {k[0] for k in mine}) < 10
+    assert min(plain[sid, "s0"].ideal_cached_tokens_est or 0 for sid in {k[0] for k in plain}) >= 100
+
+
+def test_a_spec_read_offline_counts_the_options_as_a_run_does(
+    catalog: Catalog, emulator: Callable[..., EmulatorThread], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import swarm.workload.workload as workload_module
+
+    monkeypatch.setattr(workload_module, "default_catalog", lambda: catalog)
+    for option in ("reasoning_last", "compaction"):
+        wl = workload(catalog, option, agents=3)
+        records = sent(wl, emulator)
+        table = table_from_spec(wl.spec, "spec.yaml")
+        assert sorted(r.prompt_tokens for r in table.rows) == sorted(r.prompt_tokens_est or 0 for r in records)
+        assert sum(r.ideal_cached_tokens for r in table.rows) == sum(
+            r.ideal_cached_tokens_est or 0 for r in records
+        )
+
+
+def test_unused_options_leave_a_profiles_digest_and_bad_ones_name_the_field(
+    catalog: Catalog, tmp_path: Path
+) -> None:
+    plain = catalog.profile("plain")
+    assert set(plain.digest_fields()) & {"reasoning", "compaction", "subagent_system_prompt"} == set()
+    assert "reasoning" in catalog.profile("reasoning_none").digest_fields()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BASE.format(name="bad") + "reasoning: {share: 1.5}\n")
+    with pytest.raises(InputError, match=r"bad.yaml.*reasoning.share"):
+        load_profile(bad)
+    bad.write_text(BASE.format(name="bad") + "compaction: {threshold: 10}\n")
+    with pytest.raises(InputError, match=r"bad.yaml.*compaction"):
+        load_profile(bad)
