@@ -24,7 +24,7 @@ OWN = {
     "emulate": {"--exit-with-parent"},
     "compare": {"--force", "--tie-within"},
     "fit": {"--name"},
-    "realism": {"--against", "--candidate-target", "--read-agents"},
+    "realism": {"--against", "--candidate-target", "--read-agents", "--set"},
     "topologies": {"--topologies-dir"},
 }
 #: commands that send (a live view or progress lines), and those that report a result

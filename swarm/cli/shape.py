@@ -99,15 +99,27 @@ def realism(
     read_agents: Annotated[
         int, typer.Option(min=1, help="a candidate spec: how many of its agents to read")
     ] = SPEC_AGENTS,
+    figure_set: Annotated[
+        str | None,
+        typer.Option("--set", help="--against a figures file: which of its sets (a study's workloads)"),
+    ] = None,
     *,
     given: Given,
 ) -> None:
-    """Compare the distributions that decide prefix-cache behaviour: a swarm against a trace."""
+    """Compare the distributions that decide prefix-cache behaviour: a swarm against a trace,
+    or against a study's published figures (a figures file, or a built-in's name:
+    trtllm_agentic, claude_code)."""
     from swarm.cli.sending import write_or_print
     from swarm.shape.features import features
+    from swarm.shape.figures import is_figures_file
     from swarm.shape.realism import compare, text_table
 
     cand = load_table(candidate, target=candidate_target, agents=read_agents)
+    if is_figures_file(against):
+        _against_figures(cand, against, figure_set, given)
+        return
+    if figure_set is not None:
+        raise InputError(f"--set: {against} is not a figures file (a YAML with sets:)")
     ref = load_table(against, _reading(given))
     cv, rv = features(cand), features(ref)
     report = compare(cand, ref, cv, rv)
@@ -128,5 +140,32 @@ def realism(
         f"verdict: {report.verdict}{far}",
         *(f"note: {note}" for note in report.notes),
         *([f"wrote {html}"] if html is not None else []),
+    ]
+    write_or_print("\n".join(lines), given.get("output"))
+
+
+def _against_figures(cand: ShapeTable, against: str, figure_set: str | None, given: Given) -> None:
+    """``swarm realism`` against a figures file: one verdict per published figure."""
+    from swarm.cli.sending import write_or_print
+    from swarm.shape.features import features
+    from swarm.shape.figures import figures_table, hold, load_figures, pick_set
+
+    if given.get("html") is not None:
+        raise InputError("--html: a figures file has no distributions to draw; leave --html out")
+    figures, path = load_figures(against)
+    name, fset = pick_set(figures, path, figure_set)
+    report = hold(features(cand), figures, name, fset, cand.source)
+    report.notes += [f"candidate: {n}" for n in cand.notes]
+    if given.get("json_out"):
+        write_or_print(json.dumps(report.to_json(), indent=2), given.get("output"))
+        return
+    far = f": far on {', '.join(report.far)}" if report.far else ""
+    lines = [
+        f"candidate: {report.candidate} ({len(cand.rows)} requests)",
+        f"reference: {path}, set {name}: {figures.source}",
+        "error: |candidate - published| / published; match within the tolerance, near within twice it",
+        figures_table(report),
+        f"verdict: {report.verdict}{far}",
+        *(f"note: {note}" for note in report.notes),
     ]
     write_or_print("\n".join(lines), given.get("output"))

@@ -17,6 +17,11 @@ parent, with its formula here:
   think time; a trace's recorded wait).
 - ``fan_out``: per request that some request waits for, how many requests wait for it.
 - ``session_requests``: per session, its number of requests.
+- ``session_alone_hit``: per session, ``sum(session_cached) / sum(prompt)``, where a request's
+  ``session_cached`` is the longest prefix it shares with an earlier prompt of its own session:
+  each session alone against an infinite cache, the per-trace optimal hit that agent studies
+  publish (TensorRT-LLM's tech blog 27, Table 1). Held against published figures only, not a
+  row of the trace comparison.
 """
 
 from __future__ import annotations
@@ -34,12 +39,17 @@ FEATURES: dict[str, tuple[str, str]] = {
     "fan_out": ("fan-out", "requests"),
     "session_requests": ("session length", "requests"),
 }
+#: every feature a published figure may name: the compared ones and those only studies publish
+FIGURE_FEATURES: dict[str, tuple[str, str]] = {
+    **FEATURES,
+    "session_alone_hit": ("optimal hit per session alone", "share"),
+}
 
 
 def features(table: ShapeTable) -> dict[str, list[float]]:
     """Every feature of ``table`` (see the module docstring for the formulas)."""
     rows = table.rows
-    out: dict[str, list[float]] = {name: [] for name in FEATURES}
+    out: dict[str, list[float]] = {name: [] for name in FIGURE_FEATURES}
     for r in rows:
         out["prompt_tokens"].append(float(r.prompt_tokens))
         out["output_tokens"].append(float(r.output_tokens))
@@ -60,5 +70,8 @@ def features(table: ShapeTable) -> dict[str, list[float]]:
         if prompt > 0:
             out["reuse_per_session"].append(
                 min(1.0, sum(rows[i].ideal_cached_tokens for i in members) / prompt)
+            )
+            out["session_alone_hit"].append(
+                min(1.0, sum(rows[i].session_cached_tokens for i in members) / prompt)
             )
     return out

@@ -8,6 +8,7 @@ sub-agent waits for its parent without extending it; a request that extends none
 parents, such as a join after parallel branches, extends its nearest ancestor that it does),
 prompt and output length in tokens, the ideal
 cached tokens (the longest prefix it shares with any earlier prompt, earlier in send order),
+the same within its own session alone (``session_cached_tokens``),
 its start, and the wait from its last parent's end to its start (tool and think time). A
 session's first request also carries the prefix it shares with another session's first
 request (the shared system prompt, as far as the content shows it) and a key naming that
@@ -60,6 +61,9 @@ class ShapeRow:
     context_parents: tuple[int, ...] = ()  # the parents whose prompt its own extends
     shared_lead_tokens: int = 0  # a session's first request: prefix shared with another session's first
     shared_lead_key: str = ""  # names that prefix (equal keys: the same shared prompt)
+    #: the longest prefix shared with an earlier prompt of its own session (the session alone
+    #: against an infinite cache, as agent studies compute a trace's optimal hit)
+    session_cached_tokens: int = 0
 
 
 @dataclass
@@ -263,6 +267,7 @@ def table_from_plan(plan: ReplayPlan) -> ShapeTable:
     position = {it.index: i for i, it in enumerate(items)}
     session_of = _session_keys(items)
     index = PrefixIndex()
+    alone: dict[str, PrefixIndex] = {}
     rows: list[ShapeRow] = []
     firsts: dict[str, tuple[int, Sequence[object], Sequence[float]]] = {}
     declared: dict[str, tuple[int, str]] = {}
@@ -270,6 +275,7 @@ def table_from_plan(plan: ReplayPlan) -> ShapeTable:
     for i, it in enumerate(items):
         units, weights = seen[i]
         matched = index.observe(units)
+        own = alone.setdefault(session_of[it.index], PrefixIndex()).observe(units)
         prompt = round(sum(weights)) if it.prompt_parts is not None else it.prompt_tokens
         parents = tuple(position[p] for p in it.parents if p in position)
         session = session_of[it.index]
@@ -286,6 +292,7 @@ def table_from_plan(plan: ReplayPlan) -> ShapeTable:
                 start_s=it.offset_s,
                 gap_s=it.gap_s if parents else None,
                 context_parents=context,
+                session_cached_tokens=_weighted_prefix(units, weights, own),
             )
         )
         if session not in firsts:
@@ -371,6 +378,7 @@ def table_from_run(run_dir: str | Path, target: str | None = None) -> ShapeTable
     rows: list[ShapeRow] = []
     firsts: dict[str, tuple[int, Sequence[object], Sequence[float]]] = {}
     hashes_of = [list(data["block_hashes"][i] or ()) for i in keep]
+    alone: dict[str, PrefixIndex] = {}
     for k, i in enumerate(keep):
         session = data["session_id"][i] or f"row{k}"  # a replay of a flat trace records none
         recorded = tuple(
@@ -397,6 +405,7 @@ def table_from_run(run_dir: str | Path, target: str | None = None) -> ShapeTable
         output = data["completion_tokens"][i]
         if output is None:
             output = data["max_tokens"][i] or 0
+        own_blocks = alone.setdefault(session, PrefixIndex()).observe(hashes_of[k])
         rows.append(
             ShapeRow(
                 session=session,
@@ -411,6 +420,7 @@ def table_from_run(run_dir: str | Path, target: str | None = None) -> ShapeTable
                     for p in recorded
                     if extends(hashes_of[k], hashes_of[p], [BLOCK_TOKENS] * len(hashes_of[p]))
                 ),
+                session_cached_tokens=min(int(prompt), own_blocks * BLOCK_TOKENS),
             )
         )
         hashes = hashes_of[k]
@@ -450,11 +460,13 @@ def table_from_spec(spec: WorkloadSpec, source: str, agents: int | None = None) 
             if note not in notes:
                 notes.append(note)
         position: dict[str, int] = {}
+        alone = PrefixIndex()  # this agent's prompts only
         for node in t.order:
             ancestors = t.context_ancestors(node)
             messages = compose_messages(plan, node, [(p, synthetic_turn(plan, p)) for p in ancestors])
             tokens: list[object] = [tok for m in messages for tok in encode(m.content)]
             matched = index.observe(tokens)
+            own = alone.observe(tokens)
             context = t.context_parents(node)
             waited = [*context, *t.after_parents(node)]
             parents = tuple(position[p] for p in waited if p in position)
@@ -475,6 +487,7 @@ def table_from_spec(spec: WorkloadSpec, source: str, agents: int | None = None) 
                     start_s=plan.start_s,
                     gap_s=gap,
                     context_parents=tuple(position[p] for p in context if p in position),
+                    session_cached_tokens=own,
                 )
             )
     _with_leads(rows, firsts)

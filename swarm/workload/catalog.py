@@ -19,7 +19,7 @@ from swarm.workload.topology import TopologyTemplate, load_topology
 
 
 def builtin_dir(kind: str) -> Path:
-    """The folder of built-in ``agents`` or ``topologies``."""
+    """The folder of built-in ``agents``, ``topologies`` or ``figures``."""
     package = Path(__file__).resolve().parents[1]  # swarm/
     packaged = package / "_builtin" / kind
     if packaged.is_dir() and any(packaged.glob("*.yaml")):
