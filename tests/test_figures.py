@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from swarm.cli.app import app
 from swarm.errors import InputError
 from swarm.shape.features import features
-from swarm.shape.figures import FigureSet, FiguresFile, hold, load_figures, statistic
+from swarm.shape.figures import FigureSet, FiguresFile, hold, load_figures, pick_set, statistic
 from swarm.shape.table import ShapeRow, ShapeTable
 
 
@@ -92,3 +92,50 @@ def test_realism_against_a_figures_file_prints_a_verdict_per_figure(tmp_path: Pa
     assert report["set"] == "coder"
     result = runner.invoke(app, ["realism", str(spec), "--against", str(spec), "--set", "coder"])
     assert isinstance(result.exception, InputError) and "not a figures file" in str(result.exception)
+
+
+@pytest.mark.parametrize("profile", ["coder", "deep_research", "iter_research", "tree_of_thought"])
+def test_each_study_profile_is_within_15_percent_of_every_published_figure(profile: str) -> None:
+    from swarm.shape.table import table_from_spec
+    from swarm.workload.workload import MixEntry, WorkloadSpec
+
+    figures, path = load_figures("trtllm_agentic")
+    name, fset = pick_set(figures, path, profile)
+    assert fset.profile == profile
+    spec = WorkloadSpec(agents=20, mix=[MixEntry(profile=profile)])  # the profile's own topology
+    report = hold(features(table_from_spec(spec, "spec")), figures, name, fset, profile)
+    assert [(r.feature, r.verdict) for r in report.rows if r.verdict != "match"] == []
+    assert {r.feature for r in report.rows} == {"prompt_tokens", "output_tokens", "session_alone_hit"}
+
+
+def test_older_built_ins_are_labelled_synthetic_and_new_ones_name_their_source() -> None:
+    from swarm.workload.catalog import default_catalog
+
+    catalog = default_catalog()
+    for name in catalog.profile_names():
+        p = catalog.profile(name)
+        assert p.synthetic != bool(p.source), name
+    assert catalog.profile("math_reasoner").synthetic and not catalog.profile("coder").synthetic
+
+
+def test_fit_reads_a_prompt_drop_as_compaction_and_an_idle_gap_as_no_think_time() -> None:
+    from swarm.shape.fit import IDLE_GAP_S, fit_table, profile_yaml
+
+    rows, prompt = [], 1000
+    for s in range(4):  # sessions of 12 calls growing by 1,000 tokens, compacted at 8,000
+        base = len(rows)
+        prompt = 1000
+        for k in range(12):
+            parents = (base + k - 1,) if k else ()
+            drop = prompt > 8000
+            prompt = 1000 + 1500 if drop else prompt + (1000 if k else 0)
+            gap = (IDLE_GAP_S * 10 if k == 5 and s == 0 else 5.0) if k else None
+            rows.append(
+                ShapeRow(f"s{s}", parents, prompt, 50, 0, 0.0, gap, context_parents=() if drop or not k else parents)
+            )
+    fit = fit_table(ShapeTable(rows, "t", "trace"), "x")
+    assert fit.compaction is not None
+    assert fit.compaction.threshold_tokens > 7000
+    assert "compaction:" in profile_yaml(fit) and "threshold_tokens" in profile_yaml(fit)
+    assert any("1 waits longer than" in n for n in fit.notes)
+    assert max(fit.tool_time_s.data.get("quantiles", [fit.tool_time_s.data.get("value", 0)])) <= IDLE_GAP_S

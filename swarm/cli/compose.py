@@ -100,10 +100,13 @@ def _targets(given: Mapping[str, Any], data: dict[str, Any]) -> None:
 
 
 def _mix(given: Mapping[str, Any], data: dict[str, Any]) -> None:
-    """``--profile`` and ``--topology`` set the one mix entry (a spec's mix of several is replaced)."""
+    """``--profile`` and ``--topology`` set the one mix entry (a spec's mix of several is replaced);
+    ``--profile`` alone runs that profile's own topologies."""
     workload = data.setdefault("workload", {})
     mix = list(workload.get("mix") or [{}])
     entry = dict(mix[0]) if len(mix) == 1 else {}
+    if "profile" in given and "topology" not in given:
+        entry.pop("topology", None)
     for key in ("profile", "topology"):
         if key in given:
             entry[key] = given[key]

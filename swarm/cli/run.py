@@ -67,9 +67,15 @@ def topologies(
         list[Path] | None, typer.Option(help="extra folder of topology YAML files")
     ] = None,
 ) -> None:
-    """List the topologies, or show one as an ASCII tree of a small instance."""
+    """List the topologies and agent profiles (synthetic, or the recording or study each comes
+    from), or show one topology as an ASCII tree of a small instance."""
 
     topologies_command(name, topologies_dir or [])
+
+
+def _made_from(data: dict[str, object]) -> str:
+    """A built-in's origin: ``synthetic`` (made up), or the recording or study it names."""
+    return "synthetic" if data.get("synthetic") else str(data.get("source") or "-")
 
 
 def topologies_command(name: str | None, topologies_dir: list[Path]) -> None:
@@ -81,15 +87,24 @@ def topologies_command(name: str | None, topologies_dir: list[Path]) -> None:
     console = Console()
     if name is None:
         table = Table(title="topologies")
-        for col in ("name", "calls (template)", "description"):
+        for col in ("name", "calls (template)", "made from", "description"):
             table.add_column(col)
         for n in catalog.topology_names():
             t = catalog.topology(n)
             path = next((d / f"{n}.yaml" for d in catalog.topology_dirs if (d / f"{n}.yaml").is_file()), None)
-            desc = (load_yaml(path) or {}).get("description", "") if path else ""
-            table.add_row(n, str(t.graph.number_of_nodes()), desc)
+            data = (load_yaml(path) or {}) if path else {}
+            table.add_row(n, str(t.graph.number_of_nodes()), _made_from(data), data.get("description", ""))
         console.print(table)
-        console.print("show one: swarm topologies NAME")
+        profiles = Table(title="agent profiles")
+        for col in ("name", "its topologies", "made from", "description"):
+            profiles.add_column(col)
+        for n in catalog.profile_names():
+            p = catalog.profile(n)
+            own = ", ".join(c.name for c in p.topologies) or "-"
+            made = "synthetic" if p.synthetic else (p.source or "-")
+            profiles.add_row(n, own, made, p.description)
+        console.print(profiles)
+        console.print("show one: swarm topologies NAME; run a profile as made: swarm run --profile NAME")
         return
     t = catalog.topology(name)
     console.print(

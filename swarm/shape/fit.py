@@ -21,7 +21,14 @@ ShapeTable of the trace and calls ``fit_table`` then ``write_fit``. What is deri
   sub-agents a call joins) is an ``after`` link. A request whose parents are all ``after``
   links starts a sub-agent fresh (``spawn: true``: a task of its own, not the agent's).
 - **Tool time.** The recorded wait after a request's parents (``gap_s``); think time is 0,
-  since the trace's waits are all counted as tool time.
+  since the trace's waits are all counted as tool time. A wait past ``IDLE_GAP_S`` is the
+  user gone, a session boundary rather than a think time: left out (and counted in a note).
+- **Compaction.** A request that extends none of its parents, whose parents no other request
+  extends (else it is a sub-agent started beside its spawner's thread) and whose prompt is
+  below ``COMPACTION_DROP`` of theirs is a compaction (the history replaced by a summary). When the trace has any, the profile
+  compacts past the median prompt its parents reached (``threshold_tokens``), with a summary
+  of what such a request holds beyond its session's first prompt; those requests are left out
+  of the tool results.
 - **Topologies.** Sessions of the same shape (the same links at the same positions) are one
   explicit graph; with more than ``MAX_TOPOLOGIES`` shapes, the sessions sorted by size are cut
   into that many equal groups, each represented by its median size (in the most common shape
@@ -92,6 +99,7 @@ class Fit:
     arrival: dict[str, Any]
     arrival_comment: str
     notes: list[str] = field(default_factory=list)
+    compaction: FittedCompaction | None = None
 
 
 def _lognormal_ks(values: np.ndarray, mu: float, sigma: float) -> float:
@@ -202,6 +210,48 @@ def _topologies(table: ShapeTable, name: str, row_roles: list[str]) -> list[Fitt
     return out
 
 
+#: a wait longer than this (s) is a session boundary (the user gone), not a think or tool time
+IDLE_GAP_S = 1800.0
+#: a request whose prompt is below this share of its context parent's compacted its history
+COMPACTION_DROP = 0.7
+
+
+@dataclass
+class FittedCompaction:
+    threshold_tokens: int
+    summary_tokens: FittedValue
+    comment: str
+
+
+def _compactions(table: ShapeTable, system_tokens: int) -> tuple[set[int], FittedCompaction | None]:
+    """The rows that compacted their history, and the compaction they give (None: none seen)."""
+    rows = table.rows
+    first_of = {s: members[0] for s, members in table.sessions().items()}
+    found: set[int] = set()
+    before, summaries = [], []
+    extended = {p for r in rows for p in r.context_parents}  # a spawner's thread goes on
+    for i, r in enumerate(rows):
+        if not r.parents or r.context_parents:  # a compacted prompt extends none of its parents
+            continue
+        if any(p in extended for p in r.parents):  # a sub-agent started beside its spawner's thread
+            continue
+        parent = max(rows[p].prompt_tokens for p in r.parents)
+        if r.prompt_tokens < COMPACTION_DROP * parent:
+            found.add(i)
+            before.append(parent)
+            head = rows[first_of[r.session]].prompt_tokens
+            summaries.append(max(3, r.prompt_tokens - head - INSTRUCTION_TOKENS))
+    if not found:
+        return found, None
+    threshold = int(np.median(before))
+    summary = fit_values(summaries, "compacted prompt less its session's first prompt", integer=True, default=100)
+    comment = (
+        f"{len(found)} requests fall below {COMPACTION_DROP:.0%} of their parent's prompt (the history "
+        f"compacted): median prompt before one {threshold} tokens"
+    )
+    return found, FittedCompaction(threshold, summary, comment)
+
+
 def fit_table(table: ShapeTable, name: str) -> Fit:
     """Fit ``table`` (see the module docstring)."""
     rows = table.rows
@@ -238,14 +288,19 @@ def fit_table(table: ShapeTable, name: str) -> Fit:
         values = [r.output_tokens for r, rr in zip(rows, row_roles, strict=True) if rr == role]
         if len(values) >= 5:
             outputs[role] = fit_values(values, f"output of {role} calls", integer=True, default=64)
+    compacted, compaction = _compactions(table, system_tokens)
     added, gaps = [], []
-    for r in rows:
-        if r.context_parents:
+    idle = 0
+    for i, r in enumerate(rows):
+        if r.context_parents and i not in compacted:
             longest = max(r.context_parents, key=lambda p: rows[p].prompt_tokens)
             parent = rows[longest]
             added.append(r.prompt_tokens - parent.prompt_tokens - parent.output_tokens - INSTRUCTION_TOKENS)
         if r.parents and r.gap_s is not None:
-            gaps.append(r.gap_s)
+            if r.gap_s > IDLE_GAP_S:
+                idle += 1
+            else:
+                gaps.append(r.gap_s)
     short = sum(1 for a in added if a < 3)
     tool_result = fit_values(
         added, "growth per turn less the parent's output and one instruction", integer=True, default=3
@@ -256,6 +311,11 @@ def fit_table(table: ShapeTable, name: str) -> Fit:
             "not carried over): a fitted swarm adds at least 3 tokens there"
         )
     tool_time = fit_values(gaps, "wait after the parents' end (s)", integer=False, default=0.0)
+    if idle:
+        notes.append(
+            f"{idle} waits longer than {IDLE_GAP_S:g} s (the user gone: a session boundary, not a think "
+            "time) are left out of the tool time"
+        )
     starts = sorted(rows[i].start_s for i in firsts)
     span = starts[-1] - starts[0] if starts else 0.0
     if len(starts) > 1 and span > 0:
@@ -270,7 +330,7 @@ def fit_table(table: ShapeTable, name: str) -> Fit:
         system_prompt_tokens=system_tokens, system_prompts=distinct, system_comment=system_comment,
         task_tokens=task, output_tokens=outputs, tool_result_tokens=tool_result, tool_time_s=tool_time,
         topologies=_topologies(table, name, row_roles), arrival=arrival, arrival_comment=arrival_comment,
-        notes=notes + list(table.notes),
+        notes=notes + list(table.notes), compaction=compaction,
     )  # fmt: skip
 
 
@@ -334,6 +394,15 @@ def profile_yaml(fit: Fit) -> str:
         _comment(fit.tool_result_tokens.comment),
         f"tool_result_tokens: {_flow(fit.tool_result_tokens.data)}\n",
     ]
+    if fit.compaction is not None:
+        c = fit.compaction
+        out += [
+            "compaction:\n",
+            _comment(c.comment, "  "),
+            f"  threshold_tokens: {c.threshold_tokens}\n",
+            _comment(c.summary_tokens.comment, "  "),
+            f"  summary_tokens: {_flow(c.summary_tokens.data)}\n",
+        ]
     return "".join(out)
 
 

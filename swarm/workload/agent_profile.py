@@ -63,6 +63,13 @@ class CompactionSpec(BaseModel):
     summary_tokens: Distribution = Field(description="length of the summary that replaces the history")
 
 
+class TopologyChoice(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="topology name, or a YAML path relative to the profile")
+    weight: float = Field(default=1.0, gt=0, description="relative share of the profile's agents")
+
+
 class AgentProfile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -87,6 +94,11 @@ class AgentProfile(BaseModel):
         default=None,
         description="the system prompt of spawned sub-agents (spawn nodes and their context "
         "descendants); none: the agent's own",
+    )
+    topologies: list[TopologyChoice] = Field(
+        default_factory=list,
+        description="the profile's own topologies, drawn per agent by weight when a mix entry "
+        "names none (empty: tree_of_thought)",
     )
     synthetic: bool = Field(
         default=False,
@@ -130,7 +142,7 @@ class AgentProfile(BaseModel):
 
 
 #: fields added after content digests were first recorded
-_ADDED_LATER = ("reasoning", "compaction", "subagent_system_prompt", "synthetic", "source")
+_ADDED_LATER = ("reasoning", "compaction", "subagent_system_prompt", "topologies", "synthetic", "source")
 
 
 def load_profile(path: str | Path) -> AgentProfile:

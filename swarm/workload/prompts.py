@@ -37,6 +37,8 @@ def compose_messages(
         system = plan.subagent_system_prompt
     task = (plan.node(spawn).task or plan.task) if spawn is not None else plan.task
     head = [ChatMessage("system", system), ChatMessage("user", task)]
+    if plan.topology.fresh_context(node):
+        turns = []
     if plan.profile.compaction is not None:
         turns = _since_compaction(plan, turns)
     body = _history(plan, node, turns)

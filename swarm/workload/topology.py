@@ -75,6 +75,10 @@ class TopologyTemplate:
     def after_parents(self, node: str) -> list[str]:
         return [p for p in self.graph.predecessors(node) if self.graph.edges[p, node]["kind"] == "after"]
 
+    def fresh_context(self, node: str) -> bool:
+        """Whether the node's prompt carries no ancestor turns (rendered afresh per call)."""
+        return bool(self.graph.nodes[node].get("fresh_context"))
+
     def gate(self, node: str) -> str | None:
         gate: str | None = self.graph.nodes[node].get("gate")
         return gate
@@ -113,6 +117,12 @@ class TreeOfThoughtParams(_Params):
     depth: int = Field(default=3, ge=1, le=8, description="levels of thoughts below the plan")
     evaluate: bool = Field(default=True, description="an evaluate call scores each thought")
     beam_width: int = Field(default=2, ge=1, le=64, description="thoughts kept per level")
+    restate_path: bool = Field(
+        default=False,
+        description="each call's prompt is rendered afresh (system prompt, task, its own instruction "
+        "restating the path) instead of carrying its ancestors' turns, as template-driven tree "
+        "searches send it: calls share only the system prompt and the task",
+    )
 
 
 class BeamParams(_Params):
@@ -144,7 +154,7 @@ class ChainParams(_Params):
     length: int = Field(default=4, ge=1, le=64, description="calls in sequence (the last answers)")
 
 
-def _tree(name: str, branching: int, depth: int, evaluate: bool, keep: int) -> _Builder:
+def _tree(name: str, branching: int, depth: int, evaluate: bool, keep: int, restate: bool = False) -> _Builder:
     levels_total = sum(branching**level for level in range(1, depth + 1))
     if levels_total * (2 if evaluate else 1) > MAX_TEMPLATE_NODES:
         raise ValueError(
@@ -175,11 +185,14 @@ def _tree(name: str, branching: int, depth: int, evaluate: bool, keep: int) -> _
     b.g.nodes[answer]["gate"] = previous_group
     for leaf in frontier:
         b.link(leaf, answer)
+    if restate:  # only when set: other trees keep their digest
+        for n in b.g.nodes:
+            b.g.nodes[n]["fresh_context"] = True
     return b
 
 
 def build_tree_of_thought(p: TreeOfThoughtParams) -> _Builder:
-    return _tree("tree_of_thought", p.branching, p.depth, p.evaluate, p.beam_width)
+    return _tree("tree_of_thought", p.branching, p.depth, p.evaluate, p.beam_width, p.restate_path)
 
 
 def build_beam(p: BeamParams) -> _Builder:
@@ -332,6 +345,8 @@ class TopologyFile(BaseModel):
 
     name: str = Field(description="name used in specs and traces")
     description: str = ""
+    synthetic: bool = Field(default=False, description="made up rather than taken from a recording or study")
+    source: str = Field(default="", description="the recording or study its shape comes from")
     generator: str | None = Field(default=None, description=f"one of: {', '.join(GENERATORS)}")
     params: dict[str, Any] = Field(default_factory=dict, description="the generator's parameters")
     graph: ExplicitGraph | None = Field(default=None, description="an explicit DAG instead of a generator")

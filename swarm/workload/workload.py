@@ -41,6 +41,10 @@ from swarm.workload.topology import TopologyTemplate
 TASK_LEAD = "task"
 
 
+#: the topology of a mix entry that names none, for a profile that has none of its own
+DEFAULT_TOPOLOGY = "tree_of_thought"
+
+
 class MixEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -49,9 +53,10 @@ class MixEntry(BaseModel):
         description="agent profile name or YAML path (swarm sweep's showdown: support_agent)",
         json_schema_extra=flag("--profile", group="Workload"),
     )
-    topology: str = Field(
-        default="tree_of_thought",
-        description="topology name or YAML path (swarm sweep's showdown: react)",
+    topology: str | None = Field(
+        default=None,
+        description="topology name or YAML path; none: the profile's own topologies (else "
+        f"{DEFAULT_TOPOLOGY}; swarm sweep's showdown: react)",
         json_schema_extra=flag("--topology", group="Workload"),
     )
     weight: float = Field(default=1.0, gt=0, description="relative share of agents")
@@ -237,12 +242,25 @@ class Workload:
         self.catalog = catalog or default_catalog()
         self.tokenizer = tokenizer or get_tokenizer(spec.tokenizer)
         self.profiles = [self.catalog.profile(m.profile) for m in spec.mix]
-        self.topologies = [self.catalog.topology(m.topology) for m in spec.mix]
+        #: per mix entry, its topologies and their cumulative weights (one, unless the entry
+        #: names none and its profile has several of its own)
+        self.topology_choices = [self._choices(m, p) for m, p in zip(spec.mix, self.profiles, strict=True)]
+        self.topologies = [t for templates, _ in self.topology_choices for t in templates]
         weights = np.array([m.weight for m in spec.mix], dtype=float)
         self._cum_weights = np.cumsum(weights / weights.sum())
         rng = np.random.default_rng(np.random.SeedSequence([spec.seed, 0xA441]))
         self.start_offsets_s = spec.arrival.offsets(spec.agents, rng)
         self._system_prompts: dict[tuple[str, int], str] = {}
+
+    def _choices(self, entry: MixEntry, profile: AgentProfile) -> tuple[list[TopologyTemplate], list[float]]:
+        if entry.topology is not None or not profile.topologies:
+            return [self.catalog.topology(entry.topology or DEFAULT_TOPOLOGY)], [1.0]
+        base = Path(profile.base_dir or ".")
+        names = [
+            str(base / c.name) if c.name.endswith((".yaml", ".yml")) else c.name for c in profile.topologies
+        ]
+        weights = np.cumsum([c.weight for c in profile.topologies])
+        return [self.catalog.topology(n) for n in names], list(weights / weights[-1])
 
     @property
     def n_agents(self) -> int:
@@ -324,7 +342,12 @@ class Workload:
         rng = random.Random(f"{self.spec.seed}:agent:{agent_id}")
         mix = int(np.searchsorted(self._cum_weights, rng.random(), side="right"))
         mix = min(mix, len(self.profiles) - 1)
-        profile, topology = self.profiles[mix], self.topologies[mix]
+        profile = self.profiles[mix]
+        templates, cum = self.topology_choices[mix]
+        topology = templates[0]
+        if len(templates) > 1:  # a stream of its own: agents of one-topology entries keep theirs
+            pick = random.Random(f"{self.spec.seed}:agent:{agent_id}:topology").random()
+            topology = templates[min(int(np.searchsorted(cum, pick, side="right")), len(templates) - 1)]
         sp_id = rng.randrange(self.spec.system_prompts)
         task = synth_text(
             rng, max(2, profile.task_tokens.sample_int(rng, 2)), self.tokenizer, lead=f"task {agent_id} :"
@@ -354,8 +377,12 @@ def check_mix(spec: WorkloadSpec, catalog: Catalog | None = None, source: str = 
     catalog = catalog or default_catalog()
     for i, entry in enumerate(spec.mix):
         for name, lookup in (("profile", catalog.profile), ("topology", catalog.topology)):
+            value = getattr(entry, name)
             try:
-                lookup(getattr(entry, name))
+                if value is None:  # the profile's own topologies
+                    Workload(spec.model_copy(update={"mix": [entry], "agents": 1}), catalog)
+                else:
+                    lookup(value)
             except InputError as exc:
                 where = f"--{name}" if source == "flags" else f"{source}: workload.mix.{i}.{name}"
                 raise InputError(f"{where}: {exc}") from None
