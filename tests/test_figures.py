@@ -139,3 +139,18 @@ def test_fit_reads_a_prompt_drop_as_compaction_and_an_idle_gap_as_no_think_time(
     assert "compaction:" in profile_yaml(fit) and "threshold_tokens" in profile_yaml(fit)
     assert any("1 waits longer than" in n for n in fit.notes)
     assert max(fit.tool_time_s.data.get("quantiles", [fit.tool_time_s.data.get("value", 0)])) <= IDLE_GAP_S
+
+
+def test_claude_code_runs_by_name_with_its_fitted_topologies_sub_agents_and_compaction() -> None:
+    from swarm.workload.workload import MixEntry, Workload, WorkloadSpec
+
+    wl = Workload(WorkloadSpec(agents=60, mix=[MixEntry(profile="claude_code")]))
+    profile = wl.profiles[0]
+    assert profile.compaction is not None and profile.compaction.threshold_tokens > 100_000
+    assert profile.subagent_system_prompt is not None
+    drawn = {wl.agent(i).topology.name for i in range(60)}
+    assert len(drawn) > 5 and all(n.startswith("claude_code-") for n in drawn)
+    assert any(wl.agent(i).topology.spawns for i in range(60))  # sub-agents, as recorded
+    # the same agent draws the same topology in any process
+    again = Workload(WorkloadSpec(agents=60, mix=[MixEntry(profile="claude_code")]))
+    assert [again.agent(i).topology.name for i in range(60)] == [wl.agent(i).topology.name for i in range(60)]

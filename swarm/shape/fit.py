@@ -27,8 +27,8 @@ ShapeTable of the trace and calls ``fit_table`` then ``write_fit``. What is deri
   extends (else it is a sub-agent started beside its spawner's thread) and whose prompt is
   below ``COMPACTION_DROP`` of theirs is a compaction (the history replaced by a summary). When the trace has any, the profile
   compacts past the median prompt its parents reached (``threshold_tokens``), with a summary
-  of what such a request holds beyond its session's first prompt; those requests are left out
-  of the tool results.
+  of what such a request holds beyond the system prompt and the median task; those requests
+  are left out of the tool results.
 - **Topologies.** Sessions of the same shape (the same links at the same positions) are one
   explicit graph; with more than ``MAX_TOPOLOGIES`` shapes, the sessions sorted by size are cut
   into that many equal groups, each represented by its median size (in the most common shape
@@ -226,7 +226,8 @@ class FittedCompaction:
 def _compactions(table: ShapeTable, system_tokens: int) -> tuple[set[int], FittedCompaction | None]:
     """The rows that compacted their history, and the compaction they give (None: none seen)."""
     rows = table.rows
-    first_of = {s: members[0] for s, members in table.sessions().items()}
+    firsts = [members[0] for members in table.sessions().values()]
+    task = float(np.median([rows[i].prompt_tokens - system_tokens - INSTRUCTION_TOKENS for i in firsts]))
     found: set[int] = set()
     before, summaries = [], []
     extended = {p for r in rows for p in r.context_parents}  # a spawner's thread goes on
@@ -239,12 +240,15 @@ def _compactions(table: ShapeTable, system_tokens: int) -> tuple[set[int], Fitte
         if r.prompt_tokens < COMPACTION_DROP * parent:
             found.add(i)
             before.append(parent)
-            head = rows[first_of[r.session]].prompt_tokens
-            summaries.append(max(3, r.prompt_tokens - head - INSTRUCTION_TOKENS))
+            # a compacted prompt is the system prompt, a task and the summary (and an instruction)
+            summaries.append(max(3, round(r.prompt_tokens - system_tokens - task - INSTRUCTION_TOKENS)))
     if not found:
         return found, None
     threshold = int(np.median(before))
-    summary = fit_values(summaries, "compacted prompt less its session's first prompt", integer=True, default=100)
+    summary = fit_values(
+        summaries, "compacted prompt less the system prompt, the median task and one instruction",
+        integer=True, default=100,
+    )  # fmt: skip
     comment = (
         f"{len(found)} requests fall below {COMPACTION_DROP:.0%} of their parent's prompt (the history "
         f"compacted): median prompt before one {threshold} tokens"
