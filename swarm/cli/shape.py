@@ -29,8 +29,9 @@ def load_table(
     source: str, reading: TraceSourceSpec | None = None, *, target: str | None = None, agents: int | None = None
 ) -> ShapeTable:
     """The ShapeTable of ``source``: a run spec (``.yaml``, offline, at most ``agents``
-    agents), a run folder (its ``target``, else the reading's source target), or a trace file
-    or folder read as ``reading`` says."""
+    agents), an agent profile's name (the spec ``swarm run --profile NAME`` runs, offline), a
+    run folder (its ``target``, else the reading's source target), or a trace file or folder
+    read as ``reading`` says."""
     from swarm.replay.formats import detect_format
     from swarm.replay.source_spec import TraceSourceSpec
     from swarm.shape.table import table_from_plan, table_from_run, table_from_spec
@@ -41,10 +42,25 @@ def load_table(
 
         spec = validated(RunSpec, load_run_spec_file(source), source)
         return table_from_spec(spec.workload, source, agents)
+    profile = _builtin_profile(source)
+    if profile is not None:
+        from swarm.workload.workload import MixEntry, WorkloadSpec
+
+        # a profile by name: the run spec `swarm run --profile NAME` sends (its own topologies)
+        return table_from_spec(WorkloadSpec(mix=[MixEntry(profile=profile)]), f"profile {profile}", agents)
     reading = (reading or TraceSourceSpec()).model_copy(update={"source": source})
     if (reading.format or detect_format(source)) == "swarm":
         return table_from_run(source, target or reading.source_target)
     return table_from_plan(reading.load())
+
+
+def _builtin_profile(source: str) -> str | None:
+    """``source`` when it names an agent profile (and no file or folder of that name exists)."""
+    if Path(source).exists() or "/" in source:
+        return None
+    from swarm.workload.catalog import default_catalog
+
+    return source if source in default_catalog().profile_names() else None
 
 
 def _reading(given: Given) -> TraceSourceSpec:
@@ -91,7 +107,9 @@ def fit(
 @app.command()
 @takes("realism")
 def realism(
-    candidate: Annotated[str, typer.Argument(help="a run folder, or a run spec .yaml (read offline)")],
+    candidate: Annotated[
+        str, typer.Argument(help="a run folder, a run spec .yaml, or an agent profile's name (read offline)")
+    ],
     against: Annotated[str, typer.Option("--against", help="the reference: a trace or a run folder")],
     candidate_target: Annotated[
         str | None, typer.Option(help="the candidate run's target (default: the first)")
@@ -110,7 +128,7 @@ def realism(
     or against a study's published figures (a figures file, or a built-in's name:
     trtllm_agentic, claude_code)."""
     from swarm.cli.sending import write_or_print
-    from swarm.shape.features import features
+    from swarm.shape.features import comparable_features
     from swarm.shape.figures import is_figures_file
     from swarm.shape.realism import compare, text_table
 
@@ -121,7 +139,7 @@ def realism(
     if figure_set is not None:
         raise InputError(f"--set: {against} is not a figures file (a YAML with sets:)")
     ref = load_table(against, _reading(given))
-    cv, rv = features(cand), features(ref)
+    cv, rv, _ = comparable_features(cand, ref)
     report = compare(cand, ref, cv, rv)
     html = given.get("html")
     if html is not None:

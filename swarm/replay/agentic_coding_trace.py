@@ -115,6 +115,7 @@ class _Agent:
 class _TraceReader:
     def __init__(self, path: Path, items: list[ReplayItem], number: int, namespace: int) -> None:
         self.path, self.items, self.number, self.namespace = path, items, number, namespace
+        self.local_ids = True
         self.lines: dict[tuple[int, ...], int] = {}
         self.session_id = path.name
         self.block = BLOCK_TOKENS
@@ -138,6 +139,7 @@ class _TraceReader:
             raise InputError(f'{self.path}: hash_id_scope {scope!r}: expected "local" or "global"')
         if scope == "global":
             self.namespace = 0
+        self.local_ids = scope == "local"
         trace_id = data.get("id")
         sid = trace_id if isinstance(trace_id, str) and trace_id else self.path.name
         self.session_id = sid if sid not in taken else f"{sid}@{self.path.name}"
@@ -275,6 +277,7 @@ def import_agentic_coding(path: str | Path, *, skip_bad_lines: bool = False) -> 
     items: list[ReplayItem] = []
     taken: set[str] = set()
     skipped: list[str] = []
+    local_ids = False
     for n, f in enumerate(files):
         start = len(items)
         reader = _TraceReader(f, items, n, n + 1 if len(files) > 1 else 0)
@@ -282,6 +285,7 @@ def import_agentic_coding(path: str | Path, *, skip_bad_lines: bool = False) -> 
             reader.read(taken)
             if len(items) == start:
                 raise InputError(f"{f}: no request: nothing to replay")
+            local_ids = local_ids or reader.local_ids
         except InputError as exc:
             if not skip_bad_lines:
                 raise
@@ -292,7 +296,8 @@ def import_agentic_coding(path: str | Path, *, skip_bad_lines: bool = False) -> 
             f"{path}: no request left to replay ({len(skipped)} bad trace file(s); first: {skipped[0]})"
         )
     plan = ReplayPlan(
-        items=items, source=str(path), source_format=FORMAT.name, default_mode=FORMAT.default_mode
+        items=items, source=str(path), source_format=FORMAT.name, default_mode=FORMAT.default_mode,
+        ids_per_session=local_ids,
     )
     if skipped:
         plan.notes.append(f"skipped {len(skipped)} bad trace file(s); first: {skipped[0]}")

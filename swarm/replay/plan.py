@@ -43,6 +43,9 @@ class ReplayPlan:
     source_seed: int | None = None
     source_spec_hash: str | None = None
     source_digests: dict[str, str] = field(default_factory=dict)
+    #: its sessions' hash ids are numbered per session: no prefix shared across sessions can
+    #: be seen in it (an agentic-coding trace with ``hash_id_scope: local``)
+    ids_per_session: bool = False
 
 
 def session_roots(items: Sequence[ReplayItem]) -> dict[int, int]:

@@ -13,6 +13,9 @@ parent, with its formula here:
 - ``reuse_per_request``: per request, ``ideal_cached / prompt``: the share of its prompt that an
   infinite prefix cache would hold (the longest prefix shared with any earlier prompt).
 - ``reuse_per_session``: per session, ``sum(ideal_cached) / sum(prompt)`` over its requests.
+  Both reuse rows read ``session_cached`` for ``ideal_cached`` when compared with a trace whose
+  hash ids are numbered per session (``comparable_features``): such a trace cannot show a
+  prefix shared across sessions, so both sides count each session alone.
 - ``gap_s``: per request with parents, seconds from its last parent's end to its start (tool and
   think time; a trace's recorded wait).
 - ``fan_out``: per request that some request waits for, how many requests wait for it.
@@ -46,15 +49,34 @@ FIGURE_FEATURES: dict[str, tuple[str, str]] = {
 }
 
 
-def features(table: ShapeTable) -> dict[str, list[float]]:
-    """Every feature of ``table`` (see the module docstring for the formulas)."""
+def comparable_features(
+    candidate: ShapeTable, reference: ShapeTable
+) -> tuple[dict[str, list[float]], dict[str, list[float]], str | None]:
+    """Both sides' features, read alike: each session alone on both sides when either is a
+    trace whose hash ids are numbered per session; and the note that says so (None when not)."""
+    alone = candidate.ids_per_session or reference.ids_per_session
+    note = None
+    if alone:
+        which = reference.source if reference.ids_per_session else candidate.source
+        note = (
+            f"{which} numbers its hash ids per session, so it cannot show prefixes shared across sessions: "
+            "both reuse rows count each session alone, on both sides"
+        )
+    return features(candidate, sessions_alone=alone), features(reference, sessions_alone=alone), note
+
+
+def features(table: ShapeTable, *, sessions_alone: bool = False) -> dict[str, list[float]]:
+    """Every feature of ``table`` (see the module docstring for the formulas); with
+    ``sessions_alone`` both reuse rows count each session alone (``session_cached`` for
+    ``ideal_cached``), as a trace whose hash ids are numbered per session must be read."""
     rows = table.rows
     out: dict[str, list[float]] = {name: [] for name in FIGURE_FEATURES}
     for r in rows:
         out["prompt_tokens"].append(float(r.prompt_tokens))
         out["output_tokens"].append(float(r.output_tokens))
+        cached = r.session_cached_tokens if sessions_alone else r.ideal_cached_tokens
         if r.prompt_tokens > 0:
-            out["reuse_per_request"].append(min(1.0, r.ideal_cached_tokens / r.prompt_tokens))
+            out["reuse_per_request"].append(min(1.0, cached / r.prompt_tokens))
         if r.context_parents:
             out["growth_tokens"].append(
                 float(r.prompt_tokens - max(rows[p].prompt_tokens for p in r.context_parents))
@@ -68,9 +90,11 @@ def features(table: ShapeTable) -> dict[str, list[float]]:
         out["session_requests"].append(float(len(members)))
         prompt = sum(rows[i].prompt_tokens for i in members)
         if prompt > 0:
-            out["reuse_per_session"].append(
-                min(1.0, sum(rows[i].ideal_cached_tokens for i in members) / prompt)
+            cached = sum(
+                rows[i].session_cached_tokens if sessions_alone else rows[i].ideal_cached_tokens
+                for i in members
             )
+            out["reuse_per_session"].append(min(1.0, cached / prompt))
             out["session_alone_hit"].append(
                 min(1.0, sum(rows[i].session_cached_tokens for i in members) / prompt)
             )

@@ -39,7 +39,7 @@ ShapeTable of the trace and calls ``fit_table`` then ``write_fit``. What is deri
 
 Each distribution is a lognormal when one fits the values (one-sample KS distance at most
 ``LOGNORMAL_KS``), a constant when all values are equal, else the values' quantiles at every 5 %
-(``dist: empirical``). Every number is written with a comment saying where it came from.
+(every 1 % from ``FINE_QUANTILES_FROM`` values on; ``dist: empirical``). Every number is written with a comment saying where it came from.
 """
 
 from __future__ import annotations
@@ -62,7 +62,12 @@ from swarm.shape.table import ShapeTable
 INSTRUCTION_TOKENS = 4
 MAX_TOPOLOGIES = 16
 LOGNORMAL_KS = 0.08
-_QUANTILE_STEPS = 20  # empirical fits: values at every 5 %
+#: empirical fits: values at every 5 %, or at every 1 % from ``FINE_QUANTILES_FROM`` values on
+#: (a long tail, such as a tool result of 100k tokens among hundreds of 1k, keeps its weight:
+#: at 5 % steps the top step alone interpolates up to the maximum and inflates the mean)
+_QUANTILE_STEPS = 20
+_FINE_QUANTILE_STEPS = 100
+FINE_QUANTILES_FROM = 200
 
 
 @dataclass(frozen=True)
@@ -143,7 +148,8 @@ def fit_values(values: Sequence[float], what: str, *, integer: bool, default: fl
                     data,
                     f"{what}: lognormal fitted to {n} values (KS distance {ks:.3f}), clipped to their range",
                 )
-    qs = np.quantile(arr, np.linspace(0, 1, _QUANTILE_STEPS + 1))
+    steps = _FINE_QUANTILE_STEPS if n >= FINE_QUANTILES_FROM else _QUANTILE_STEPS
+    qs = np.quantile(arr, np.linspace(0, 1, steps + 1))
     points = [_round(float(v), integer) for v in qs]
     for i in range(1, len(points)):  # rounding must not make them decrease
         points[i] = max(points[i], points[i - 1])
@@ -154,7 +160,7 @@ def fit_values(values: Sequence[float], what: str, *, integer: bool, default: fl
     )
     return FittedValue(
         {"dist": "empirical", "quantiles": points},
-        f"{what}: the trace's values at every 5 % ({n} values; {why})",
+        f"{what}: the trace's values at every {100 // steps} % ({n} values; {why})",
     )
 
 
@@ -170,21 +176,27 @@ def roles(table: ShapeTable) -> list[str]:
 _Shape = tuple[tuple[tuple[int, bool], ...], ...]
 
 
-def _shape(table: ShapeTable, members: list[int]) -> _Shape:
+def _shape(table: ShapeTable, members: list[int], breaks: set[int]) -> _Shape:
     """Per member, its links as (position in the session, is a context link): its parents, and
-    a context ancestor it extends without waiting for it directly."""
+    a context ancestor it extends without waiting for it directly. A thread break's parents
+    (``thread_breaks``: a compaction, a rewritten history) are context links: the thread goes
+    on, and the profile's compaction replaces its history when it grows past the threshold; it
+    is no sub-agent."""
     where = {pos: i for i, pos in enumerate(members)}
     out = []
     for m in members:
         r = table.rows[m]
         linked = set(r.parents) | set(r.context_parents)  # a context ancestor may not be waited for directly
-        out.append(tuple(sorted((where[p], p in r.context_parents) for p in linked if p in where)))
+        context = linked if m in breaks else set(r.context_parents)
+        out.append(tuple(sorted((where[p], p in context) for p in linked if p in where)))
     return tuple(out)
 
 
-def _topologies(table: ShapeTable, name: str, row_roles: list[str]) -> list[FittedTopology]:
+def _topologies(
+    table: ShapeTable, name: str, row_roles: list[str], breaks: set[int]
+) -> list[FittedTopology]:
     sessions = list(table.sessions().values())
-    shapes = [_shape(table, m) for m in sessions]
+    shapes = [_shape(table, m, breaks) for m in sessions]
     counts = Counter(shapes)
     groups: list[tuple[_Shape, int]]
     if len(counts) <= MAX_TOPOLOGIES:
@@ -223,19 +235,31 @@ class FittedCompaction:
     comment: str
 
 
-def _compactions(table: ShapeTable, system_tokens: int) -> tuple[set[int], FittedCompaction | None]:
-    """The rows that compacted their history, and the compaction they give (None: none seen)."""
+def thread_breaks(table: ShapeTable) -> set[int]:
+    """The rows that go on a thread without extending its prompt: they wait for parents, extend
+    none of them, and no other row extends those parents (else the row is a sub-agent started
+    beside its spawner's thread). A compaction is one; so is a rewritten or rewound history."""
+    rows = table.rows
+    extended = {p for r in rows for p in r.context_parents}  # a spawner's thread goes on
+    return {
+        i
+        for i, r in enumerate(rows)
+        if r.parents and not r.context_parents and not any(p in extended for p in r.parents)
+    }
+
+
+def _compactions(
+    table: ShapeTable, system_tokens: int, breaks: set[int]
+) -> tuple[set[int], FittedCompaction | None]:
+    """The thread breaks that compacted their history (a prompt below ``COMPACTION_DROP`` of
+    its parent's), and the compaction they give (None: none seen)."""
     rows = table.rows
     firsts = [members[0] for members in table.sessions().values()]
     task = float(np.median([rows[i].prompt_tokens - system_tokens - INSTRUCTION_TOKENS for i in firsts]))
     found: set[int] = set()
     before, summaries = [], []
-    extended = {p for r in rows for p in r.context_parents}  # a spawner's thread goes on
-    for i, r in enumerate(rows):
-        if not r.parents or r.context_parents:  # a compacted prompt extends none of its parents
-            continue
-        if any(p in extended for p in r.parents):  # a sub-agent started beside its spawner's thread
-            continue
+    for i in sorted(breaks):
+        r = rows[i]
         parent = max(rows[p].prompt_tokens for p in r.parents)
         if r.prompt_tokens < COMPACTION_DROP * parent:
             found.add(i)
@@ -292,7 +316,13 @@ def fit_table(table: ShapeTable, name: str) -> Fit:
         values = [r.output_tokens for r, rr in zip(rows, row_roles, strict=True) if rr == role]
         if len(values) >= 5:
             outputs[role] = fit_values(values, f"output of {role} calls", integer=True, default=64)
-    compacted, compaction = _compactions(table, system_tokens)
+    breaks = thread_breaks(table)
+    compacted, compaction = _compactions(table, system_tokens, breaks)
+    if len(breaks) > len(compacted):
+        notes.append(
+            f"{len(breaks) - len(compacted)} requests go on their thread with a rewritten history (neither "
+            "extending their parent's prompt nor compacting it): fitted as turns that extend it"
+        )
     added, gaps = [], []
     idle = 0
     for i, r in enumerate(rows):
@@ -333,7 +363,7 @@ def fit_table(table: ShapeTable, name: str) -> Fit:
         source=table.source, name=name, sessions=len(sessions), requests=len(rows),
         system_prompt_tokens=system_tokens, system_prompts=distinct, system_comment=system_comment,
         task_tokens=task, output_tokens=outputs, tool_result_tokens=tool_result, tool_time_s=tool_time,
-        topologies=_topologies(table, name, row_roles), arrival=arrival, arrival_comment=arrival_comment,
+        topologies=_topologies(table, name, row_roles, breaks), arrival=arrival, arrival_comment=arrival_comment,
         notes=notes + list(table.notes), compaction=compaction,
     )  # fmt: skip
 

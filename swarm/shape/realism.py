@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from swarm.shape.features import FEATURES, features
+from swarm.shape.features import FEATURES, comparable_features
 from swarm.shape.table import ShapeTable
 
 MATCH_D = 0.15
@@ -115,9 +115,11 @@ def compare(
     candidate_values: dict[str, list[float]] | None = None,
     reference_values: dict[str, list[float]] | None = None,
 ) -> RealismReport:
-    """The realism report of ``candidate`` against ``reference`` (see the module docstring)."""
-    cv = candidate_values or features(candidate)
-    rv = reference_values or features(reference)
+    """The realism report of ``candidate`` against ``reference`` (see the module docstring);
+    the values, when given, are ``comparable_features``'."""
+    cv0, rv0, alone = comparable_features(candidate, reference)
+    cv = candidate_values or cv0
+    rv = reference_values or rv0
     rows = []
     for name, (label, unit) in FEATURES.items():
         a, b = cv[name], rv[name]
@@ -140,6 +142,8 @@ def compare(
     else:
         verdict = "partly"
     notes = [f"candidate: {n}" for n in candidate.notes] + [f"reference: {n}" for n in reference.notes]
+    if alone:
+        notes.append(alone)
     missing = [r.feature for r in rows if r.verdict == "n/a"]
     if missing:
         notes.append(f"not compared (a side has no values): {', '.join(missing)}")

@@ -72,6 +72,9 @@ class ShapeTable:
     source: str
     kind: SourceKind
     notes: list[str] = field(default_factory=list)
+    #: a trace whose hash ids are numbered per session can show no prefix shared across
+    #: sessions: its ideal reuse is each session's alone (``ReplayPlan.ids_per_session``)
+    ids_per_session: bool = False
 
     def sessions(self) -> dict[str, list[int]]:
         """Row positions by session, in row order."""
@@ -303,7 +306,7 @@ def table_from_plan(plan: ReplayPlan) -> ShapeTable:
         pos = firsts[session][0]
         if tokens > rows[pos].shared_lead_tokens:
             rows[pos] = dataclasses.replace(rows[pos], shared_lead_tokens=tokens, shared_lead_key=key)
-    return ShapeTable(rows, plan.source, "trace", notes)
+    return ShapeTable(rows, plan.source, "trace", notes, ids_per_session=plan.ids_per_session)
 
 
 # -- from a swarm run -----------------------------------------------------------------------------
