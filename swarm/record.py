@@ -68,6 +68,10 @@ class RequestIdentity:
     attempt: int = 0
     #: request_id of the first attempt, on a retry's row; None on a first attempt
     retry_of: str | None = None
+    #: a warm-up call of a session started mid-life (``--start-at mid``): it re-sends the
+    #: history the session had before the sampled start, so the engine holds it; left out of
+    #: every headline figure
+    warmup: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from swarm.trace.reader import (
     part_size,
     read_requests_tolerant,
     unfinished_parts,
+    without_warmups,
 )
 
 #: Columns a breakdown may be made by, in the order reports show them.
@@ -37,7 +38,7 @@ COLUMNS = [
     "target", "engine", "session_id", "node", "parent_nodes", "depth", "role", "profile", "topology",
     "system_prompt_id", "status", "error", "scheduled_ns", "sent_ns", "queue_ns", "slot_wait_ns", "ttft_ns", "e2e_ns",
     "chunk_ns", "prompt_tokens", "completion_tokens", "cached_tokens", "prompt_tokens_est",
-    "ideal_cached_tokens_est", "attempt",
+    "ideal_cached_tokens_est", "attempt", "warmup",
 ]  # fmt: skip
 
 
@@ -56,6 +57,9 @@ class LoadedRun:
     bad_parts: list[BadPart] = field(default_factory=list)
     #: why the scraped server metrics could not be read, if they could not
     server_error: str | None = None
+    #: warm-up calls of sessions started mid-life (``--start-at mid``): not in ``requests``,
+    #: so in no figure
+    warmup_rows: int = 0
 
     def targets(self) -> list[str]:
         named = [t.name for t in self.manifest.targets]
@@ -74,6 +78,7 @@ def load_run(run_dir: RunLocation) -> LoadedRun:
     torn = unfinished_parts(storage) if storage.exists("requests") else []
     manifest = RunManifest.read(storage)
     requests, bad = read_requests_tolerant(storage, columns=COLUMNS)
+    requests, warmups = without_warmups(requests)
     server, server_error = None, None
     try:
         server = read_server_metrics(storage)
@@ -88,6 +93,7 @@ def load_run(run_dir: RunLocation) -> LoadedRun:
         unfinished_parts=len(torn),
         unfinished_bytes=sum(part_size(storage, p) for p in torn),
         bad_parts=bad,
+        warmup_rows=warmups,
     )
 
 
@@ -157,9 +163,14 @@ def run_warnings(run: LoadedRun, targets: dict[str, TargetReport]) -> list[str]:
             out.append(
                 f"{b.path} ({b.size_bytes:,} bytes) cannot be read and is left out: {estimate}; {b.error}"
             )
-        counted = sum(mf.counts.values())
+        counted = sum(mf.counts.values()) - run.warmup_rows
         if counted > rows:
             out.append(f"the readable parts hold {rows:,} of the {counted:,} requests the manifest counts")
+    if run.warmup_rows:
+        out.append(
+            f"{run.warmup_rows} warm-up calls (sessions started mid-life re-send their history first) "
+            "are left out of every figure"
+        )
     if run.server_error:
         out.append(f"the engines' scraped metrics cannot be read and are left out: {run.server_error}")
     if mf.records_lost:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from swarm.analysis.figures import TargetFigures, first_engine, rows_of, target_figures, target_names
-from swarm.trace.reader import RunLocation, read_requests
+from swarm.trace.reader import WARMUP_COLUMN, RunLocation, read_requests, without_warmups
 
 COLUMNS = [
     "target", "engine", "session_id", "status", "ttft_ns", "e2e_ns", "sent_ns", "queue_ns", "slot_wait_ns",
@@ -52,7 +52,7 @@ def closing_summary(fig: TargetFigures, engine: str) -> dict[str, Any]:
 
 def run_figures(run_dir: RunLocation) -> dict[str, tuple[str, TargetFigures]]:
     """(engine, figures) per target of a run folder, targets sorted by name."""
-    table = read_requests(run_dir, columns=COLUMNS)
+    table, _warmups = without_warmups(read_requests(run_dir, columns=[*COLUMNS, WARMUP_COLUMN]))
     out: dict[str, tuple[str, TargetFigures]] = {}
     for target in target_names(table):
         rows = rows_of(table, target)

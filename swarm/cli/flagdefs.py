@@ -81,6 +81,7 @@ FLAGS: dict[str, FlagDef] = {
     'spec': FlagDef(decls=('--spec',), kind='path', help='a spec YAML (run and sweep: workload:, targets:, ...; replay: replay:, targets:, ...); flags override it', group='Output', metavar='FILE', origin=('OutputOptions.spec',)),
     'speed': FlagDef(decls=('--speed',), kind='float', help='time compression: 2 halves the gaps', group='Replay source', default_text='1', origin=('ReplaySourceSpec.speed',)),
     'stamp_chunks': FlagDef(decls=('--stamp-chunks',), kind='bool', help='add "swarm_sent_ns" (this host\'s monotonic clock at the write) to every streamed content event, so a client on the same host can measure its own receive delay', group='Emulator', default_text='off', negatable=False, origin=('EmulatorConfig.stamp_chunks',)),
+    'start_at': FlagDef(decls=('--start-at',), kind='str', help='begin: every session from its first call; mid: each session from a sampled point of its lifetime (between start_ratios of its calls), its history in the prompt, after one warm-up call that re-sends that history (marked warmup, in no headline figure)', group='Workload', default_text='begin', choices=('begin', 'mid'), origin=('WorkloadSpec.start_at',)),
     'steady_fraction': FlagDef(decls=('--steady-fraction',), kind='float', help='steady window: from the first time requests in flight reach this fraction of their time-weighted median to the last time they are at or above it', group='Sweep', default_text='0.8', origin=('SweepSpec.steady_fraction',)),
     'step_base_ms': FlagDef(decls=('--step-base-ms',), kind='float', help='batch timing: fixed cost of one step, ms', group='Emulator', default_text='4', origin=('EmulatorConfig.step_base_ms',)),
     'stop_error_rate': FlagDef(decls=('--stop-error-rate',), kind='float', help='--auto stops (and a point is invalid) above this error share', group='Sweep', default_text='0.05', origin=('StopRules.max_error_rate',)),
@@ -135,6 +136,7 @@ _WORKLOAD_SPEC: dict[str, tuple[tuple[str, ...], ...]] = {
     'arrival': (('workload', 'arrival'),),
     'on_failure': (('workload', 'on_failure'),),
     'tokenizer': (('workload', 'tokenizer'),),
+    'start_at': (('workload', 'start_at'),),
 }
 _OUTPUT_OPTIONS: dict[str, tuple[tuple[str, ...], ...]] = {
     'spec': (),

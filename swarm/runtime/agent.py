@@ -25,7 +25,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 from swarm.record import RequestIdentity, Status
 from swarm.request import ChatMessage, EngineRequest
@@ -99,9 +101,12 @@ class AgentRun:
         self.cancelled = False
 
     async def run(self, start_perf_ns: int) -> None:
-        roots = [n for n in self.template.order if self._deps[n] == 0]
+        warm = self._enter_history() if self.plan.history else []
+        roots = [n for n in self.template.order if self._deps[n] == 0 and n not in self.state]
         for n in roots:
             self._launch(n, start_perf_ns)
+        for n in warm:
+            self._spawn(self._warm_up(n, start_perf_ns))
         if not self._tasks:
             return
         try:
@@ -124,7 +129,56 @@ class AgentRun:
 
     # -- scheduling ----------------------------------------------------------------------------
 
+    def _enter_history(self) -> list[str]:
+        """A session started mid-life: its history nodes count as answered with their stand-in
+        turns, unsent; the ones a later node extends are returned, to be re-sent once each as
+        warm-up calls (one for a single thread) that resolve them; the others resolve now."""
+        t, plan = self.template, self.plan
+        history = set(plan.history)
+        warm = [
+            p
+            for p in plan.history
+            if any(c not in history and p in t.context_parents(c) for c in t.graph.successors(p))
+        ]
+        for n in plan.history:
+            self.state[n] = ALIVE
+            self.turns[n] = synthetic_turn(plan, n)
+        for n in plan.history:
+            if n not in warm:
+                self._resolve(n, ALIVE)
+        return warm
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    async def _warm_up(self, node: str, start_perf_ns: int) -> None:
+        """Re-send a history node's call (one output token, marked warm-up), so the engine
+        holds the history the session starts with; then its tool time, then it resolves: the
+        session goes on whatever the warm-up's outcome (its history stands either way)."""
+        env, plan = self.env, self.plan
+        d = env.dispatcher
+        np_ = plan.node(node)
+        first_id = f"{plan.session_id}:{node}:warmup"
+        record, attempts = await d.send_retrying(
+            functools.partial(self._build, node, np_, first_id, warmup=True), start_perf_ns, retries=0
+        )
+        self.records += attempts
+        if record is None:
+            self._resolve(node, "skipped")
+            return
+        if record.status is Status.CANCELLED:
+            self.cancelled = True
+            self._resolve(node, "failed")
+            return
+        if np_.tool_result is not None:
+            await d.sleep_until(d.clock_ns() + int(np_.tool_s * 1e9))
+        self._resolve(node, ALIVE)
+
     def _launch(self, node: str, ready_perf_ns: int) -> None:
+        if node in self.state and node in self.plan.history:  # answered before the session's start
+            return
         parents = self.template.context_parents(node)
         if parents and all(self.state.get(p) != ALIVE for p in parents):
             self._resolve(node, "pruned")
@@ -133,9 +187,7 @@ class AgentRun:
             self._resolve(node, "skipped")
             return
         self.state[node] = "running"
-        task = asyncio.get_running_loop().create_task(self._run_node(node, ready_perf_ns))
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
+        self._spawn(self._run_node(node, ready_perf_ns))
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -243,10 +295,11 @@ class AgentRun:
         self._resolve(node, "cut" if np_.early_stop else ALIVE)
 
     def _build(
-        self, node: str, np_: NodePlan, first_id: str, attempt: int, due_perf_ns: int, slot_wait_ns: int
-    ) -> Outgoing:
+        self, node: str, np_: NodePlan, first_id: str, attempt: int, due_perf_ns: int, slot_wait_ns: int,
+        *, warmup: bool = False,
+    ) -> Outgoing:  # fmt: skip
         """One attempt at a node's call, built once a slot is free (its ideal reuse is taken
-        now, in send order)."""
+        now, in send order); a warm-up call asks for one output token."""
         env, plan = self.env, self.plan
         d = env.dispatcher
         messages = self.messages(node)
@@ -258,7 +311,7 @@ class AgentRun:
         parents = tuple(p for p in self.template.context_parents(node) if self.state.get(p) == ALIVE)
         request = EngineRequest(
             messages=messages,
-            max_tokens=np_.max_tokens,
+            max_tokens=1 if warmup else np_.max_tokens,
             identity=RequestIdentity(
                 run_id=env.run_id,
                 worker=env.worker,
@@ -275,6 +328,7 @@ class AgentRun:
                 request_id=retry_request_id(first_id, attempt) if attempt else first_id,
                 attempt=attempt,
                 retry_of=first_id if attempt else None,
+                warmup=warmup,
             ),
             scheduled_ns=d.wall_at(due_perf_ns),
             stream=env.stream,

@@ -26,7 +26,8 @@ Three sources:
   session id (a replay of a flat trace) is a session of its own;
 - a run spec, offline: the Workload's prompts with ``context: synthetic`` stand-ins, every node
   run (no beam pruning, no early stops, no failures), agents one after another, each node's
-  wait its parents' tool time plus its own think time.
+  wait its parents' tool time plus its own think time; a session started mid-life
+  (``start_at: mid``) from its start, its warm-up calls counted in the ideal but not as rows.
 """
 
 from __future__ import annotations
@@ -362,9 +363,9 @@ def _after_parents(
 
 def table_from_run(run_dir: str | Path, target: str | None = None) -> ShapeTable:
     """The first attempts of one target of a run (the first target unless named)."""
-    from swarm.trace.reader import read_requests
+    from swarm.trace.reader import WARMUP_COLUMN, read_requests, without_warmups
 
-    table = read_requests(run_dir, _RUN_COLUMNS)
+    table, warmups = without_warmups(read_requests(run_dir, [*_RUN_COLUMNS, WARMUP_COLUMN]))
     data: dict[str, list[Any]] = table.to_pydict()
     targets = list(dict.fromkeys(data["target"]))
     if not targets:
@@ -377,6 +378,8 @@ def table_from_run(run_dir: str | Path, target: str | None = None) -> ShapeTable
     t0 = data["scheduled_ns"][keep[0]] if keep else 0
     position = {(data["session_id"][i], data["node"][i]): k for k, i in enumerate(keep)}
     notes: list[str] = []
+    if warmups:
+        notes.append(f"{warmups} warm-up calls of sessions started mid-life left out")
     after = _after_parents(run_dir, data, keep, notes)
     rows: list[ShapeRow] = []
     firsts: dict[str, tuple[int, Sequence[object], Sequence[float]]] = {}
@@ -464,12 +467,18 @@ def table_from_spec(spec: WorkloadSpec, source: str, agents: int | None = None) 
                 notes.append(note)
         position: dict[str, int] = {}
         alone = PrefixIndex()  # this agent's prompts only
+        history = set(plan.history)
         for node in t.order:
+            later = [c for c in t.graph.successors(node) if c not in history]
+            if node in history and not any(node in t.context_parents(c) for c in later):
+                continue  # before a mid-life start, and not re-sent
             ancestors = t.context_ancestors(node)
             messages = compose_messages(plan, node, [(p, synthetic_turn(plan, p)) for p in ancestors])
             tokens: list[object] = [tok for m in messages for tok in encode(m.content)]
             matched = index.observe(tokens)
             own = alone.observe(tokens)
+            if node in history:  # its warm-up call: sent, but no row (in no figure)
+                continue
             context = t.context_parents(node)
             waited = [*context, *t.after_parents(node)]
             parents = tuple(position[p] for p in waited if p in position)

@@ -36,7 +36,7 @@ from swarm.sweep.point_figures import (
 )
 from swarm.sweep.working_set import WorkingSet, predicted_cliff_load, working_set
 from swarm.trace.manifest import RunManifest
-from swarm.trace.reader import read_requests_tolerant
+from swarm.trace.reader import read_requests_tolerant, without_warmups
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +119,7 @@ def point_result(
 ) -> PointResult:
     """The figures of ``target``'s rows in one point's run folder."""
     table, _bad = read_requests_tolerant(str(run_dir))
+    table, _warmups = without_warmups(table)  # mid-life starts' warm-up calls: in no figure
     if table.num_rows and "target" in table.column_names:
         table = table.filter(pc.equal(table["target"], target))
     window = steady_window(table, steady_fraction) if table.num_rows else whole_run_window(table)

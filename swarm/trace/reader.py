@@ -105,3 +105,20 @@ def part_size(storage: RunStorage, path: Path) -> int:
         return int(storage.fs.get_file_info(str(path)).size or 0)
     except OSError:
         return 0
+
+
+#: the column that marks a warm-up call (``RequestIdentity.warmup``; null in older traces)
+WARMUP_COLUMN = "warmup"
+
+
+def without_warmups(table: pa.Table) -> tuple[pa.Table, int]:
+    """``table`` less its warm-up rows (sessions started mid-life re-send their history first;
+    no headline figure counts them), and how many were dropped. A table without the column
+    (an older trace, or a selection without it) has none."""
+    if WARMUP_COLUMN not in table.column_names or table.num_rows == 0:
+        return table, 0
+    import pyarrow.compute as pc
+
+    keep = pc.invert(pc.fill_null(table[WARMUP_COLUMN], False))
+    kept = table.filter(keep)
+    return kept, table.num_rows - kept.num_rows

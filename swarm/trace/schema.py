@@ -60,8 +60,9 @@ TRACE_SCHEMA = pa.schema(
         pa.field("prompt_parts", pa.list_(_STR)),
         pa.field("prompt_roles", pa.list_(_STR)),
         pa.field("output_text", _STR),
-        # added after schema version 1's first release: null in older traces (read as 0)
+        # added after schema version 1's first release: null in older traces (read as 0, false)
         pa.field("slot_wait_ns", _I64),
+        pa.field("warmup", pa.bool_()),
     ],
     metadata={b"swarm.schema_version": str(SCHEMA_VERSION).encode()},
 )

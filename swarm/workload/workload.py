@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from swarm.cliflag import flag
 from swarm.errors import InputError
@@ -114,6 +114,30 @@ class WorkloadSpec(BaseModel):
         json_schema_extra=flag("--on-failure", group="Workload"),
     )
     tokenizer: TokenizerPath = None
+    start_at: Literal["begin", "mid"] = Field(
+        default="begin",
+        description="begin: every session from its first call; mid: each session from a sampled "
+        "point of its lifetime (between start_ratios of its calls), its history in the prompt, "
+        "after one warm-up call that re-sends that history (marked warmup, in no headline figure)",
+        json_schema_extra=flag("--start-at", group="Workload"),
+    )
+    start_ratios: tuple[float, float] = Field(
+        default=(0.25, 0.75),
+        description="with start_at: mid, where in its calls a session starts: uniform between these "
+        "shares (AIPerf's agentx scenario starts its trajectories between 0.25 and 0.75)",
+    )
+
+    @model_validator(mode="after")
+    def _ratios(self) -> WorkloadSpec:
+        low, high = self.start_ratios
+        if not 0 <= low <= high < 1:
+            raise ValueError(f"start_ratios {list(self.start_ratios)}: expected 0 <= low <= high < 1")
+        return self
+
+
+#: fields added after specs were first hashed: left out of ``traffic_hash`` at their defaults,
+#: so a spec that does not use them hashes as it did before them
+_HASHED_ONLY_WHEN_SET = {"start_at": "begin", "start_ratios": [0.25, 0.75]}
 
 
 def _digest(obj: object) -> str:
@@ -155,6 +179,10 @@ class AgentPlan:
     #: the system prompt of the agent's spawned sub-agents (the profile's
     #: ``subagent_system_prompt``); None: they carry the agent's own
     subagent_system_prompt: str | None = None
+    #: a session started mid-life (``start_at: mid``): the nodes before its sampled start, in
+    #: topological order; never sent, their turns in the prompts of what follows (empty: from
+    #: its first call)
+    history: tuple[str, ...] = ()
     _nodes: dict[str, NodePlan] = field(default_factory=dict, repr=False)
     #: compaction decisions, by node, taken when the node's prompt was first composed
     compacted: dict[str, bool] = field(default_factory=dict, repr=False)
@@ -286,6 +314,9 @@ class Workload:
         its file name (its contents are in the digests), so the same spec run from two folders
         hashes alike."""
         spec = self.spec.model_dump(mode="json")
+        for key, default in _HASHED_ONLY_WHEN_SET.items():
+            if spec.get(key) == default:
+                del spec[key]
         for entry in spec["mix"]:
             for key in ("profile", "topology"):
                 if str(entry[key]).endswith((".yaml", ".yml")):
@@ -368,7 +399,18 @@ class Workload:
                 if profile.subagent_system_prompt is not None
                 else None
             ),
+            history=self._history(agent_id, topology),
         )
+
+    def _history(self, agent_id: int, topology: TopologyTemplate) -> tuple[str, ...]:
+        """With ``start_at: mid``, the nodes an agent starts past: the first ``k`` of its
+        topological order, ``k`` the share drawn uniformly between ``start_ratios`` of its
+        calls (rounded down; a one-call topology starts at its call). Its own RNG stream."""
+        if self.spec.start_at != "mid" or len(topology.order) < 2:
+            return ()
+        low, high = self.spec.start_ratios
+        share = random.Random(f"{self.spec.seed}:agent:{agent_id}:start").uniform(low, high)
+        return tuple(topology.order[: int(share * len(topology.order))])
 
 
 def check_mix(spec: WorkloadSpec, catalog: Catalog | None = None, source: str = "run spec") -> None:
