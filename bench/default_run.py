@@ -12,8 +12,10 @@ timed whole; then, from its trace and the emulators' scraped metrics, per target
 - the emulator's step overrun: its steps' actual over modelled time.
 
 Targets (issue 14, section 2): under 120 s on a 2-core machine, no late-send warning, ITL
-within 20 % of the model. A row says met only when the run completed with every request ok,
-both targets sent the same number of requests, and every Ray worker lived.
+within 20 % of the model. A row says met only when the run completed with every request ok
+and every Ray worker lived. (The default is the showdown since issue 26: it measures a window
+of each target, so the two targets' request counts may differ by the calls in flight at its
+end.)
 """
 
 from __future__ import annotations
@@ -83,15 +85,13 @@ def measure(args: list[str] | None = None) -> dict[str, Any]:
 
 def run(args: list[str] | None = None) -> list[Row]:
     res = measure(args)
-    counts = {t["requests"] for t in res["targets"].values()}
     valid = (
         res["status"] == "complete"
         and res["workers_alive"]
-        and len(counts) == 1
         and len(res["targets"]) == 2
         and all(t["ok"] == t["requests"] > 0 for t in res["targets"].values())
     )
-    why = "" if valid else " (INVALID: not every request ok, or a worker died, or the targets differ)"
+    why = "" if valid else " (INVALID: not every request ok, or a worker died)"
     rows = [
         Row(
             "default run: wall time" + why,

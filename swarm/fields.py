@@ -8,9 +8,9 @@ default and help are the same wherever it appears.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from swarm.cliflag import flag
 
@@ -22,3 +22,33 @@ TokenizerPath = Annotated[
         json_schema_extra=flag("--tokenizer", group="Targets", metavar="FILE"),
     ),
 ]
+
+StartAt = Annotated[
+    Literal["begin", "mid"],
+    Field(
+        description="begin: every session from its first call; mid: each session from a sampled "
+        "point of its lifetime (between start_ratios of its calls), its history in the prompt, after "
+        "one warm-up call that re-sends that history (marked warmup, in no headline figure)",
+        json_schema_extra=flag("--start-at", group="Workload"),
+    ),
+]
+
+
+def _ratios(value: tuple[float, float]) -> tuple[float, float]:
+    low, high = value
+    if not 0 <= low <= high < 1:
+        raise ValueError(f"start_ratios {list(value)}: expected 0 <= low <= high < 1")
+    return value
+
+
+StartRatios = Annotated[
+    tuple[float, float],
+    AfterValidator(_ratios),
+    Field(
+        description="with start_at: mid, where in its calls a session starts: uniform between these "
+        "shares (AIPerf's agentx scenario starts its trajectories between 0.25 and 0.75)",
+    ),
+]
+#: the defaults of ``StartAt`` and ``StartRatios``
+START_AT_DEFAULT: Literal["begin", "mid"] = "begin"
+START_RATIOS_DEFAULT = (0.25, 0.75)

@@ -83,10 +83,17 @@ def replay_plan_for(spec: ReplaySpec, plan: ReplayPlan | None = None) -> ReplayP
 def replay_source_for(spec: ReplaySpec, plan: ReplayPlan) -> ReplaySource:
     """The request source of a replay of ``plan`` (already scaled: ``replay_plan_for``)."""
     replay = spec.replay
+    mode = replay.mode or plan.default_mode
+    if replay.start_at == "mid" and mode != "dependent":
+        raise InputError(
+            f"--start-at mid: {plan.source} replays {mode} (its format's default); sessions started "
+            "mid-life follow their warm-up call: give --mode dependent (a trace with sessions and parents)"
+        )
     return ReplaySource(
-        plan, mode=replay.mode or plan.default_mode, speed=replay.speed, copies=replay.copies,
+        plan, mode=mode, speed=replay.speed, copies=replay.copies,
         max_sessions=replay.max_sessions, limits=spec.limits(), retry=spec.retry(),
         tokenizer=get_tokenizer(replay.tokenizer),
+        start_ratios=replay.start_ratios if replay.start_at == "mid" else None,
     )  # fmt: skip
 
 

@@ -213,19 +213,24 @@ def test_a_bad_value_in_a_spec_file_names_the_file_and_the_field(tmp_path: Path)
 
 
 def test_sweep_bases_take_the_flags_of_their_kind() -> None:
-    """--tokenizer has a place in a swarm and in a replay; --profile or --topology alone changes
-    only that of the showdown's mix; the emulators get the showdown's small cache either way."""
+    """--tokenizer has a place in a swarm and in a replay; --topology alone goes to every entry
+    of the showdown's mix, --profile is the mix; the showdown measures a window of each point and
+    its emulators keep their default cache."""
     from swarm.cli.flags import Given
     from swarm.cli.sweep import launcher_of
+    from swarm.sweep.spec import SHOWDOWN_DURATION_S
 
     _, base = launcher_of(Given("sweep", {"topology": "chain", "tokenizer": None}), "agents")
-    entry = base.workload.mix[0]  # type: ignore[attr-defined]
-    assert (entry.profile, entry.topology) == ("support_agent", "chain")
-    assert base.emulator_args == ["--cache-tokens=40000"] and base.executor == "inprocess"
+    mix = base.workload.mix  # type: ignore[attr-defined]
+    assert [(e.profile, e.topology) for e in mix] == [("tree_of_thought", "chain"), ("claude_code", "chain")]
+    assert mix[1].start_at == "mid" and base.duration_s == SHOWDOWN_DURATION_S
+    assert base.emulator_args == [] and base.executor == "inprocess"
+    _, base = launcher_of(Given("sweep", {"profile": "coder"}), "agents")
+    assert [(e.profile, e.topology) for e in base.workload.mix] == [("coder", None)]  # type: ignore[attr-defined]
     tokenizer = str(DATA / "no-such-tokenizer.json")
     _, base = launcher_of(
         Given("sweep", {"replay": str(DATA / "mooncake_conversation_first300.jsonl"), "tokenizer": tokenizer}),
         "max_sessions",
     )
     assert base.replay.tokenizer == tokenizer  # type: ignore[attr-defined]
-    assert base.emulator_args == ["--cache-tokens=40000"] and base.executor == "ray"
+    assert base.emulator_args == [] and base.executor == "ray"

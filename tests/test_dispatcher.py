@@ -309,6 +309,37 @@ def test_a_reached_duration_ends_the_run_without_waiting_for_the_next_release() 
     assert clock.now_ns - d.start_perf_ns < 200 * MS  # not an hour
 
 
+@pytest.mark.parametrize("limit", ["duration", "requests"])
+def test_a_soft_stop_wakes_sources_that_wait_so_a_long_pause_does_not_hold_the_run(limit: str) -> None:
+    """An agent that pauses for an hour (a tool time) between its calls: the run ends at its
+    duration (or its request limit), not an hour later; the call after the pause is not sent,
+    while one in flight at the stop still finishes."""
+    clock = VirtualClock()
+    client = FakeClient(clock, answer_ms=50)
+    if limit == "duration":
+        stop = StopConditions(deadline_s=clock.monotonic() + 0.1, clock=clock.monotonic)
+    else:
+        stop = StopConditions(max_requests=2, clock=clock.monotonic)
+    d, sink = dispatcher(clock, client, stop)
+    resumed = []
+
+    def agent(name: str, pause_s: float) -> Any:
+        async def run(out: Outgoing | None, due: int) -> None:
+            await d.send(request(f"{name}-1"))
+            await d.sleep_until(d.clock_ns() + int(pause_s * 1e9))
+            resumed.append(name)
+            await d.send(request(f"{name}-2"))
+
+        return run
+
+    schedule = [Scheduled(0, agent("slow", 3600.0)), Scheduled(40 * MS, agent("busy", 0.08))]
+    asyncio.run(d.run(schedule))
+    assert clock.now_ns - d.start_perf_ns < 1_000 * MS  # not an hour
+    assert sorted(resumed) == ["busy", "slow"]  # both woke, and sent nothing more
+    assert sorted(r.identity.request_id for r in sink.records) == ["busy-1", "slow-1"]
+    assert all(r.status is Status.OK for r in sink.records)
+
+
 @pytest.mark.parametrize("where", ["session", "preparation"])
 def test_a_bug_in_a_source_halts_the_run_with_its_reason(where: str) -> None:
     clock = VirtualClock()

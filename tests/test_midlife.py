@@ -202,3 +202,32 @@ def test_warm_up_rows_are_marked_in_the_trace_and_left_out_of_the_report(
     data = json.loads(report.output)
     assert data["targets"]["t"]["figures"]["requests"] == len(rows) - len(warm)
     assert any(f"{len(warm)} warm-up calls" in w for w in data["warnings"])
+
+
+def test_a_replay_started_mid_life_warms_up_then_reuses_its_history_exactly(
+    emulator: Callable[..., EmulatorThread], tmp_path: Path
+) -> None:
+    """Two recorded Claude Code sessions replayed in dependent mode, each from a sampled point:
+    its calls before it dropped, the one the next call extends re-sent as a warm-up first."""
+    from claude_code_data import unpack
+    from sending import send_replay
+
+    from swarm.replay.formats import import_trace
+
+    plan = import_trace(unpack(tmp_path / "s", ["trace_0021.json", "trace_0022.json"]), "agentic_coding")
+    emu = emulator(engine="sglang", timing="zero", cache_capacity_tokens=None)
+    target = ResolvedTarget("t", emu.url, "sglang", "openai-chat", "m")
+    records, _ = send_replay(plan, target, mode="dependent", speed=1e6, max_in_flight=1, start_ratios=(0.25, 0.75))
+    assert records and all(r.ok for r in records)
+    assert [r for r in records if r.cached_tokens != r.ideal_cached_tokens_est] == []
+    warm = [r for r in records if r.identity.warmup]
+    normal = [r for r in records if not r.identity.warmup]
+    assert len(warm) == 2 and all(r.max_tokens == 1 for r in warm)
+    assert 0.25 * len(plan.items) - 2 <= len(plan.items) - len(normal) <= 0.75 * len(plan.items)
+    for w in warm:  # the next call of its session reuses the whole warm-up prompt
+        session = [r for r in normal if r.identity.session_id == w.identity.session_id]
+        first = min(session, key=lambda r: r.sent_ns)
+        assert first.sent_ns > w.sent_ns and (first.cached_tokens or 0) >= (w.prompt_tokens or 0) - 64
+        assert (w.prompt_tokens or 0) > 15_000
+    with pytest.raises(ValueError, match="dependent"):
+        send_replay(plan, target, mode="timed", start_ratios=(0.25, 0.75))

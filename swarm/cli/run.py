@@ -26,8 +26,10 @@ if TYPE_CHECKING:
 @app.command()
 @takes("run")
 def run(*, given: Given) -> None:
-    """Run an agent swarm against targets (default: the built-in emulator, sglang and trtllm
-    profiles, on a local Ray)."""
+    """Run an agent swarm against targets. With no spec, target, profile or topology: the
+    emulated showdown (the study's tree of thought beside Claude Code sessions started
+    mid-life, 25 s per target) against the built-in emulator's sglang and trtllm profiles, on a
+    local Ray."""
     code = run_command(given)
     if code:
         raise typer.Exit(code)
@@ -39,12 +41,18 @@ def run_command(given: Given) -> int:
     from swarm.runtime.specs import RunSpec
 
     data, source = spec_data(given)
+    if _showdown(given, data):
+        from swarm.workload.showdown import SHOWDOWN_DURATION_S, showdown_workload
+
+        data["workload"] = showdown_workload(data.get("workload", {}))
+        data.setdefault("duration_s", SHOWDOWN_DURATION_S)
     spec = validated(RunSpec, data, source, given)
 
     def closing(result: RunResult, console: Console) -> None:
         for t in result.manifest.targets:
             if (why := t.shortfall()) is not None:
-                console.print(f"[yellow]{t.name}:[/] {why}", highlight=False, soft_wrap=True)
+                style = "dim" if t.outcome == "complete" else "yellow"
+                console.print(f"[{style}]{t.name}:[/] {why}", highlight=False, soft_wrap=True)
         if any(t.emulated for t in result.manifest.targets):
             console.print(
                 "[dim]figures from swarm's engine emulator, a model of an engine - not measurements of one[/dim]"
@@ -58,6 +66,12 @@ def run_command(given: Given) -> int:
         lambda on_start: execute_run(spec, on_target_start=on_start, source=source),
         sessions=spec.workload.agents, given=given, json_extra=not_run, closing=closing,
     )  # fmt: skip
+
+
+def _showdown(given: Given, data: dict[str, Any]) -> bool:
+    """Whether this run is the emulated showdown: no spec file, no target, no profile or
+    topology named (``workload/showdown.py``)."""
+    return given.get("spec") is None and not data.get("targets") and "mix" not in data.get("workload", {})
 
 
 @app.command()

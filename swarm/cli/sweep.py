@@ -5,7 +5,8 @@ and the flags of its rules) and the base of every point: a ``RunSpec`` from ``--
 run flags (``sweep.points.AgentPoints``), or with ``--replay SOURCE`` a ``ReplaySpec`` from the
 replay flags (``ReplayPoints``); calls ``sweep.runner.execute_sweep`` and prints
 ``sweep.report``'s tables. With no flag it runs the emulated showdown (``sweep.spec.SHOWDOWN_*``):
-both emulator profiles with a small KV budget, a ladder of agents across the eviction cliff.
+``swarm run``'s showdown over a ladder of agents across the eviction cliff of both emulator
+profiles, a window per point, judged by stated SLOs.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 @takes("sweep")
 def sweep(*, given: Given) -> None:
     """Every target at every load of a ladder: curves, capacity at SLO, the eviction cliff
-    (default: the emulated showdown, both emulator profiles with a small KV budget)."""
+    (default: the emulated showdown, both emulator profiles, 4 to 32 agents, SLOs ttft:2s itl:50ms)."""
     code = sweep_command(given)
     if code:
         raise typer.Exit(code)
@@ -70,7 +71,12 @@ def sweep_spec_of(given: Given, replay: bool) -> SweepSpec:
         raise InputError(f"{', '.join(given.given_of(('factor', 'max_points', 'max_load')))} apply with --auto only")
     else:
         data["loads"] = loads
-    data.update(knob=knob, slos=list(given.get("slo", [])), output=given.get("output"))
+    slos = list(given.get("slo", []))
+    if not slos and not replay and given.get("spec") is None:  # the showdown states its SLOs
+        from swarm.sweep.spec import SHOWDOWN_SLOS
+
+        slos = list(SHOWDOWN_SLOS)
+    data.update(knob=knob, slos=slos, output=given.get("output"))
     if data["slos"]:
         from swarm.analysis.metrics import parse_slos
 
@@ -103,7 +109,10 @@ def launcher_of(given: Given, knob: str) -> tuple[PointLauncher, SendSpec]:
     if knob == "rate" and "arrival" not in data.get("workload", {}):
         data.setdefault("workload", {})["arrival"] = {"process": "poisson", "rate": 1.0}  # each point sets it
     if showdown:
+        from swarm.sweep.spec import SHOWDOWN_DURATION_S
+
         data["workload"] = _showdown_workload(data.get("workload", {}))
+        data.setdefault("duration_s", SHOWDOWN_DURATION_S)  # Claude Code sessions outlast a point
         if not data.get("targets"):  # the emulated showdown runs in process unless told
             data.setdefault("executor", SHOWDOWN_EXECUTOR)
     run_spec = validated(RunSpec, _emulators(data), source if not showdown else "sweep flags", given)
@@ -111,25 +120,22 @@ def launcher_of(given: Given, knob: str) -> tuple[PointLauncher, SendSpec]:
 
 
 def _emulators(data: dict[str, Any]) -> dict[str, Any]:
-    """With no target, the embedded emulators get the showdown's small prefix cache (unless
-    ``--emulator-arg`` says otherwise), for a swarm or a replay alike."""
+    """With no target, the embedded emulators get the showdown's prefix cache when it sets one
+    (``SHOWDOWN_CACHE_TOKENS``; None: their default), unless ``--emulator-arg`` says otherwise,
+    for a swarm or a replay alike."""
     from swarm.sweep.spec import SHOWDOWN_CACHE_TOKENS
 
-    if not data.get("targets") and not data.get("emulator_args"):
+    if not data.get("targets") and not data.get("emulator_args") and SHOWDOWN_CACHE_TOKENS is not None:
         data = {**data, "emulator_args": [f"--cache-tokens={SHOWDOWN_CACHE_TOKENS}"]}
     return data
 
 
 def _showdown_workload(given: dict[str, Any]) -> dict[str, Any]:
-    """The showdown's workload with the flags given over it: ``--profile`` or ``--topology``
-    changes that one of its mix entry, the other stays the showdown's."""
+    """The showdown's workload with the flags given over it (``showdown_workload``)."""
     from swarm.sweep.spec import SHOWDOWN_WORKLOAD
+    from swarm.workload.showdown import showdown_workload
 
-    out = {**SHOWDOWN_WORKLOAD, **given}
-    mix = given.get("mix")
-    if isinstance(mix, list) and len(mix) == 1 and isinstance(mix[0], dict):
-        out["mix"] = [{**SHOWDOWN_WORKLOAD["mix"][0], **mix[0]}]
-    return out
+    return showdown_workload(given, SHOWDOWN_WORKLOAD)
 
 
 def _printer(console: Console, knob: str) -> Any:

@@ -97,7 +97,9 @@ class EmulatorConfig(BaseModel):
         json_schema_extra=flag("--default-max-tokens", group=_EMU),
     )  # fmt: skip
     max_prompt_tokens: int = Field(
-        default=131_072, ge=1, description="longer prompts are refused with HTTP 400",
+        default=262_144, ge=1,
+        description="longer prompts are refused with HTTP 400 (the default holds the built-in "
+        "claude_code's prompts: it compacts near 149k tokens, and a turn may add more)",
         json_schema_extra=flag("--max-prompt-tokens", group=_EMU),
     )  # fmt: skip
     cache_report: bool = Field(

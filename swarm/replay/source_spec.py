@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from swarm.cliflag import flag
 from swarm.errors import InputError
-from swarm.fields import TokenizerPath
+from swarm.fields import START_AT_DEFAULT, START_RATIOS_DEFAULT, StartAt, StartRatios, TokenizerPath
 from swarm.replay.export import FORMATS as EXPORT_FORMATS
 from swarm.replay.format import ReadOptions
 from swarm.replay.formats import FORMATS, TRACE_FORMATS, load_plan
@@ -131,6 +131,14 @@ class ReplaySourceSpec(TraceSourceSpec):
         json_schema_extra=flag("--max-sessions", group=_READ),
     )
     tokenizer: TokenizerPath = None
+    start_at: StartAt = START_AT_DEFAULT
+    start_ratios: StartRatios = START_RATIOS_DEFAULT
+
+    @model_validator(mode="after")
+    def _mid_needs_dependencies(self) -> ReplaySourceSpec:
+        if self.start_at == "mid" and self.mode == "timed":
+            raise ValueError("start_at mid: a session's start follows its warm-up call; use mode dependent")
+        return self
 
     def record(self, plan: ReplayPlan) -> dict[str, Any]:
         """What the manifest's ``replay_of`` says of this replay of ``plan`` (less the retries)."""
@@ -144,6 +152,7 @@ class ReplaySourceSpec(TraceSourceSpec):
             "copies": self.copies,
             "max_sessions": self.max_sessions,
             "tool_time_scale": self.tool_time_scale,
+            "start_at": self.start_at,
             "filters": self.filters_record(),
             "notes": plan.notes,
         }

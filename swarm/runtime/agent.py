@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,6 +92,10 @@ class AgentRun:
             if gate:
                 self._gated.setdefault(gate, []).append(n)
         self._decided: set[str] = set()
+        #: history nodes whose texts (and compaction decision) are built
+        self._built: set[str] = set()
+        #: warm-up calls built ahead: messages, tokens, block hashes
+        self._warmups: dict[str, tuple[tuple[ChatMessage, ...], list[object], tuple[int, ...]]] = {}
         # tokens of each prompt part, computed once; tuples, which the garbage collector stops
         # tracking, so thousands of agents' prompts cost nothing in its full collections
         self._part_tokens: dict[str, tuple[object, ...]] = {}
@@ -133,13 +137,8 @@ class AgentRun:
         """A session started mid-life: its history nodes count as answered with their stand-in
         turns, unsent; the ones a later node extends are returned, to be re-sent once each as
         warm-up calls (one for a single thread) that resolve them; the others resolve now."""
-        t, plan = self.template, self.plan
-        history = set(plan.history)
-        warm = [
-            p
-            for p in plan.history
-            if any(c not in history and p in t.context_parents(c) for c in t.graph.successors(p))
-        ]
+        plan = self.plan
+        warm = list(self._cut_threads())
         for n in plan.history:
             self.state[n] = ALIVE
             self.turns[n] = synthetic_turn(plan, n)
@@ -160,9 +159,12 @@ class AgentRun:
         env, plan = self.env, self.plan
         d = env.dispatcher
         np_ = plan.node(node)
+        await self._materialise(node)
         first_id = f"{plan.session_id}:{node}:warmup"
+        # due once its history is built: the building is the session's preparation, not a late send
+        due_perf_ns = max(start_perf_ns, d.clock_ns())
         record, attempts = await d.send_retrying(
-            functools.partial(self._build, node, np_, first_id, warmup=True), start_perf_ns, retries=0
+            functools.partial(self._build, node, np_, first_id, warmup=True), due_perf_ns, retries=0
         )
         self.records += attempts
         if record is None:
@@ -175,6 +177,57 @@ class AgentRun:
         if np_.tool_result is not None:
             await d.sleep_until(d.clock_ns() + int(np_.tool_s * 1e9))
         self._resolve(node, ALIVE)
+
+    def prepare_history(self) -> AgentRun:
+        """Build a mid-life session's history (its texts, compaction decisions and tokens) now,
+        all at once: the source's preparation, run ahead of the session's start and away from
+        any send (``AgentSource``'s schedule). Returns itself."""
+        for _ in self._history_steps():
+            pass
+        for node in self._cut_threads():  # the warm-ups themselves, but for their ideal (taken at send)
+            messages = compose_messages(
+                self.plan, node, [(a, synthetic_turn(self.plan, a)) for a in self.template.context_ancestors(node)]
+            )
+            tokens = self._prompt_tokens(messages)
+            self._warmups[node] = (messages, tokens, block_hashes(tokens))  # type: ignore[arg-type]
+        return self
+
+    def _cut_threads(self) -> tuple[str, ...]:
+        """The history nodes a later node extends: one warm-up each."""
+        plan, t = self.plan, self.template
+        history = set(plan.history)
+        return tuple(
+            p for p in plan.history if any(c not in history and p in t.context_parents(c) for c in t.graph.successors(p))
+        )
+
+    async def _materialise(self, node: str) -> None:
+        """Build what a warm-up of ``node`` needs that is not built yet, a turn at a time,
+        yielding between them: a session started deep into its life (a hundred turns, 100k
+        tokens) would otherwise hold the event loop for a tenth of a second, and every other
+        agent's send and read with it. Nothing is left to do when ``prepare_history`` ran."""
+        for _ in self._history_steps(node):
+            await asyncio.sleep(0)
+
+    def _history_steps(self, *nodes: str) -> Iterator[None]:
+        """The work of building the warm-up prompts of ``nodes`` (default: every history node a
+        later node extends), one turn or message per step."""
+        plan, t = self.plan, self.template
+        nodes = nodes or self._cut_threads()
+        compacts = plan.profile.compaction is not None
+        for node in nodes:
+            for n in (*t.context_ancestors(node), node):
+                if n in self._built:
+                    continue
+                plan.node(n)
+                if compacts:  # its compaction decision, taken in order (each from those before it)
+                    compose_messages(plan, n, [(a, synthetic_turn(plan, a)) for a in t.context_ancestors(n)])
+                self._built.add(n)
+                yield
+            messages = compose_messages(plan, node, [(a, synthetic_turn(plan, a)) for a in t.context_ancestors(node)])
+            for i in range(len(messages)):
+                if messages[i].content not in self._part_tokens:
+                    self._prompt_tokens(messages[i : i + 1])
+                    yield
 
     def _launch(self, node: str, ready_perf_ns: int) -> None:
         if node in self.state and node in self.plan.history:  # answered before the session's start
@@ -302,10 +355,14 @@ class AgentRun:
         now, in send order); a warm-up call asks for one output token."""
         env, plan = self.env, self.plan
         d = env.dispatcher
-        messages = self.messages(node)
-        tokens = self._prompt_tokens(messages)
+        built = self._warmups.pop(node, None) if warmup else None
+        if built is not None:  # prepared ahead (``prepare_history``)
+            messages, tokens, hashes = built
+        else:
+            messages = self.messages(node)
+            tokens = self._prompt_tokens(messages)
+            hashes = block_hashes(tokens)  # type: ignore[arg-type]
         ideal = d.index.observe(tokens)
-        hashes = block_hashes(tokens)  # type: ignore[arg-type]
         prompt_tokens_est = len(tokens)
         del tokens  # not held while the request is in flight (thousands of agents)
         parents = tuple(p for p in self.template.context_parents(node) if self.state.get(p) == ALIVE)

@@ -82,6 +82,11 @@ class AgentSource:
         return _AgentsRun(self, d, run, placement)
 
 
+#: what the preparer reckons a mid-life session's history costs to build, in prompt tokens (its
+#: cost model's unit): a long coding session's, so it waits for a gap that long between releases
+MIDLIFE_PREPARE_TOKENS = 100_000
+
+
 class _AgentsRun:
     def __init__(self, source: AgentSource, d: Dispatcher, run: SourceContext, placement: Placement) -> None:
         spec = source.workload.spec
@@ -101,12 +106,28 @@ class _AgentsRun:
         )
         offsets = source.workload.start_offsets_s
         order = sorted(source.agent_ids, key=lambda i: (offsets[i], i))
-        self.schedule = [Scheduled(int(offsets[i] * 1e9), self._starter(i)) for i in order]
+        #: sessions started mid-life, their history built ahead by the Dispatcher's preparer
+        self._prepared: dict[int, AgentRun] = {}
+        self.schedule = [self._entry(i, int(offsets[i] * 1e9)) for i in order]
+
+    def _entry(self, agent_id: int, due_ns: int) -> Scheduled:
+        """An agent's start; a mid-life one's history is built ahead, away from any release
+        (100k tokens of history take a tenth of a second to build)."""
+        if not self.workload.starts_mid(agent_id):
+            return Scheduled(due_ns, self._starter(agent_id))
+
+        def prepare(_due_perf_ns: int) -> None:
+            self._prepared[agent_id] = AgentRun(self.workload.agent(agent_id), self.env).prepare_history()
+
+        return Scheduled(
+            due_ns, self._starter(agent_id), prepare=prepare, prepare_tokens=MIDLIFE_PREPARE_TOKENS,
+            prepares_request=False,
+        )  # fmt: skip
 
     def _starter(self, agent_id: int) -> Callable[[Outgoing | None, int], Coroutine[Any, Any, None]]:
         async def start(_out: Outgoing | None, due_perf_ns: int) -> None:
             self.d.session_started()
-            agent = AgentRun(self.workload.agent(agent_id), self.env)
+            agent = self._prepared.pop(agent_id, None) or AgentRun(self.workload.agent(agent_id), self.env)
             try:
                 await agent.run(due_perf_ns)
             finally:

@@ -89,9 +89,13 @@ class Scheduled:
 
     due_ns: int
     run: Callable[[Outgoing | None, int], Coroutine[Any, Any, None]]
-    prepare: Callable[[int], Outgoing] | None = None
+    #: builds the entry's request ahead (a timed send), or with ``prepares_request`` False
+    #: does other work ahead (a session's start: its history built) and returns None
+    prepare: Callable[[int], Outgoing | None] | None = None
     #: the size of the preparation (prompt tokens), for the preparer's cost estimate
     prepare_tokens: int = 0
+    #: whether ``prepare`` builds a request (a timed schedule) rather than a session's start
+    prepares_request: bool = True
 
 
 class _PrepareCost:
@@ -141,6 +145,9 @@ class Dispatcher:
         self.sent = 0
         self.prepared_late = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        #: tasks in ``sleep_until``, and those a stop woke (their sleep ends early, quietly)
+        self._sleeping: set[asyncio.Task[Any]] = set()
+        self._woken: set[asyncio.Task[Any]] = set()
         self._releasing = False
         self._idle: asyncio.Event | None = None
         self._collector = AgentRunCollector()
@@ -152,9 +159,37 @@ class Dispatcher:
         return self._wall0 + perf_ns
 
     async def sleep_until(self, perf_ns: int) -> None:
+        """Wait until ``perf_ns``; at once when the run has stopped sending, and no longer than
+        until it does (``wake_sleepers``): whoever waits would send nothing more."""
         delay = (perf_ns - self.clock_ns()) / 1e9
-        if delay > 0:
+        if delay <= 0 or self.stop.stopped:
+            return
+        task = asyncio.current_task()
+        if task is None:
             await self._sleep(delay)
+            return
+        self._sleeping.add(task)
+        try:
+            await self._sleep(delay)
+        except asyncio.CancelledError:
+            if task not in self._woken:
+                raise
+            self._woken.discard(task)
+            uncancel = getattr(task, "uncancel", None)  # Python 3.11+: the cancel is answered
+            if uncancel is not None:
+                uncancel()
+        finally:
+            self._sleeping.discard(task)
+
+    def wake_sleepers(self) -> None:
+        """The run stopped sending: end every ``sleep_until`` now (a hard stop cancels the
+        tasks instead)."""
+        if self.stop.cancelling:
+            return
+        for task in list(self._sleeping):
+            if task not in self._woken:
+                self._woken.add(task)
+                task.cancel()
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Start a task the run waits for (and cancels on a hard stop)."""
@@ -179,6 +214,7 @@ class Dispatcher:
         longer sends. ``build`` is called with the ns waited for the slot (0 if none)."""
         stop = self.stop
         if not stop.may_send():
+            self.wake_sleepers()
             return None
         sem = self._sem
         slot_wait_ns = 0
@@ -191,6 +227,7 @@ class Dispatcher:
                 await sem.acquire()
         try:
             if not stop.admit():
+                self.wake_sleepers()
                 return None
             self.in_flight += 1
             try:
@@ -266,12 +303,14 @@ class Dispatcher:
         loop = asyncio.get_running_loop()
         self._idle = asyncio.Event()
         # a timed schedule (built ahead) keeps its own collections off the send instants
-        timed = any(entry.prepare is not None for entry in schedule)
+        timed = any(entry.prepare is not None and entry.prepares_request for entry in schedule)
         if not timed:
             self._collector.start()
         release_run = _Release(self, schedule, timed)
         head = release_run.prepare_lead(start_perf_ns)
         helpers = [loop.create_task(release_run.preparer(head)), loop.create_task(self._sampler(timed))]
+        if self.stop.seconds_left() is not None:
+            helpers.append(loop.create_task(self._deadline_watch()))
         helpers[0].add_done_callback(self._helper_done)
         release = loop.create_task(release_run.releaser())
         self._releasing = True
@@ -303,6 +342,14 @@ class Dispatcher:
             )
         if release.done() and not release.cancelled() and release.exception() is not None:
             raise release.exception()  # type: ignore[misc]
+
+    async def _deadline_watch(self) -> None:
+        """At the run's duration, stop sending and wake every waiting source: an agent pausing
+        for a tool time of minutes would otherwise hold the run open to send nothing."""
+        while not self.stop.stopped_now():
+            left = self.stop.seconds_left()
+            await self._sleep(max(left if left is not None else 1.0, 0.001))
+        self.wake_sleepers()
 
     async def _sampler(self, timed: bool) -> None:
         """The in-flight level into the live stats; for an untimed schedule, the collector's
@@ -346,7 +393,7 @@ class _Release:
         self.d = d
         self.schedule = schedule
         self.timed = timed
-        self.prepared: dict[int, Outgoing] = {}
+        self.prepared: dict[int, Outgoing | None] = {}
         self.ready: dict[int, asyncio.Event] = {}
         self.released: dict[int, asyncio.Event] = {}
         self.cost = _PrepareCost()
@@ -358,7 +405,7 @@ class _Release:
         assert entry.prepare is not None
         t0 = d.clock_ns()
         out = entry.prepare(d.start_perf_ns + entry.due_ns)
-        if out.tokens is not None:
+        if out is not None and out.tokens is not None:
             # released in this same order, so the ideal can be taken now, off the send path
             out.request = dataclasses.replace(out.request, ideal_cached_tokens_est=d.index.observe(out.tokens))
             out.tokens = None
@@ -383,6 +430,8 @@ class _Release:
             shift = d.clock_ns() - start
             d.start_perf_ns = start + shift
             for out in self.prepared.values():
+                if out is None:
+                    continue
                 scheduled = out.request.scheduled_ns
                 if scheduled is not None:
                     out.request = dataclasses.replace(out.request, scheduled_ns=scheduled + shift)

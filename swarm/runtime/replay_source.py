@@ -24,6 +24,7 @@ import asyncio
 import dataclasses
 import functools
 import hashlib
+import random
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -119,6 +120,46 @@ def copy_session(session: ReplaySession, k: int, stride: int, shared_blocks: fro
     return ReplaySession(f"{session.key}#{k}", tuple(out))
 
 
+def midlife_session(session: ReplaySession, low: float, high: float) -> ReplaySession:
+    """``session`` started mid-life: its items in send order (offset, then index), the first
+    ``k`` of them dropped (``k`` the share drawn uniformly between ``low`` and ``high`` of its
+    items, from a stream named after the session, rounded down); each dropped item that a kept
+    one waits for is re-sent first as a warm-up (``max_tokens`` 1, marked ``warmup``, due at the
+    session's start) and the kept items wait for it instead; the kept items' offsets move back
+    by as long as the dropped ones took, so the session starts when it was due to."""
+    items = sorted(session.items, key=lambda it: (it.offset_s, it.index))
+    if len(items) < 2:
+        return session
+    share_ = random.Random(f"replay-start:{session.key}").uniform(low, high)
+    k = int(share_ * len(items))
+    if k == 0:
+        return session
+    dropped = {it.index: it for it in items[:k]}
+    kept = items[k:]
+    start_s, shift_s = items[0].offset_s, kept[0].offset_s - items[0].offset_s
+    warm: dict[int, ReplayItem] = {}
+    for it in kept:
+        for p in it.parents:
+            if p in dropped and p not in warm:
+                src = dropped[p]
+                ident = src.identity
+                warm[p] = dataclasses.replace(
+                    src, index=-1 - src.index, offset_s=start_s, parents=(), gap_s=0.0,  # unique: indices are >= 0
+                    max_tokens=1, identity=dataclasses.replace(
+                        ident, request_id=f"{ident.request_id or src.index}:warmup", warmup=True
+                    ),
+                )  # fmt: skip
+    moved = [
+        dataclasses.replace(
+            it,
+            offset_s=max(start_s, it.offset_s - shift_s),
+            parents=tuple(warm[p].index if p in warm else p for p in it.parents if p not in dropped or p in warm),
+        )
+        for it in kept
+    ]
+    return ReplaySession(session.key, (*warm.values(), *moved))
+
+
 def _renamed_block(block_id: int, k: int) -> int:
     return (block_id * 1_000_003 + k * 7_919) & ((1 << 62) - 1)
 
@@ -163,6 +204,7 @@ class ReplaySource:
         tokenizer: Tokenizer | None = None,
         sessions: Sequence[ReplaySession] | None = None,
         shared: SharedContent | None = None,
+        start_ratios: tuple[float, float] | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}")
@@ -187,6 +229,10 @@ class ReplaySource:
             for k in range(1, copies):
                 expanded += [copy_session(s, k, stride, shared_blocks) for s in base]
             expanded.sort(key=lambda s: s.first_offset_s)  # stable: copy 0 first at equal offsets
+            if start_ratios is not None:  # --start-at mid
+                if mode != "dependent":
+                    raise ValueError("sessions started mid-life need mode dependent")
+                expanded = [midlife_session(s, *start_ratios) for s in expanded]
             sessions = expanded
         # the plan's items are not kept: a part shipped to a worker carries only its sessions
         self.plan = dataclasses.replace(plan, items=[])

@@ -4,7 +4,9 @@ Place in the map (docs/architecture.md, "Runtime"): owned by the Dispatcher of o
 on a cluster, by the driver for what only it sees). Two kinds of stop:
 
 - **Soft** (no new sends; requests in flight finish): the run's duration is reached, or its
-  request limit. Checked before every send, with an injectable clock.
+  request limit. Checked before every send, with an injectable clock; the Dispatcher also
+  watches the deadline (``seconds_left``) and then wakes every source that waits (a tool time,
+  a think time): it would send nothing more, so it must not hold the run open.
 - **Hard** (no new sends, and requests in flight are cancelled, recorded as ``cancelled``):
   a signal (``interrupt``: SIGINT/SIGTERM, or a driver's stop), or a halt with a reason of its
   own: the circuit breaker tripped (``observe`` feeds it every record's status), or the trace
@@ -68,6 +70,10 @@ class StopConditions:
             self._hard = True
             if self._event is not None:
                 self._event.set()
+
+    def seconds_left(self) -> float | None:
+        """Seconds until the duration is reached, on this object's clock (None: no duration)."""
+        return None if self.deadline_s is None else self.deadline_s - self._clock()
 
     def stopped_now(self) -> bool:
         """Whether the run has stopped, for any reason, checking the duration first (a reached

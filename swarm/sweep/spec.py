@@ -16,6 +16,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from swarm.cliflag import flag
+from swarm.workload.showdown import SHOWDOWN_DURATION_S as RUN_SHOWDOWN_DURATION_S
+from swarm.workload.showdown import SHOWDOWN_WORKLOAD as RUN_SHOWDOWN_WORKLOAD
 
 _SWEEP = "Sweep"
 
@@ -36,15 +38,20 @@ KNOB_PATHS: dict[str, tuple[str, ...]] = {
 }
 
 
-#: the emulated showdown (``swarm sweep`` with nothing given): its workload, ladder and the
-#: emulators' prefix-cache size, small enough that the ladder crosses the eviction cliff
-SHOWDOWN_WORKLOAD: dict[str, Any] = {
-    "system_prompts": 1,
-    "mix": [{"profile": "support_agent", "topology": "react"}],
-    "arrival": {"process": "all_at_once"},
-}
-SHOWDOWN_LADDER = "agents=4,8,16,32,64"
-SHOWDOWN_CACHE_TOKENS = 40_000
+#: the emulated showdown (``swarm sweep`` with nothing given): ``swarm run``'s showdown
+#: (``workload/showdown.py``: the study's tree of thought beside Claude Code sessions started
+#: mid-life), every point's agents started 8 a second (all live within 4 s at the top of the
+#: ladder, without the burst of all at once: 100k-token warm-ups in one instant made the first
+#: sends of the others late) and measured for its window; the ladder crosses the eviction cliff
+#: of the emulators' prefix cache (400,000 tokens, their default: about five Claude Code
+#: sessions of 80k tokens)
+SHOWDOWN_WORKLOAD: dict[str, Any] = {**RUN_SHOWDOWN_WORKLOAD, "arrival": {"process": "constant", "rate": 8.0}}
+SHOWDOWN_LADDER = "agents=4,8,16,32"
+SHOWDOWN_CACHE_TOKENS: int | None = None
+SHOWDOWN_DURATION_S = RUN_SHOWDOWN_DURATION_S
+#: the showdown's SLOs (at ``slo_percentile``, p99): what an interactive agent needs of a call,
+#: so the sweep names a capacity at SLO per engine
+SHOWDOWN_SLOS = ["ttft:2s", "itl:50ms"]
 #: the showdown runs in this process unless --executor says otherwise: its emulators and the
 #: generator share the machine, and it was measured so (README, "Sweeps")
 SHOWDOWN_EXECUTOR = "inprocess"

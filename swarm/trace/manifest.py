@@ -69,6 +69,13 @@ class TargetInfo(BaseModel):
         """What of this target's part did not happen, in words (None when it all did)."""
         if self.outcome == "not_run":
             return "not run (the run ended before it came to this target)"
+        if self.outcome == "complete" and not self.sessions_lost and self.sessions_started == self.sessions_planned:
+            if not self.sessions_cut:
+                return None
+            return (
+                f"{self.sessions_cut} of {self.sessions_started} sessions were still going when the run's "
+                "duration or request limit ended it (a measurement window: their later calls were not sent)"
+            )
         if self.sessions_cut or self.sessions_lost or self.sessions_started < self.sessions_planned:
             return (
                 f"{self.sessions_started} of {self.sessions_planned} agent sessions started, "

@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from swarm.cliflag import flag
 from swarm.errors import InputError
-from swarm.fields import TokenizerPath
+from swarm.fields import START_AT_DEFAULT, START_RATIOS_DEFAULT, StartAt, StartRatios, TokenizerPath
 from swarm.workload.agent_profile import AgentProfile
 from swarm.workload.arrival import ArrivalSpec
 from swarm.workload.catalog import Catalog, default_catalog
@@ -50,16 +50,22 @@ class MixEntry(BaseModel):
 
     profile: str = Field(
         default="math_reasoner",
-        description="agent profile name or YAML path (swarm sweep's showdown: support_agent)",
+        description="agent profile name or YAML path (the showdown of swarm run and swarm sweep, with "
+        "no spec, target or profile: tree_of_thought and claude_code)",
         json_schema_extra=flag("--profile", group="Workload"),
     )
     topology: str | None = Field(
         default=None,
         description="topology name or YAML path; none: the profile's own topologies (else "
-        f"{DEFAULT_TOPOLOGY}; swarm sweep's showdown: react)",
+        f"{DEFAULT_TOPOLOGY})",
         json_schema_extra=flag("--topology", group="Workload"),
     )
     weight: float = Field(default=1.0, gt=0, description="relative share of agents")
+    start_at: Literal["begin", "mid"] | None = Field(
+        default=None,
+        description="this entry's agents start at their first call (begin) or mid-life (mid); "
+        "none: as the workload's start_at says (long sessions mid-life, short ones whole)",
+    )
 
 
 #: fields that moved from the workload to the sending settings (``RunSpec``): a spec file that
@@ -79,8 +85,8 @@ class WorkloadSpec(BaseModel):
         default=100,
         ge=1,
         le=10_000_000,
-        description="agent sessions to run (the default is sized for the built-in demo on a 2-core "
-        "machine: the emulator and the generator on the same cores keep their schedules)",
+        description="agent sessions to run (the showdown, with no spec, target or profile: 20, sized "
+        "for a 2-core machine running the emulator and the generator)",
         json_schema_extra=flag("--agents", group="Workload"),
     )
     mix: list[MixEntry] = Field(default_factory=lambda: [MixEntry()], min_length=1)
@@ -88,7 +94,7 @@ class WorkloadSpec(BaseModel):
         default=4,
         ge=1,
         le=100_000,
-        description="distinct system prompts per profile, shared by the swarm (swarm sweep's showdown: 1)",
+        description="distinct system prompts per profile, shared by the swarm (the showdown: 1)",
         json_schema_extra=flag("--system-prompts", group="Workload"),
     )
     context: Literal["synthetic", "live"] = Field(
@@ -99,11 +105,11 @@ class WorkloadSpec(BaseModel):
     )
     arrival: ArrivalSpec = Field(
         default_factory=ArrivalSpec,
-        description="when agents start (swarm sweep's showdown: all_at_once)",
+        description="when agents start (the showdown: poisson:4; swarm sweep's: constant:8)",
         json_schema_extra=flag(
             "--arrival", group="Workload", parse="arrival", cli_type="str",
             help="when agents start: all_at_once | poisson:RATE | constant:RATE | gamma:RATE,CV | "
-            "ramp:START,END,SECONDS (default poisson:10; swarm sweep's showdown: all_at_once)",
+            "ramp:START,END,SECONDS (default poisson:10; the showdown: poisson:4; swarm sweep's: constant:8)",
         ),
     )  # fmt: skip
     stream: bool = Field(default=True, description="stream responses")
@@ -114,30 +120,13 @@ class WorkloadSpec(BaseModel):
         json_schema_extra=flag("--on-failure", group="Workload"),
     )
     tokenizer: TokenizerPath = None
-    start_at: Literal["begin", "mid"] = Field(
-        default="begin",
-        description="begin: every session from its first call; mid: each session from a sampled "
-        "point of its lifetime (between start_ratios of its calls), its history in the prompt, "
-        "after one warm-up call that re-sends that history (marked warmup, in no headline figure)",
-        json_schema_extra=flag("--start-at", group="Workload"),
-    )
-    start_ratios: tuple[float, float] = Field(
-        default=(0.25, 0.75),
-        description="with start_at: mid, where in its calls a session starts: uniform between these "
-        "shares (AIPerf's agentx scenario starts its trajectories between 0.25 and 0.75)",
-    )
-
-    @model_validator(mode="after")
-    def _ratios(self) -> WorkloadSpec:
-        low, high = self.start_ratios
-        if not 0 <= low <= high < 1:
-            raise ValueError(f"start_ratios {list(self.start_ratios)}: expected 0 <= low <= high < 1")
-        return self
+    start_at: StartAt = START_AT_DEFAULT
+    start_ratios: StartRatios = START_RATIOS_DEFAULT
 
 
 #: fields added after specs were first hashed: left out of ``traffic_hash`` at their defaults,
 #: so a spec that does not use them hashes as it did before them
-_HASHED_ONLY_WHEN_SET = {"start_at": "begin", "start_ratios": [0.25, 0.75]}
+_HASHED_ONLY_WHEN_SET = {"start_at": START_AT_DEFAULT, "start_ratios": list(START_RATIOS_DEFAULT)}
 
 
 def _digest(obj: object) -> str:
@@ -187,6 +176,7 @@ class AgentPlan:
     #: compaction decisions, by node, taken when the node's prompt was first composed
     compacted: dict[str, bool] = field(default_factory=dict, repr=False)
     _token_counts: dict[str, int] = field(default_factory=dict, repr=False)
+    _summaries: dict[str, str] = field(default_factory=dict, repr=False)
 
     def token_count(self, text: str) -> int:
         """Tokens of ``text`` by the plan's tokenizer (memoised: prompt parts recur)."""
@@ -198,11 +188,15 @@ class AgentPlan:
     def summary(self, node: str) -> str:
         """The summary that replaces the history when ``node``'s prompt is compacted: its own
         RNG stream, so nodes keep their other samples."""
-        compaction = self.profile.compaction
-        assert compaction is not None
-        rng = random.Random(f"{self.seed}:agent:{self.agent_id}:node:{node}:summary")
-        tokens = max(3, compaction.summary_tokens.sample_int(rng, 3))
-        return synth_text(rng, tokens, self.tokenizer, lead=f"summary {self.agent_id} {node} :")
+        text = self._summaries.get(node)
+        if text is None:  # every later prompt carries it: made once
+            compaction = self.profile.compaction
+            assert compaction is not None
+            rng = random.Random(f"{self.seed}:agent:{self.agent_id}:node:{node}:summary")
+            tokens = max(3, compaction.summary_tokens.sample_int(rng, 3))
+            text = synth_text(rng, tokens, self.tokenizer, lead=f"summary {self.agent_id} {node} :")
+            self._summaries[node] = text
+        return text
 
     def node(self, name: str) -> NodePlan:
         """The plan of one node (built on first use; a pure function of seed, agent and node)."""
@@ -318,6 +312,8 @@ class Workload:
             if spec.get(key) == default:
                 del spec[key]
         for entry in spec["mix"]:
+            if entry.get("start_at") is None:
+                entry.pop("start_at", None)
             for key in ("profile", "topology"):
                 if str(entry[key]).endswith((".yaml", ".yml")):
                     entry[key] = Path(entry[key]).name
@@ -367,18 +363,30 @@ class Workload:
         """The trace's ``session_id`` of agent ``agent_id``."""
         return f"{self.spec.seed}-{agent_id}"
 
+    def _mix_and_topology(self, agent_id: int, rng: random.Random) -> tuple[int, TopologyTemplate]:
+        """An agent's mix entry (the first draw of its stream) and topology (a stream of its
+        own: agents of one-topology entries keep theirs)."""
+        mix = int(np.searchsorted(self._cum_weights, rng.random(), side="right"))
+        mix = min(mix, len(self.profiles) - 1)
+        templates, cum = self.topology_choices[mix]
+        topology = templates[0]
+        if len(templates) > 1:
+            pick = random.Random(f"{self.spec.seed}:agent:{agent_id}:topology").random()
+            topology = templates[min(int(np.searchsorted(cum, pick, side="right")), len(templates) - 1)]
+        return mix, topology
+
+    def starts_mid(self, agent_id: int) -> bool:
+        """Whether agent ``agent_id`` starts mid-life (its plan's ``history`` is not empty),
+        told without building its plan."""
+        mix, topology = self._mix_and_topology(agent_id, random.Random(f"{self.spec.seed}:agent:{agent_id}"))
+        return bool(self._history(agent_id, topology, self.spec.mix[mix].start_at or self.spec.start_at))
+
     def agent(self, agent_id: int) -> AgentPlan:
         if not 0 <= agent_id < self.spec.agents:
             raise IndexError(agent_id)
         rng = random.Random(f"{self.spec.seed}:agent:{agent_id}")
-        mix = int(np.searchsorted(self._cum_weights, rng.random(), side="right"))
-        mix = min(mix, len(self.profiles) - 1)
+        mix, topology = self._mix_and_topology(agent_id, rng)
         profile = self.profiles[mix]
-        templates, cum = self.topology_choices[mix]
-        topology = templates[0]
-        if len(templates) > 1:  # a stream of its own: agents of one-topology entries keep theirs
-            pick = random.Random(f"{self.spec.seed}:agent:{agent_id}:topology").random()
-            topology = templates[min(int(np.searchsorted(cum, pick, side="right")), len(templates) - 1)]
         sp_id = rng.randrange(self.spec.system_prompts)
         task = synth_text(
             rng, max(2, profile.task_tokens.sample_int(rng, 2)), self.tokenizer, lead=f"task {agent_id} :"
@@ -399,14 +407,15 @@ class Workload:
                 if profile.subagent_system_prompt is not None
                 else None
             ),
-            history=self._history(agent_id, topology),
+            history=self._history(agent_id, topology, self.spec.mix[mix].start_at or self.spec.start_at),
         )
 
-    def _history(self, agent_id: int, topology: TopologyTemplate) -> tuple[str, ...]:
-        """With ``start_at: mid``, the nodes an agent starts past: the first ``k`` of its
-        topological order, ``k`` the share drawn uniformly between ``start_ratios`` of its
-        calls (rounded down; a one-call topology starts at its call). Its own RNG stream."""
-        if self.spec.start_at != "mid" or len(topology.order) < 2:
+    def _history(self, agent_id: int, topology: TopologyTemplate, start_at: str) -> tuple[str, ...]:
+        """With ``start_at: mid`` (the agent's mix entry's, else the workload's), the nodes an
+        agent starts past: the first ``k`` of its topological order, ``k`` the share drawn
+        uniformly between ``start_ratios`` of its calls (rounded down; a one-call topology
+        starts at its call). Its own RNG stream."""
+        if start_at != "mid" or len(topology.order) < 2:
             return ()
         low, high = self.spec.start_ratios
         share = random.Random(f"{self.spec.seed}:agent:{agent_id}:start").uniform(low, high)
