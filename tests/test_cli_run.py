@@ -185,21 +185,37 @@ def test_sigint_leaves_readable_trace_and_interrupted_manifest(
 
 
 @pytest.mark.slow
-def test_default_run_finishes_and_sglang_caches_more(tmp_path: Path) -> None:
-    """`swarm run` with defaults: 100 tree-of-thought agents, 4 system prompts, both profiles.
-    (How long it takes and whether it kept its schedule are magnitudes: bench default-run.)"""
+def test_default_run_is_the_showdown_of_the_study_and_the_recordings(tmp_path: Path) -> None:
+    """`swarm run` with no flags: the showdown (the study's tree of thought beside Claude Code
+    sessions started mid-life) against both profiles, a window each; the sessions' warm-ups are
+    marked and in no figure. (How long it takes and whether it kept its schedule are
+    magnitudes: bench default-run.)"""
+    from swarm.analysis.report import build_run_report, load_run
+    from swarm.trace.reader import read_requests
+    from swarm.workload.showdown import SHOWDOWN_DURATION_S, SHOWDOWN_WORKLOAD
+
     start = time.monotonic()
     out = swarm("run", "--json", cwd=tmp_path, timeout=600)
     elapsed = time.monotonic() - start
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
-    sg, trt = result["targets"]["emulator-sglang"], result["targets"]["emulator-trtllm"]
-    assert sg["agents"] == trt["agents"] == 100
-    assert sg["requests"] == trt["requests"] and sg["errors"] == trt["errors"] == 0
-    assert sg["cache_hit_ratio"] > trt["cache_hit_ratio"]
-    print(
-        f"default run: {elapsed:.0f} s; cache hit sglang {sg['cache_hit_ratio']:.4f} trtllm {trt['cache_hit_ratio']:.4f}"
-    )
+    run_dir = tmp_path / result["run_dir"]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["spec"]["duration_s"] == SHOWDOWN_DURATION_S
+    assert [e["profile"] for e in manifest["spec"]["workload"]["mix"]] == ["tree_of_thought", "claude_code"]
+    for t in manifest["targets"]:
+        assert t["outcome"] == "complete" and t["sessions_planned"] == SHOWDOWN_WORKLOAD["agents"]
+    rows = read_requests(run_dir, ["target", "profile", "warmup", "status", "max_tokens"]).to_pylist()
+    warm = [r for r in rows if r["warmup"]]
+    assert warm and all(r["profile"] == "claude_code" and r["max_tokens"] == 1 for r in warm)
+    assert all(r["status"] == "ok" for r in rows)
+    report = build_run_report(load_run(run_dir))
+    for name in ("emulator-sglang", "emulator-trtllm"):
+        figures = report.targets[name].figures
+        mine = [r for r in rows if r["target"] == name]
+        assert figures.requests == len([r for r in mine if not r["warmup"]]) == result["targets"][name]["requests"]
+        assert {b.value for b in report.targets[name].breakdowns["profile"]} == {"tree_of_thought", "claude_code"}
+    print(f"default run: {elapsed:.0f} s; {len(rows)} rows, {len(warm)} warm-ups")
 
 
 def test_an_in_process_part_puts_back_the_handler_it_found() -> None:
