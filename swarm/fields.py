@@ -24,11 +24,13 @@ TokenizerPath = Annotated[
 ]
 
 StartAt = Annotated[
-    Literal["begin", "mid"],
+    Literal["begin", "mid"] | None,
     Field(
-        description="begin: every session from its first call; mid: each session from a sampled "
-        "point of its lifetime (between start_ratios of its calls), its history in the prompt, after "
-        "one warm-up call that re-sends that history (marked warmup, in no headline figure)",
+        description="begin: every session from its first call; mid: each session from a sampled point "
+        "of its lifetime (between start_ratios of its calls), its history in the prompt, after a "
+        "warm-up call that re-sends it (one per thread the start cuts into; marked warmup, in no "
+        "headline figure); topologies with beam groups start whole. A run spec: for every mix "
+        "entry (none: each entry's own start_at, else begin); a replay: none is begin",
         json_schema_extra=flag("--start-at", group="Workload"),
     ),
 ]
@@ -49,6 +51,5 @@ StartRatios = Annotated[
         "shares (AIPerf's agentx scenario starts its trajectories between 0.25 and 0.75)",
     ),
 ]
-#: the defaults of ``StartAt`` and ``StartRatios``
-START_AT_DEFAULT: Literal["begin", "mid"] = "begin"
+#: the default of ``StartRatios``
 START_RATIOS_DEFAULT = (0.25, 0.75)

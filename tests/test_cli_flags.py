@@ -213,20 +213,21 @@ def test_a_bad_value_in_a_spec_file_names_the_file_and_the_field(tmp_path: Path)
 
 
 def test_sweep_bases_take_the_flags_of_their_kind() -> None:
-    """--tokenizer has a place in a swarm and in a replay; --topology alone goes to every entry
-    of the showdown's mix, --profile is the mix; the showdown measures a window of each point and
-    its emulators keep their default cache."""
+    """--tokenizer has a place in a swarm and in a replay. With nothing given the base is the
+    showdown (a window of each point, in process, the emulators' default cache); a profile or
+    topology named (or a target) leaves the showdown for the plain defaults, all agents at once."""
     from swarm.cli.flags import Given
     from swarm.cli.sweep import launcher_of
     from swarm.sweep.spec import SHOWDOWN_DURATION_S
 
-    _, base = launcher_of(Given("sweep", {"topology": "chain", "tokenizer": None}), "agents")
+    _, base = launcher_of(Given("sweep", {"tokenizer": None}), "agents")
     mix = base.workload.mix  # type: ignore[attr-defined]
-    assert [(e.profile, e.topology) for e in mix] == [("tree_of_thought", "chain"), ("claude_code", "chain")]
-    assert mix[1].start_at == "mid" and base.duration_s == SHOWDOWN_DURATION_S
-    assert base.emulator_args == [] and base.executor == "inprocess"
-    _, base = launcher_of(Given("sweep", {"profile": "coder"}), "agents")
-    assert [(e.profile, e.topology) for e in base.workload.mix] == [("coder", None)]  # type: ignore[attr-defined]
+    assert [(e.profile, e.start_at) for e in mix] == [("tree_of_thought", None), ("claude_code", "mid")]
+    assert base.duration_s == SHOWDOWN_DURATION_S and base.emulator_args == [] and base.executor == "inprocess"
+    _, base = launcher_of(Given("sweep", {"topology": "chain", "tokenizer": None}), "agents")
+    (entry,) = base.workload.mix  # type: ignore[attr-defined]
+    assert (entry.profile, entry.topology) == ("math_reasoner", "chain") and base.duration_s is None
+    assert base.workload.arrival.process == "all_at_once" and base.executor == "ray"  # type: ignore[attr-defined]
     tokenizer = str(DATA / "no-such-tokenizer.json")
     _, base = launcher_of(
         Given("sweep", {"replay": str(DATA / "mooncake_conversation_first300.jsonl"), "tokenizer": tokenizer}),

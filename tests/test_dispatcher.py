@@ -332,7 +332,9 @@ def test_a_soft_stop_wakes_sources_that_wait_so_a_long_pause_does_not_hold_the_r
 
         return run
 
-    schedule = [Scheduled(0, agent("slow", 3600.0)), Scheduled(40 * MS, agent("busy", 0.08))]
+    # with a request limit of 2 both pause for an hour once they have sent: the limit itself wakes them
+    busy_pause_s = 0.08 if limit == "duration" else 3600.0
+    schedule = [Scheduled(0, agent("slow", 3600.0)), Scheduled(40 * MS, agent("busy", busy_pause_s))]
     asyncio.run(d.run(schedule))
     assert clock.now_ns - d.start_perf_ns < 1_000 * MS  # not an hour
     assert sorted(resumed) == ["busy", "slow"]  # both woke, and sent nothing more

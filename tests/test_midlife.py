@@ -108,6 +108,26 @@ def test_history_is_sampled_between_the_start_ratios_and_is_the_same_for_every_r
     assert workload(catalog, "begin").traffic_hash() != wl.traffic_hash()
 
 
+def test_which_agents_start_mid_life_beams_start_whole_and_the_workload_overrides_its_entries(
+    catalog: Catalog,
+) -> None:
+    """An entry's start_at applies to its agents unless the workload's is set (``--start-at``);
+    a topology with beam groups starts whole: its keep-or-cut needs calls a history never made."""
+    mixed = WorkloadSpec(
+        agents=12, system_prompts=1,
+        mix=[MixEntry(profile="long", topology="thread", start_at="mid"), MixEntry(profile="long", topology="chain")],
+    )  # fmt: skip
+    wl = Workload(mixed, catalog)
+    kinds = {wl.agent(a).topology.name: bool(wl.agent(a).history) for a in range(12)}
+    assert kinds == {"thread": True, "chain": False}
+    assert all(wl.starts_mid(a) == bool(wl.agent(a).history) for a in range(12))
+    for forced, expected in (("begin", False), ("mid", True)):
+        wl = Workload(mixed.model_copy(update={"start_at": forced}), catalog)
+        assert {bool(wl.agent(a).history) for a in range(12)} == {expected}
+    beams = workload(catalog, "mid", topology="tree_of_thought")
+    assert beams.agent(0).topology.beams and not any(beams.agent(a).history for a in range(8))
+
+
 def test_mid_life_sessions_send_a_warm_up_then_reuse_their_history_exactly(
     catalog: Catalog, emulator: Callable[..., EmulatorThread]
 ) -> None:
@@ -202,6 +222,23 @@ def test_warm_up_rows_are_marked_in_the_trace_and_left_out_of_the_report(
     data = json.loads(report.output)
     assert data["targets"]["t"]["figures"]["requests"] == len(rows) - len(warm)
     assert any(f"{len(warm)} warm-up calls" in w for w in data["warnings"])
+    # a replay of the run rebuilds every prompt exactly (history nodes have no rows) and keeps
+    # its warm-ups marked
+    from swarm.replay.from_run import plan_from_run
+    from swarm.workload.prefix import block_hashes
+
+    plan = plan_from_run(str(run_dir))
+    recorded = {
+        r["request_id"]: r
+        for r in read_requests(run_dir, ["request_id", "block_hashes", "warmup"]).to_pylist()
+    }
+    assert len(plan.items) == len(rows)
+    for item in plan.items:
+        row = recorded[item.identity.request_id]
+        assert item.identity.warmup == bool(row["warmup"])
+        assert item.prompt_parts is not None
+        words = [w for part in item.prompt_parts for w in part.split()]
+        assert list(block_hashes(words)) == list(row["block_hashes"]), item.identity.request_id
 
 
 def test_a_replay_started_mid_life_warms_up_then_reuses_its_history_exactly(

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 def run(*, given: Given) -> None:
     """Run an agent swarm against targets. With no spec, target, profile or topology: the
     emulated showdown (the study's tree of thought beside Claude Code sessions started
-    mid-life, 25 s per target) against the built-in emulator's sglang and trtllm profiles, on a
+    mid-life, 20 s per target) against the built-in emulator's sglang and trtllm profiles, on a
     local Ray."""
     code = run_command(given)
     if code:

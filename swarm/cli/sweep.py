@@ -53,6 +53,13 @@ def _spec_replays(given: Given) -> bool:
     return isinstance(data, dict) and "replay" in data
 
 
+def showdown(given: Given) -> bool:
+    """Whether this sweep is the emulated showdown: no spec, replay, target, profile or topology
+    given (``sweep.spec.SHOWDOWN_*``). Otherwise the base is the spec, or the plain defaults
+    with every agent started at once."""
+    return not any(given.get(name) for name in ("spec", "replay", "target", "profile", "topology"))
+
+
 def sweep_spec_of(given: Given, replay: bool) -> SweepSpec:
     """The SweepSpec the flags say: the ladder (the showdown's when none is given), its rules."""
     from swarm.sweep.spec import SHOWDOWN_LADDER, SweepSpec, parse_ladder
@@ -72,7 +79,7 @@ def sweep_spec_of(given: Given, replay: bool) -> SweepSpec:
     else:
         data["loads"] = loads
     slos = list(given.get("slo", []))
-    if not slos and not replay and given.get("spec") is None:  # the showdown states its SLOs
+    if not slos and showdown(given):  # the showdown states its SLOs
         from swarm.sweep.spec import SHOWDOWN_SLOS
 
         slos = list(SHOWDOWN_SLOS)
@@ -104,18 +111,20 @@ def launcher_of(given: Given, knob: str) -> tuple[PointLauncher, SendSpec]:
         return ReplayPoints(replay_spec), replay_spec
     if wrong := _given_under(given, "replay"):
         raise InputError(f"{', '.join(wrong)} apply with --replay only")
-    showdown = given.get("spec") is None
+    is_showdown = showdown(given)
     data, source = spec_data(given, skip=("replay", "sweep"))
-    if knob == "rate" and "arrival" not in data.get("workload", {}):
-        data.setdefault("workload", {})["arrival"] = {"process": "poisson", "rate": 1.0}  # each point sets it
-    if showdown:
+    workload = data.setdefault("workload", {})
+    if knob == "rate" and "arrival" not in workload:
+        workload["arrival"] = {"process": "poisson", "rate": 1.0}  # each point sets it
+    if is_showdown:
         from swarm.sweep.spec import SHOWDOWN_DURATION_S
 
-        data["workload"] = _showdown_workload(data.get("workload", {}))
+        data["workload"] = _showdown_workload(workload)
         data.setdefault("duration_s", SHOWDOWN_DURATION_S)  # Claude Code sessions outlast a point
-        if not data.get("targets"):  # the emulated showdown runs in process unless told
-            data.setdefault("executor", SHOWDOWN_EXECUTOR)
-    run_spec = validated(RunSpec, _emulators(data), source if not showdown else "sweep flags", given)
+        data.setdefault("executor", SHOWDOWN_EXECUTOR)  # the emulated showdown runs in process unless told
+    elif given.get("spec") is None:
+        workload.setdefault("arrival", {"process": "all_at_once"})  # the agents knob: agents live at once
+    run_spec = validated(RunSpec, _emulators(data), source if not is_showdown else "sweep flags", given)
     return AgentPoints(run_spec, source=source), run_spec
 
 
@@ -131,11 +140,10 @@ def _emulators(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _showdown_workload(given: dict[str, Any]) -> dict[str, Any]:
-    """The showdown's workload with the flags given over it (``showdown_workload``)."""
+    """The showdown's workload with the flags given over it."""
     from swarm.sweep.spec import SHOWDOWN_WORKLOAD
-    from swarm.workload.showdown import showdown_workload
 
-    return showdown_workload(given, SHOWDOWN_WORKLOAD)
+    return {**SHOWDOWN_WORKLOAD, **given}
 
 
 def _printer(console: Console, knob: str) -> Any:

@@ -6,8 +6,10 @@ rows of the same session whose node is in its ``parent_nodes``; its gap is the r
 from the last parent's end (``sent_ns + e2e_ns``) to its own ``scheduled_ns`` (think time, and
 any wait for a beam decision). The prompt is the recorded text when the run kept it
 (``--record-text``); for a ``context: synthetic`` run, the exact prompt rebuilt from the
-run's spec and seed (the Workload is a pure function of them); else its ``block_hashes``
-(64-token blocks) and ``prompt_tokens_est``, which keep the prefix structure.
+run's spec and seed (the Workload is a pure function of them; a session started mid-life
+has no rows before its start, and its history nodes are read from the topology, all
+answered); else its ``block_hashes`` (64-token blocks) and ``prompt_tokens_est``, which keep
+the prefix structure. A warm-up row stays a warm-up: sent again, marked, in no figure.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ COLUMNS = [
     "target", "agent_id", "profile", "topology", "session_id", "node", "parent_nodes", "depth", "branch",
     "role", "system_prompt_id", "request_id", "scheduled_ns", "sent_ns", "e2e_ns", "max_tokens",
     "completion_tokens", "prompt_tokens", "prompt_tokens_est", "block_hashes", "prompt_parts", "prompt_roles", "attempt",
+    "warmup",
 ]  # fmt: skip
 
 
@@ -79,11 +82,15 @@ def _synthetic_prompts(
             continue
         seen: set[str] = set()
         stack = list(r["parent_nodes"])
+        history = set(plan.history)
         while stack:
             n = stack.pop()
             if n not in seen:
                 seen.add(n)
-                stack.extend(parents_of.get((r["session_id"], n), ()))
+                recorded = parents_of.get((r["session_id"], n))
+                if recorded is None and n in history:  # before a mid-life start: no row, all alive
+                    recorded = tuple(plan.topology.context_parents(n))
+                stack.extend(recorded or ())
         ancestors = [n for n in plan.topology.order if n in seen]
         messages = compose_messages(plan, r["node"], [(a, synthetic_turn(plan, a)) for a in ancestors])
         out.append((tuple(m.content for m in messages), tuple(m.role for m in messages)))
@@ -153,6 +160,7 @@ def plan_from_run(run_dir: str, target: str | None = None) -> ReplayPlan:
                     role=r["role"],
                     system_prompt_id=r["system_prompt_id"],
                     request_id=r["request_id"],
+                    warmup=bool(r["warmup"]),
                 ),
             )
         )

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from swarm.cliflag import flag
 from swarm.errors import InputError
-from swarm.fields import START_AT_DEFAULT, START_RATIOS_DEFAULT, StartAt, StartRatios, TokenizerPath
+from swarm.fields import START_RATIOS_DEFAULT, StartAt, StartRatios, TokenizerPath
 from swarm.replay.export import FORMATS as EXPORT_FORMATS
 from swarm.replay.format import ReadOptions
 from swarm.replay.formats import FORMATS, TRACE_FORMATS, load_plan
@@ -131,7 +131,7 @@ class ReplaySourceSpec(TraceSourceSpec):
         json_schema_extra=flag("--max-sessions", group=_READ),
     )
     tokenizer: TokenizerPath = None
-    start_at: StartAt = START_AT_DEFAULT
+    start_at: StartAt = None
     start_ratios: StartRatios = START_RATIOS_DEFAULT
 
     @model_validator(mode="after")
@@ -152,7 +152,8 @@ class ReplaySourceSpec(TraceSourceSpec):
             "copies": self.copies,
             "max_sessions": self.max_sessions,
             "tool_time_scale": self.tool_time_scale,
-            "start_at": self.start_at,
+            "start_at": self.start_at or "begin",
+            "start_ratios": list(self.start_ratios),
             "filters": self.filters_record(),
             "notes": plan.notes,
         }

@@ -229,6 +229,8 @@ class Dispatcher:
             if not stop.admit():
                 self.wake_sleepers()
                 return None
+            if stop.stopped:  # this send reached the request limit: nobody waits for a next one
+                self.wake_sleepers()
             self.in_flight += 1
             try:
                 out = build(slot_wait_ns) if callable(build) else build
@@ -337,7 +339,7 @@ class Dispatcher:
         if self.prepared_late:
             log.warning(
                 "%d requests were not prepared by their send time and went late; the schedule "
-                "is too dense for one process (try a lower --speed, or more workers)",
+                "is too dense for one process (fewer sends a second: a lower --speed or --arrival rate, or more workers)",
                 self.prepared_late,
             )
         if release.done() and not release.cancelled() and release.exception() is not None:

@@ -92,10 +92,14 @@ class StopConditions:
         return True
 
     def admit(self) -> bool:
-        """``may_send``, and count the send when it may."""
+        """``may_send``, and count the send when it may; the send that reaches the request
+        limit stops the run at once (soft: it and the others in flight finish), so sources
+        waiting for their next call can be woken rather than waited for."""
         if not self.may_send():
             return False
         self.issued += 1
+        if self.max_requests is not None and self.issued >= self.max_requests:
+            self._stop(REQUEST_LIMIT_REACHED, hard=False)
         return True
 
     def interrupt(self) -> None:

@@ -55,14 +55,19 @@ def comparable_features(
     """Both sides' features, read alike: each session alone on both sides when either is a
     trace whose hash ids are numbered per session; and the note that says so (None when not)."""
     alone = candidate.ids_per_session or reference.ids_per_session
-    note = None
-    if alone:
-        which = reference.source if reference.ids_per_session else candidate.source
-        note = (
-            f"{which} numbers its hash ids per session, so it cannot show prefixes shared across sessions: "
-            "both reuse rows count each session alone, on both sides"
-        )
+    note = comparable_features_note(candidate, reference)
     return features(candidate, sessions_alone=alone), features(reference, sessions_alone=alone), note
+
+
+def comparable_features_note(candidate: ShapeTable, reference: ShapeTable) -> str | None:
+    """What ``comparable_features`` says of how it read the two (None: as they are)."""
+    if not (candidate.ids_per_session or reference.ids_per_session):
+        return None
+    which = reference.source if reference.ids_per_session else candidate.source
+    return (
+        f"{which} numbers its hash ids per session, so it cannot show prefixes shared across sessions: "
+        "both reuse rows count each session alone, on both sides"
+    )
 
 
 def features(table: ShapeTable, *, sessions_alone: bool = False) -> dict[str, list[float]]:

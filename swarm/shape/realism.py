@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from swarm.shape.features import FEATURES, comparable_features
+from swarm.shape.features import FEATURES, comparable_features, comparable_features_note
 from swarm.shape.table import ShapeTable
 
 MATCH_D = 0.15
@@ -117,9 +117,10 @@ def compare(
 ) -> RealismReport:
     """The realism report of ``candidate`` against ``reference`` (see the module docstring);
     the values, when given, are ``comparable_features``'."""
-    cv0, rv0, alone = comparable_features(candidate, reference)
-    cv = candidate_values or cv0
-    rv = reference_values or rv0
+    if candidate_values is None or reference_values is None:
+        cv, rv, alone = comparable_features(candidate, reference)
+    else:
+        cv, rv, alone = candidate_values, reference_values, comparable_features_note(candidate, reference)
     rows = []
     for name, (label, unit) in FEATURES.items():
         a, b = cv[name], rv[name]

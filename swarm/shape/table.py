@@ -363,17 +363,22 @@ def _after_parents(
 
 def table_from_run(run_dir: str | Path, target: str | None = None) -> ShapeTable:
     """The first attempts of one target of a run (the first target unless named)."""
-    from swarm.trace.reader import WARMUP_COLUMN, read_requests, without_warmups
+    from swarm.trace.reader import WARMUP_COLUMN, read_requests
 
-    table, warmups = without_warmups(read_requests(run_dir, [*_RUN_COLUMNS, WARMUP_COLUMN]))
+    table = read_requests(run_dir, [*_RUN_COLUMNS, WARMUP_COLUMN])
     data: dict[str, list[Any]] = table.to_pydict()
+    warm_flags = [bool(w) for w in data[WARMUP_COLUMN]]
     targets = list(dict.fromkeys(data["target"]))
     if not targets:
         raise InputError(f"{run_dir}: the run has no requests")
     chosen = target or targets[0]
     if chosen not in targets:
         raise InputError(f"{run_dir}: no target {chosen!r} in this run (targets: {', '.join(targets)})")
-    keep = [i for i, t in enumerate(data["target"]) if t == chosen and data["attempt"][i] == 0]
+    chosen_rows = [i for i, t in enumerate(data["target"]) if t == chosen and data["attempt"][i] == 0]
+    # a mid-life start's warm-up calls are no rows, but their prompts are in its session's reuse
+    warm = [i for i in chosen_rows if warm_flags[i]]
+    warmups = len(warm)
+    keep = [i for i in chosen_rows if not warm_flags[i]]
     keep.sort(key=lambda i: (data["scheduled_ns"][i], data["sent_ns"][i]))
     t0 = data["scheduled_ns"][keep[0]] if keep else 0
     position = {(data["session_id"][i], data["node"][i]): k for k, i in enumerate(keep)}
@@ -385,6 +390,8 @@ def table_from_run(run_dir: str | Path, target: str | None = None) -> ShapeTable
     firsts: dict[str, tuple[int, Sequence[object], Sequence[float]]] = {}
     hashes_of = [list(data["block_hashes"][i] or ()) for i in keep]
     alone: dict[str, PrefixIndex] = {}
+    for i in warm:  # sent before the calls of their session
+        alone.setdefault(data["session_id"][i], PrefixIndex()).observe(list(data["block_hashes"][i] or ()))
     for k, i in enumerate(keep):
         session = data["session_id"][i] or f"row{k}"  # a replay of a flat trace records none
         recorded = tuple(

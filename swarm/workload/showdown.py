@@ -15,8 +15,8 @@ Its traffic is two built-ins held against real references (docs/realism.md):
 
 Claude Code sessions last tens of minutes to hours (their median call waits 11 s after the
 previous one), so the showdown starts each of them at a sampled point of its life
-(the mix entry's ``start_at: mid``, one warm-up call each; trees of thought, which end within a
-minute, start whole) and measures a window of ``SHOWDOWN_DURATION_S``
+(the mix entry's ``start_at: mid``: a warm-up call each, re-sending its history; trees of
+thought, which end within a minute and prune by beams, start whole) and measures a window of ``SHOWDOWN_DURATION_S``
 per target: steady state from the first seconds, with the sessions' histories in the cache.
 """
 
@@ -40,13 +40,7 @@ SHOWDOWN_WORKLOAD: dict[str, Any] = {
 SHOWDOWN_DURATION_S = 20.0
 
 
-def showdown_workload(given: dict[str, Any], base: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The showdown's workload (or ``base``) with the given workload fields written over it. A
-    given mix of one entry (``--profile``, ``--topology``) that names a profile is the mix; one
-    that names only a topology gives it to every entry of the showdown's."""
-    base = SHOWDOWN_WORKLOAD if base is None else base
-    out = {**base, **given}
-    mix = given.get("mix")
-    if isinstance(mix, list) and len(mix) == 1 and isinstance(mix[0], dict) and "profile" not in mix[0]:
-        out["mix"] = [{**entry, **mix[0]} for entry in base["mix"]]
-    return out
+def showdown_workload(given: dict[str, Any]) -> dict[str, Any]:
+    """The showdown's workload with the given workload fields (``--agents``, ``--arrival``, ...)
+    written over it."""
+    return {**SHOWDOWN_WORKLOAD, **given}

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from swarm.cliflag import flag
 from swarm.errors import InputError
-from swarm.fields import START_AT_DEFAULT, START_RATIOS_DEFAULT, StartAt, StartRatios, TokenizerPath
+from swarm.fields import START_RATIOS_DEFAULT, StartAt, StartRatios, TokenizerPath
 from swarm.workload.agent_profile import AgentProfile
 from swarm.workload.arrival import ArrivalSpec
 from swarm.workload.catalog import Catalog, default_catalog
@@ -63,8 +63,8 @@ class MixEntry(BaseModel):
     weight: float = Field(default=1.0, gt=0, description="relative share of agents")
     start_at: Literal["begin", "mid"] | None = Field(
         default=None,
-        description="this entry's agents start at their first call (begin) or mid-life (mid); "
-        "none: as the workload's start_at says (long sessions mid-life, short ones whole)",
+        description="this entry's agents start at their first call (begin) or mid-life (mid); the "
+        "workload's start_at, when set, overrides it; none: begin",
     )
 
 
@@ -120,13 +120,13 @@ class WorkloadSpec(BaseModel):
         json_schema_extra=flag("--on-failure", group="Workload"),
     )
     tokenizer: TokenizerPath = None
-    start_at: StartAt = START_AT_DEFAULT
+    start_at: StartAt = None
     start_ratios: StartRatios = START_RATIOS_DEFAULT
 
 
 #: fields added after specs were first hashed: left out of ``traffic_hash`` at their defaults,
 #: so a spec that does not use them hashes as it did before them
-_HASHED_ONLY_WHEN_SET = {"start_at": START_AT_DEFAULT, "start_ratios": list(START_RATIOS_DEFAULT)}
+_HASHED_ONLY_WHEN_SET = {"start_at": None, "start_ratios": list(START_RATIOS_DEFAULT)}
 
 
 def _digest(obj: object) -> str:
@@ -379,7 +379,7 @@ class Workload:
         """Whether agent ``agent_id`` starts mid-life (its plan's ``history`` is not empty),
         told without building its plan."""
         mix, topology = self._mix_and_topology(agent_id, random.Random(f"{self.spec.seed}:agent:{agent_id}"))
-        return bool(self._history(agent_id, topology, self.spec.mix[mix].start_at or self.spec.start_at))
+        return bool(self._history(agent_id, topology, self._start_at(mix)))
 
     def agent(self, agent_id: int) -> AgentPlan:
         if not 0 <= agent_id < self.spec.agents:
@@ -407,15 +407,21 @@ class Workload:
                 if profile.subagent_system_prompt is not None
                 else None
             ),
-            history=self._history(agent_id, topology, self.spec.mix[mix].start_at or self.spec.start_at),
+            history=self._history(agent_id, topology, self._start_at(mix)),
         )
 
+    def _start_at(self, mix: int) -> str:
+        """Where agents of mix entry ``mix`` start: the workload's ``start_at`` when set, else the
+        entry's, else ``begin``."""
+        return self.spec.start_at or self.spec.mix[mix].start_at or "begin"
+
     def _history(self, agent_id: int, topology: TopologyTemplate, start_at: str) -> tuple[str, ...]:
-        """With ``start_at: mid`` (the agent's mix entry's, else the workload's), the nodes an
-        agent starts past: the first ``k`` of its topological order, ``k`` the share drawn
-        uniformly between ``start_ratios`` of its calls (rounded down; a one-call topology
-        starts at its call). Its own RNG stream."""
-        if start_at != "mid" or len(topology.order) < 2:
+        """With ``start_at: mid``, the nodes an agent starts past: the first ``k`` of its
+        topological order, ``k`` the share drawn uniformly between ``start_ratios`` of its calls
+        (rounded down; a one-call topology starts at its call). A topology with beam groups
+        starts whole: a beam's keep-or-cut needs its candidates' and scorers' calls, and a
+        history cannot have made them. Its own RNG stream."""
+        if start_at != "mid" or len(topology.order) < 2 or topology.beams:
             return ()
         low, high = self.spec.start_ratios
         share = random.Random(f"{self.spec.seed}:agent:{agent_id}:start").uniform(low, high)
