@@ -72,6 +72,8 @@ class RequestIdentity:
     #: history the session had before the sampled start, so the engine holds it; left out of
     #: every headline figure
     warmup: bool = False
+    #: which of the run's repeats of this target sent it (``--repeat N``: 0 to N-1)
+    repeat: int = 0
 
 
 @dataclass(frozen=True, slots=True)

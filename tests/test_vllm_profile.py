@@ -15,8 +15,8 @@ import pytest
 from swarm.emulator.http_server import EmulatorThread
 from swarm.emulator.tokens import PromptTokenizer
 from swarm.errors import InputError
+from swarm.runtime.cache_reset import reset_prefix_cache
 from swarm.runtime.context import ResolvedTarget
-from swarm.sweep.cache_reset import reset_prefix_cache
 
 
 def test_reset_prefix_cache_answers_as_vllm_does(emulator: Callable[..., EmulatorThread]) -> None:

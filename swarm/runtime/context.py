@@ -88,6 +88,8 @@ class TargetRun:
     error_window: int = 100
     #: stamp when each request's bytes were handed to the socket (bench: the client's delay)
     measure_send_stamps: bool = False
+    #: which repeat of this target this run is (``--repeat``): stamped on its records
+    repeat: int = 0
 
     def for_worker(self, part: RequestSource) -> TargetRun:
         """What a Ray worker is shipped of this run: ``part`` of its source, everything else but

@@ -128,8 +128,11 @@ class Dispatcher:
         wall_minus_perf_ns: int | None = None,
         clock_ns: Callable[[], int] = time.perf_counter_ns,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        repeat: int = 0,
     ) -> None:
         self.client = client
+        #: the repeat this run is of its target (``--repeat``), stamped on every record
+        self.repeat = repeat
         self.sink = sink
         self.stop = stop
         self.stats = stats if stats is not None else RunStats()
@@ -288,6 +291,8 @@ class Dispatcher:
 
     def accept(self, record: RequestRecord) -> None:
         """A finished record: live stats, the trace, the stop conditions (circuit breaker)."""
+        if self.repeat:
+            record = record.with_identity(repeat=self.repeat)
         self.stats.add(record)
         try:
             self.sink.write(record)

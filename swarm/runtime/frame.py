@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from swarm.errors import InputError
+from swarm.runtime.cache_reset import reset_prefix_cache
 from swarm.runtime.context import ResolvedTarget, TargetOutcome, TargetRun
 from swarm.runtime.executor import Executor
 from swarm.runtime.live_stats import LATE_NS, RunStats, behind_schedule
@@ -72,12 +73,12 @@ def run_on_targets(
         if storage.exists(""):
             raise InputError(f"{location} already exists")
         storage.makedirs()
-        book = RunBook(storage, run_id, targets, source.session_count(), manifest_fields)
+        book = RunBook(storage, run_id, targets, source.session_count(), manifest_fields, spec.repeats)
         result = RunResult(run_dir=location, storage=storage, manifest=book.manifest)
         try:
-            for target in targets:
+            for repeat, target in _turns(targets, spec.repeats):
                 book.ran.add(target.name)
-                outcome, sink, lost = _run_target(target, source, spec, executor, book, on_target_start)
+                outcome, sink, lost = _run_target(target, source, spec, executor, book, on_target_start, repeat)
                 result.outcomes[target.name] = outcome
                 if not book.settled(target.name, outcome, sink, lost):
                     break
@@ -91,6 +92,12 @@ def run_on_targets(
     return result
 
 
+def _turns(targets: list[ResolvedTarget], repeats: int) -> list[tuple[int, ResolvedTarget]]:
+    """The order targets run in: each once per repeat, interleaved (A B A B ...), so a drift of
+    the machine over the run falls on every target alike."""
+    return [(r, t) for r in range(repeats) for t in targets]
+
+
 def _run_target(
     target: ResolvedTarget,
     source: RequestSource,
@@ -98,15 +105,22 @@ def _run_target(
     executor: Executor,
     book: RunBook,
     on_target_start: OnTargetStart | None,
+    repeat: int = 0,
 ) -> tuple[TargetOutcome, TraceSink, int]:
-    """One target's run: its sink and scraper, the executor's run, the counts into the book
-    (whatever happens); the outcome, the sink and the rows it lost."""
+    """One target's run (one repeat of it): its prefix cache emptied before a repeat after the
+    first, its sink and scraper, the executor's run, the counts into the book (whatever
+    happens); the outcome, the sink and the rows it lost."""
+    if repeat:
+        reset = reset_prefix_cache(target)
+        if reset == "none" or reset.startswith("failed"):
+            log.warning("target %s, repeat %d: prefix cache not emptied (%s): reuse from the one before may count",
+                        target.name, repeat, reset)  # fmt: skip
     stats = RunStats()
     if on_target_start is not None:
         on_target_start(target, stats)
+    writer = _safe_name(target.name) + (f".r{repeat}" if repeat else "")
     sink = ParquetTraceSink(
-        book.storage, writer=_safe_name(target.name), keep_text=spec.record_text,
-        flush_interval_s=spec.flush_interval_s,
+        book.storage, writer=writer, keep_text=spec.record_text, flush_interval_s=spec.flush_interval_s,
     )  # fmt: skip
     scraper = scraper_for(target, spec.metrics_interval_s)
     if scraper is not None:
@@ -115,7 +129,7 @@ def _run_target(
     run = TargetRun(
         source, target, sink, stats, run_id=book.manifest.run_id, timeouts=spec.timeouts.timeouts(),
         storage=book.storage, keep_text=spec.record_text, max_error_rate=spec.max_error_rate,
-        error_window=spec.error_window,
+        error_window=spec.error_window, repeat=repeat,
     )  # fmt: skip
     try:
         outcome = executor.run_target(run)

@@ -79,6 +79,7 @@ async def drive(
             index=index,
             clock_offset_ns=placement.clock_offset_ns,
             wall_minus_perf_ns=placement.wall_minus_perf_ns,
+            repeat=run.repeat,
         )
         started = source.start(d, run, placement)
         try:

@@ -51,13 +51,15 @@ class RunBook:
         targets: list[ResolvedTarget],
         sessions_planned: int,
         manifest_fields: dict[str, Any],
+        repeats: int = 1,
     ) -> None:
         self.storage = storage
         self.manifest = RunManifest(
             run_id=run_id,
             swarm_version=__version__,
-            targets=[_target_info(t, sessions_planned) for t in targets],
+            targets=[_target_info(t, sessions_planned * repeats) for t in targets],
             versions=versions(),
+            repeats=repeats,
             **manifest_fields,
         )
         self.manifest.write(storage)
@@ -75,9 +77,9 @@ class RunBook:
         for k, v in stats.by_status.items():
             mf.counts[k] = mf.counts.get(k, 0) + v
         mf.requests_sent += stats.requests_sent
-        info.sessions_started = stats.sessions_started
-        info.sessions_finished = stats.sessions_finished
-        info.sessions_cut = stats.sessions_cut
+        info.sessions_started += stats.sessions_started  # summed over the target's repeats
+        info.sessions_finished += stats.sessions_finished
+        info.sessions_cut += stats.sessions_cut
         lost = sink.rows_lost
         mf.records_lost += lost
         mf.write(self.storage)
@@ -90,7 +92,7 @@ class RunBook:
         mf.workers += outcome.workers
         dead = [w for w in outcome.workers if not w.alive]
         if dead:
-            info.sessions_lost = sum(w.sessions_cut for w in dead)
+            info.sessions_lost += sum(w.sessions_cut for w in dead)
             self.reasons.append(_lost_workers_reason(name, dead, outcome.records_lost_with_workers))
         mf.records_lost_with_workers += outcome.records_lost_with_workers
         lost += outcome.records_lost  # rows workers could not write themselves

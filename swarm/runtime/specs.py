@@ -117,6 +117,15 @@ class SendSpec(BaseModel):
         default=None, ge=1, description="stop after this many requests (default: no limit)",
         json_schema_extra=flag("--max-requests", group=_SEND),
     )  # fmt: skip
+    repeats: int = Field(
+        default=1,
+        ge=1,
+        le=100,
+        description="run each target this many times over, targets interleaved (A B A B ...) and each "
+        "prefix cache emptied between where the engine allows: report and compare give every "
+        "figure and ratio a 95 % interval over the repeats (one run: over its sessions)",
+        json_schema_extra=flag("--repeat", group=_SEND),
+    )
     retries: int = Field(
         default=0,
         ge=0,

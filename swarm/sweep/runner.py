@@ -31,11 +31,11 @@ from swarm import __version__
 from swarm.analysis import metrics as m
 from swarm.clients.client import redact_url
 from swarm.errors import InputError
+from swarm.runtime.cache_reset import reset_prefix_cache
 from swarm.runtime.context import TargetOutcome, TargetRun
 from swarm.runtime.executor import Executor
 from swarm.runtime.specs import TargetSpec
 from swarm.runtime.targets import embedded_targets, resolve_targets
-from swarm.sweep.cache_reset import reset_prefix_cache
 from swarm.sweep.manifest import SWEEP_MANIFEST_NAME, PointRun, SweepManifest
 from swarm.sweep.points import PointLauncher
 from swarm.sweep.report import PointResult, point_result, slo_bounds

@@ -131,6 +131,7 @@ class RunManifest(BaseModel):
     schema_version: int = SCHEMA_VERSION
     swarm_version: str = ""
     kind: str = Field(default="run", description="run, replay, ...")
+    repeats: int = Field(default=1, description="how many times each target was run over (--repeat)")
     created_at: str = Field(default_factory=lambda: dt.datetime.now(dt.timezone.utc).isoformat())
     finished_at: str | None = None
     status: RunStatus = RunStatus.RUNNING

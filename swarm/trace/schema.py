@@ -63,6 +63,7 @@ TRACE_SCHEMA = pa.schema(
         # added after schema version 1's first release: null in older traces (read as 0, false)
         pa.field("slot_wait_ns", _I64),
         pa.field("warmup", pa.bool_()),
+        pa.field("repeat", pa.int32()),
     ],
     metadata={b"swarm.schema_version": str(SCHEMA_VERSION).encode()},
 )

@@ -1,8 +1,9 @@
-"""Emptying a target's prefix cache between sweep points, where the engine has a way.
+"""Emptying a target's prefix cache between sweep points and between a run's repeats, where the
+engine has a way.
 
-Place in the map (docs/architecture.md, "Sweeps"): every point sends the same seeded traffic, so
-without a reset an engine would reuse the previous point's prompts and its hit rate would
-count work it never did at this load. The way per engine is its module's ``cache_reset``
+Place in the map (docs/architecture.md, "Runtime"): every sweep point, and every repeat of a
+run (``--repeat``), sends the same seeded traffic, so without a reset an engine would reuse the
+previous one's prompts and its hit rate would count work it never did. The way per engine is its module's ``cache_reset``
 (``swarm/engines/``: SGLang ``POST /flush_cache``, vLLM ``POST /reset_prefix_cache``, llama.cpp
 ``POST /slots/<id>?action=erase`` for each slot ``GET /slots`` lists); swarm's emulator accepts
 ``POST /swarm/flush_cache`` in every profile. TensorRT-LLM's server has none: the point records
