@@ -4,7 +4,9 @@ Place in the map (docs/architecture.md, "Analysis"): one column per target (of o
 targets, or of several runs), one row per dimension, and a delta column naming the leader and
 the ratio to the runner-up: for a "lower is better" figure ``runner-up / leader``, for a
 "higher is better" one ``leader / runner-up`` (so a ratio is always >= 1); below
-``1 + TIE_WITHIN`` it is a tie, with no leader. Runs are compared only when their workloads
+``1 + TIE_WITHIN`` it is a tie, with no leader, and so is a lead whose 95 % interval
+(``intervals``: bootstrap over the targets' repeats, else their sessions, paired when they share
+them) reaches 1.0. Runs are compared only when their workloads
 are the same (``report.workload_identity``: a dependent replay of a run is the same workload
 as the run): otherwise ``WorkloadMismatch``, naming the differing fields in words, unless
 forced, and then the result carries the warning. Each run's own report warnings are repeated.
@@ -19,6 +21,7 @@ from typing import Any
 
 from swarm.analysis import metrics as m
 from swarm.analysis.figures import Distribution, TargetFigures
+from swarm.analysis.intervals import FIGURES, Interval, Units, ratio_interval
 from swarm.analysis.report import LoadedRun, build_run_report, workload_differences, workload_identity
 from swarm.analysis.reuse_loss import default_block_tokens, reuse_loss
 from swarm.errors import InputError
@@ -119,12 +122,40 @@ def lead(values: list[float | None], better: str, tie_within: float = 0.0) -> tu
     return (None, ratio) if ratio < 1 + tie_within else (i, ratio)
 
 
+def _top_two(values: list[float | None], better: str) -> tuple[int, int] | None:
+    """Positions of the best and second-best values (None: fewer than two, or no direction)."""
+    present = [(v, i) for i, v in enumerate(values) if v is not None and not math.isnan(v)]
+    if better not in ("lower", "higher") or len(present) < 2:
+        return None
+    ordered = sorted(present, reverse=better == "higher")
+    return ordered[0][1], ordered[1][1]
+
+
+def _lead_interval(
+    dim: Dimension, values: list[float | None], columns: list[tuple[str, LoadedRun, str]], units: dict[int, Units]
+) -> Interval | None:
+    """The 95 % interval of the top value's ratio to the next (``intervals.ratio_interval``), for
+    a dimension that has a resampled figure (``intervals.FIGURES``)."""
+    stat = FIGURES.get(dim.name)
+    top = _top_two(values, dim.better)
+    if stat is None or top is None:
+        return None
+    for i in top:
+        if i not in units:
+            _, run, target = columns[i]
+            units[i] = Units(run.rows_of(target))
+    a, b = top
+    return ratio_interval(units[a].table, units[b].table, stat, dim.better, units[a], units[b])
+
+
 def compare(
-    runs: list[LoadedRun], slo: m.SLO | None = None, *, force: bool = False, tie_within: float = TIE_WITHIN
-) -> Comparison:
+    runs: list[LoadedRun], slo: m.SLO | None = None, *, force: bool = False, tie_within: float = TIE_WITHIN,
+    intervals: bool = True,
+) -> Comparison:  # fmt: skip
     """The matrix for every target of ``runs``; a lead smaller than ``tie_within`` (a share:
-    0.05 is 5 %) is a tie. The runs' own warnings (a generator that fell behind, an emulator
-    that could not keep its model, failures) come first: they make a verdict suspect."""
+    0.05 is 5 %), or whose 95 % interval (``intervals``: over repeats, or sessions) reaches 1.0,
+    is a tie. The runs' own warnings (a generator that fell behind, an emulator that could not
+    keep its model, failures) come first: they make a verdict suspect."""
     named = [(r.manifest.run_id, r.manifest) for r in runs]
     identities = {rid: workload_identity(mf) for rid, mf in named}
     warnings = []
@@ -134,7 +165,7 @@ def compare(
         if not force:
             raise WorkloadMismatch(f"{message}; compare them anyway with --force")
         warnings.append(f"{message}: differences may come from the traffic, not the engines")
-    reports = [build_run_report(run, slo) for run in runs]
+    reports = [build_run_report(run, slo, intervals=False) for run in runs]
     for run, report in zip(runs, reports, strict=True):
         prefix = f"{run.manifest.run_id}: " if len(runs) > 1 else ""
         warnings += [prefix + w for w in report.warnings]
@@ -153,6 +184,7 @@ def compare(
         for label, run, target in columns
     }
     rows = []
+    units: dict[int, Units] = {}
     for dim in DIMENSIONS:
         if dim.name.startswith("goodput") and slo is None:
             continue
@@ -160,15 +192,18 @@ def compare(
         if all(v is None for v in values):
             continue
         leader, ratio = lead(values, dim.better, tie_within)
+        interval = _lead_interval(dim, values, columns, units) if intervals else None
+        tie_by_interval = leader is not None and interval is not None and interval.low <= 1.0
         rows.append(
             {
                 "dimension": dim.name,
                 "unit": dim.unit,
                 "better": dim.better,
                 "values": values,
-                "leader": columns[leader][0] if leader is not None else None,
+                "leader": columns[leader][0] if leader is not None and not tie_by_interval else None,
                 "ratio": ratio,
-                "tie": leader is None and ratio is not None,
+                "tie": (leader is None and ratio is not None) or tie_by_interval,
+                "interval": interval.as_dict() if interval is not None else None,
             }
         )
     reuse = {}

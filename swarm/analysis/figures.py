@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from swarm.analysis import metrics as m
+from swarm.analysis.intervals import Interval
 
 
 @dataclass(frozen=True)
@@ -289,6 +290,8 @@ class TargetReport:
     figures: TargetFigures
     breakdowns: dict[str, list[BreakdownRow]] = field(default_factory=dict)
     server: dict[str, Any] | None = None
+    #: the 95 % interval of each figure that has one (``intervals.FIGURES``), by its name
+    intervals: dict[str, Interval] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -297,6 +300,7 @@ class TargetReport:
             "figures": self.figures.as_dict(),
             "breakdowns": {k: [r.as_dict(k) for r in rows] for k, rows in self.breakdowns.items()},
             "server": self.server,
+            "intervals": {k: v.as_dict() for k, v in self.intervals.items()},
         }
 
 

@@ -152,12 +152,39 @@ def _ends_rel_ns(table: pa.Table, origin: int) -> np.ndarray:
     return _sent_rel_ns(table, origin) + np.nan_to_num(_num(table, "e2e_ns"), nan=0.0)
 
 
+def repeats(table: pa.Table) -> np.ndarray | None:
+    """Each row's ``repeat`` (``--repeat``; null, in older traces, is 0) when the rows hold two
+    or more repeats, else None (one run: nothing to tell apart)."""
+    if "repeat" not in table.column_names or table.num_rows == 0:
+        return None
+    r = np.nan_to_num(_num(table, "repeat"), nan=0.0).astype(np.int64)
+    return r if np.unique(r).size > 1 else None
+
+
 def span_s(table: pa.Table) -> float | None:
-    """First ``sent_ns`` to the last answer end (``sent_ns + e2e_ns``), in seconds."""
+    """First ``sent_ns`` to the last answer end (``sent_ns + e2e_ns``), in seconds; for rows of
+    several repeats (``repeats``), the sum of each repeat's own span (the time between repeats
+    is no time of the run)."""
     if table.num_rows == 0:
         return None
-    span = float(np.max(_ends_rel_ns(table, first_sent_ns(table)))) / 1e9
+    reps = repeats(table)
+    if reps is None:
+        span = float(np.max(_ends_rel_ns(table, first_sent_ns(table)))) / 1e9
+    else:
+        sent = np.asarray(table["sent_ns"].to_numpy(zero_copy_only=False), dtype=np.int64)
+        ends = sent + np.nan_to_num(_num(table, "e2e_ns"), nan=0.0).astype(np.int64)
+        span = sum(float(ends[reps == r].max() - sent[reps == r].min()) for r in np.unique(reps)) / 1e9
     return span if span > 0 else None
+
+
+def session_keys(table: pa.Table) -> np.ndarray:
+    """Each row's session: its ``session_id``, told apart by its repeat when the rows hold
+    several (the repeats of one workload have the same session ids); an empty id stays empty."""
+    ids = np.asarray(table["session_id"].to_numpy(zero_copy_only=False), dtype=object)
+    reps = repeats(table)
+    if reps is None:
+        return ids
+    return np.array([f"r{r}/{s}" if s else "" for r, s in zip(reps.tolist(), ids.tolist(), strict=True)], dtype=object)
 
 
 def output_token_times(table: pa.Table, origin: int) -> tuple[np.ndarray, np.ndarray]:
@@ -350,11 +377,7 @@ def sessions(table: pa.Table) -> dict[str, np.ndarray]:
       (``min(sent_ns)``), ``/ 1e6``: the agent's task completion time
     - ``calls``: rows per session
     """
-    ids = (
-        np.asarray(table["session_id"].to_numpy(zero_copy_only=False), dtype=object)
-        if table.num_rows
-        else None
-    )
+    ids = session_keys(table) if table.num_rows else None
     if ids is None:
         return {"completion_ms": np.zeros(0), "calls": np.zeros(0)}
     keep = ids != ""
@@ -375,9 +398,9 @@ def sessions(table: pa.Table) -> dict[str, np.ndarray]:
 
 
 def session_ids(table: pa.Table) -> int:
-    """Distinct ``session_id`` values over every row, an empty id included (the closing
+    """Distinct sessions (``session_keys``) over every row, an empty id included (the closing
     summary's "agents"; an imported trace without sessions counts 1)."""
-    return int(pc.count_distinct(table["session_id"]).as_py()) if table.num_rows else 0
+    return int(np.unique(session_keys(table)).size) if table.num_rows else 0
 
 
 def group_values(table: pa.Table, key: str) -> list[Any]:

@@ -19,6 +19,7 @@ from swarm.analysis import figures as f
 from swarm.analysis import metrics as m
 from swarm.analysis.engine_metrics import read_server_metrics, target_figures
 from swarm.analysis.figures import RunReport, TargetReport, first_engine
+from swarm.analysis.intervals import target_intervals
 from swarm.record import LATE_NS
 from swarm.trace.manifest import RunManifest, WorkerInfo, changed_contents
 from swarm.trace.reader import (
@@ -38,7 +39,7 @@ COLUMNS = [
     "target", "engine", "session_id", "node", "parent_nodes", "depth", "role", "profile", "topology",
     "system_prompt_id", "status", "error", "scheduled_ns", "sent_ns", "queue_ns", "slot_wait_ns", "ttft_ns", "e2e_ns",
     "chunk_ns", "prompt_tokens", "completion_tokens", "cached_tokens", "prompt_tokens_est",
-    "ideal_cached_tokens_est", "attempt", "warmup",
+    "ideal_cached_tokens_est", "attempt", "warmup", "repeat",
 ]  # fmt: skip
 
 
@@ -267,9 +268,11 @@ def workload_differences(runs: list[tuple[str, RunManifest]]) -> list[str]:
     return out
 
 
-def build_run_report(run: LoadedRun, slo: m.SLO | None = None) -> RunReport:
+def build_run_report(run: LoadedRun, slo: m.SLO | None = None, *, intervals: bool = True) -> RunReport:
     """Figures per target (``figures.target_figures``), breakdowns by ``BREAKDOWN_KEYS``
-    (only keys with more than one value), the engine-side figures where scraped."""
+    (only keys with more than one value), the engine-side figures where scraped, and with
+    ``intervals`` the 95 % interval of each figure that has one (``intervals``: over repeats,
+    else sessions)."""
     mf = run.manifest
     engines = {t.name: t for t in mf.targets}
     targets: dict[str, TargetReport] = {}
@@ -290,6 +293,7 @@ def build_run_report(run: LoadedRun, slo: m.SLO | None = None) -> RunReport:
                 key: f.breakdown(rows, key) for key in BREAKDOWN_KEYS if len(m.group_values(rows, key)) > 1
             },
             server=server,
+            intervals=target_intervals(rows) if intervals else {},
         )
     return RunReport(
         run={

@@ -24,6 +24,7 @@ COLUMNS = [
     "target", "engine", "session_id", "status", "ttft_ns", "e2e_ns", "sent_ns", "queue_ns", "slot_wait_ns",
     "chunk_ns",
     "prompt_tokens", "completion_tokens", "cached_tokens", "prompt_tokens_est", "ideal_cached_tokens_est",
+    "repeat",
 ]  # fmt: skip
 
 

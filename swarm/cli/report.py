@@ -84,6 +84,8 @@ def report_tables(report: RunReport) -> list[Table]:
     for row in report_rows(report.slo is not None):
         overview.add_row(row.title(), *[row.cell(targets[n]) for n in names])
     tables = [overview]
+    if any(targets[n].intervals for n in names):
+        tables.append(interval_table(report))
     for n in names:
         depth = targets[n].breakdowns.get("depth")
         if not depth:
@@ -98,6 +100,28 @@ def report_tables(report: RunReport) -> list[Table]:
             )  # fmt: skip
         tables.append(t)
     return tables
+
+
+def interval_table(report: RunReport) -> Table:
+    """Each figure that has one (``analysis.intervals``) with its 95 % interval, per target."""
+    from swarm.analysis.intervals import FIGURES
+
+    targets = report.targets
+    names = list(targets)
+    kinds = sorted({f"{i.units} ({i.n})" for n in names for i in targets[n].intervals.values()})
+    table = Table(title=f"95 % intervals (bootstrap over {', '.join(kinds)})")
+    table.add_column("figure")
+    for n in names:
+        table.add_column(n, justify="right")
+    figures = [name for name in FIGURES if any(name in targets[n].intervals for n in names)]
+    for name in figures:
+        cells = []
+        for n in names:
+            i = targets[n].intervals.get(name)
+            spec = ".1%" if name in ("cache hit ratio", "error rate") else ",.1f"
+            cells.append(f"{fmt(i.low, spec)} - {fmt(i.high, spec)}" if i else "-")
+        table.add_row(name, *cells)
+    return table
 
 
 def report_command(
@@ -141,12 +165,26 @@ def compare_table(comparison: dict[str, Any]) -> Table:
         unit = f" ({row['unit']})" if row["unit"] else ""
         better = {"lower": " ↓", "higher": " ↑"}.get(row["better"], "")
         lead = "-"
+        interval = row.get("interval")
+        within = f", 95 % {interval['low']:.2f}-{interval['high']:.2f}" if interval else ""
         if row["leader"] is not None:
-            lead = f"{row['leader']} ({fmt(row['ratio'], '.2f')}x)"
+            lead = f"{row['leader']} ({fmt(row['ratio'], '.2f')}x{within})"
         elif row.get("tie"):
-            lead = f"tie ({fmt(row['ratio'], '.2f')}x)"
+            lead = f"tie ({fmt(row['ratio'], '.2f')}x{within})"
         table.add_row(row["dimension"] + unit + better, *[fmt(v, spec) for v in row["values"]], lead)
     return table
+
+
+def interval_note(comparison: dict[str, Any]) -> str | None:
+    """What the ratios' intervals rest on (repeats or sessions, how many, paired or not)."""
+    kinds = sorted({f"{r['interval']['units']} ({r['interval']['n']})" for r in comparison["rows"] if r.get("interval")})
+    if not kinds:
+        return None
+    return (
+        f"95 % intervals of the leader's ratio: bootstrap over {', '.join(kinds)}; a lead whose interval "
+        "reaches 1.00x is a tie. Over sessions they say how much a figure owes to the sessions drawn, "
+        "not the run-to-run noise of the machine and engine: run with --repeat N for that"
+    )
 
 
 def reuse_table(comparison: dict[str, Any]) -> Table:
@@ -225,4 +263,6 @@ def compare_command(
         f"[dim]a lead under {tie_within:.0%} is a tie (--tie-within); ratios: runner-up / leader for "
         "figures where lower is better, leader / runner-up where higher is better[/dim]"
     )
+    if (note := interval_note(result)) is not None:
+        console.print(f"[dim]{note}[/dim]", soft_wrap=True, highlight=False)
     save_report(console, output)
