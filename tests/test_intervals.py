@@ -105,8 +105,14 @@ def test_repeats_are_told_apart_in_rates_and_sessions(tmp_path: Path) -> None:
     fig = build_run_report(run, intervals=False).targets["a"].figures
     assert fig.agents == 3 * SESSIONS and fig.sessions is not None and fig.sessions.count == 3 * SESSIONS
     one_repeat_s = ((SESSIONS * CALLS - 1) * 50 + 100 + 40) / 1e3
-    assert fig.throughput.output_tokens_per_s is not None
-    assert abs(fig.throughput.output_tokens_per_s - 3 * SESSIONS * CALLS * 5 / (3 * one_repeat_s)) < 1.0
+    rate = fig.throughput.output_tokens_per_s
+    assert rate is not None and abs(rate - 3 * SESSIONS * CALLS * 5 / (3 * one_repeat_s)) < 1.0
+    # a repeat drawn twice by the bootstrap adds its span twice: the rate of identical repeats
+    # stays put, and so do the sessions counted by a session's draw
+    interval = figure_interval(run.rows_of("a"), FIGURES["output tokens/s"])
+    assert interval is not None and interval.low <= rate <= interval.high and interval.high - interval.low < 0.02 * rate
+    drawn = Units(run.rows_of("a")).take(np.array([0, 0, 1]))
+    assert len(set(drawn["repeat"].to_pylist())) == 3
 
 
 def test_cli_compare_prints_the_intervals_and_calls_the_tie(tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from swarm.analysis import metrics as m
 
@@ -110,14 +111,24 @@ class Units:
         return len(self.keys)
 
     def take(self, picks: np.ndarray) -> pa.Table:
-        """The rows of the picked units (by position in ``keys``), a unit picked twice twice."""
+        """The rows of the picked units (by position in ``keys``), a unit picked twice twice and
+        each pick a unit of its own (its repeat, or its session id, renamed by its place among
+        the picks): a repeat drawn twice adds its span twice to a rate, a session drawn twice
+        counts as two sessions."""
         lengths = self._lengths[picks]
         total = int(lengths.sum())
         if total == 0:
             return self.table.slice(0, 0)
         # positions start, start + 1, ... of each picked unit, laid end to end
         shift = np.repeat(self._starts[picks] - (np.cumsum(lengths) - lengths), lengths)
-        return self.table.take(pa.array(self._order[shift + np.arange(total)]))
+        out = self.table.take(pa.array(self._order[shift + np.arange(total)]))
+        place = np.repeat(np.arange(len(picks)), lengths)
+        if self.kind == "repeats":
+            return out.set_column(out.schema.get_field_index("repeat"), "repeat", pa.array(place, pa.int32()))
+        if self.kind == "sessions":
+            renamed = pc.binary_join_element_wise(out["session_id"], pa.array(place.astype(str)), "#")
+            return out.set_column(out.schema.get_field_index("session_id"), "session_id", renamed)
+        return out
 
 
 def _percentile_interval(values: list[float], kind: str, n: int) -> Interval | None:
