@@ -125,3 +125,13 @@ def replay_one_at_a_time(plan: ReplayPlan, url: str, output_dir: str) -> Any:
     table = read_requests(result.run_dir)
     assert pc.all(pc.equal(table["status"], "ok")).as_py()
     return table
+
+
+def sent_to_unbounded(wl: Workload, emulators: Any) -> list[RequestRecord]:
+    """``wl`` sent to an emulator of its own (``emulators``: the conftest's factory) with an
+    unbounded cache, one request in flight; every record ok."""
+    emu = emulators(engine="sglang", timing="zero", cache_capacity_tokens=None)
+    target = ResolvedTarget("t", emu.url, "sglang", "openai-chat", "m")
+    records = send_agents(wl, target, limits=SendLimits(max_in_flight=1))
+    assert records and all(r.ok for r in records)
+    return records

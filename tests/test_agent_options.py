@@ -9,13 +9,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from sending import send_agents
+from sending import sent_to_unbounded as sent
 
 from swarm.emulator.http_server import EmulatorThread
 from swarm.errors import InputError
 from swarm.record import RequestRecord
-from swarm.runtime.context import ResolvedTarget
-from swarm.runtime.sources import SendLimits
 from swarm.shape.table import table_from_spec
 from swarm.workload.agent_profile import load_profile
 from swarm.workload.arrival import ArrivalSpec
@@ -77,15 +75,6 @@ def workload(catalog: Catalog, profile: str, topology: str = "react", agents: in
         system_prompts=2,
     )
     return Workload(spec, catalog)
-
-
-def sent(wl: Workload, emulators: Callable[..., EmulatorThread]) -> list[RequestRecord]:
-    """``wl`` sent to an emulator of its own with an unbounded cache."""
-    emu = emulators(engine="sglang", timing="zero", cache_capacity_tokens=None)
-    target = ResolvedTarget("t", emu.url, "sglang", "openai-chat", "m")
-    records = send_agents(wl, target, limits=SendLimits(max_in_flight=1))
-    assert records and all(r.ok for r in records)
-    return records
 
 
 def assert_realised_is_ideal(records: list[RequestRecord]) -> None:

@@ -10,12 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from sending import send_agents
+from sending import sent_to_unbounded as sent
 
 from swarm.emulator.http_server import EmulatorThread
 from swarm.record import RequestRecord
 from swarm.runtime.context import ResolvedTarget
-from swarm.runtime.sources import SendLimits
 from swarm.shape.table import table_from_spec
 from swarm.workload.arrival import ArrivalSpec
 from swarm.workload.catalog import Catalog
@@ -82,14 +81,6 @@ def workload(catalog: Catalog, start_at: str, agents: int = 8, topology: str = "
         arrival=ArrivalSpec(process="all_at_once", rate=None), system_prompts=1, start_at=start_at,  # type: ignore[arg-type]
     )  # fmt: skip
     return Workload(spec, catalog)
-
-
-def sent(wl: Workload, emulators: Callable[..., EmulatorThread]) -> list[RequestRecord]:
-    emu = emulators(engine="sglang", timing="zero", cache_capacity_tokens=None)
-    target = ResolvedTarget("t", emu.url, "sglang", "openai-chat", "m")
-    records = send_agents(wl, target, limits=SendLimits(max_in_flight=1))
-    assert records and all(r.ok for r in records)
-    return records
 
 
 def test_history_is_sampled_between_the_start_ratios_and_is_the_same_for_every_reading(
