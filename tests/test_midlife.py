@@ -130,6 +130,12 @@ def test_mid_life_sessions_send_a_warm_up_then_reuse_their_history_exactly(
         if r.cached_tokens != r.ideal_cached_tokens_est
     ]
     assert mismatched == []
+    # block hashes carried on from the prompt a call extends are those of its whole prompt
+    from swarm.workload.prefix import block_hashes
+
+    for r in records:
+        assert r.prompt_parts is not None
+        assert r.block_hashes == block_hashes([w for part in r.prompt_parts for w in part.split()])
     warmups = [r for r in records if r.identity.warmup]
     normal = [r for r in records if not r.identity.warmup]
     by_session: dict[str, list[RequestRecord]] = {}

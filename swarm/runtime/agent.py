@@ -33,7 +33,7 @@ from swarm.record import RequestIdentity, Status
 from swarm.request import ChatMessage, EngineRequest
 from swarm.runtime.dispatcher import Dispatcher, Outgoing
 from swarm.runtime.retry import retry_request_id
-from swarm.workload.prefix import block_hashes
+from swarm.workload.prefix import BLOCK_TOKENS, block_hashes
 from swarm.workload.prompts import compose_messages, synthetic_turn
 from swarm.workload.tokenizer import Tokenizer
 from swarm.workload.workload import AgentPlan, NodePlan
@@ -96,6 +96,10 @@ class AgentRun:
         self._built: set[str] = set()
         #: warm-up calls built ahead: messages, tokens, block hashes
         self._warmups: dict[str, tuple[tuple[ChatMessage, ...], list[object], tuple[int, ...]]] = {}
+        #: a built prompt's messages, tokens and block hashes, kept for the nodes that extend it
+        #: (``_known_blocks``), and how many of those are still to be built
+        self._blocks: dict[str, tuple[tuple[ChatMessage, ...], int, tuple[int, ...]]] = {}
+        self._extenders_left: dict[str, int] = {}
         # tokens of each prompt part, computed once; tuples, which the garbage collector stops
         # tracking, so thousands of agents' prompts cost nothing in its full collections
         self._part_tokens: dict[str, tuple[object, ...]] = {}
@@ -347,6 +351,38 @@ class AgentRun:
         self.turns[node] = turn
         self._resolve(node, "cut" if np_.early_stop else ALIVE)
 
+    def _known_blocks(self, node: str, messages: tuple[ChatMessage, ...]) -> tuple[int, ...]:
+        """The block hashes of ``node``'s prompt that a context parent's prompt already has: its
+        whole blocks, when its messages begin ``node``'s (no compaction nor stripped reasoning
+        between them). A 130k-token prompt then hashes its last turn, not all of it."""
+        for p in self.template.context_parents(node):
+            memo = self._blocks.get(p)
+            if memo is None:
+                continue
+            parent_messages, parent_tokens, hashes = memo
+            if messages[: len(parent_messages)] == parent_messages:
+                return hashes[: parent_tokens // BLOCK_TOKENS]
+        return ()
+
+    def _remember_blocks(
+        self, node: str, messages: tuple[ChatMessage, ...], tokens: int, hashes: tuple[int, ...]
+    ) -> None:
+        """Keep a prompt's block hashes for the nodes that extend it, until the last of them
+        is built (an agent holds those of its open turns only)."""
+        t = self.template
+        for p in t.context_parents(node):
+            left = self._extenders_left.get(p)
+            if left is not None:
+                if left <= 1:
+                    self._extenders_left.pop(p, None)
+                    self._blocks.pop(p, None)
+                else:
+                    self._extenders_left[p] = left - 1
+        extenders = sum(1 for c in t.graph.successors(node) if node in t.context_parents(c))
+        if extenders and node not in self._blocks:
+            self._blocks[node] = (messages, tokens, hashes)
+            self._extenders_left[node] = extenders
+
     def _build(
         self, node: str, np_: NodePlan, first_id: str, attempt: int, due_perf_ns: int, slot_wait_ns: int,
         *, warmup: bool = False,
@@ -361,7 +397,9 @@ class AgentRun:
         else:
             messages = self.messages(node)
             tokens = self._prompt_tokens(messages)
-            hashes = block_hashes(tokens)  # type: ignore[arg-type]
+            hashes = block_hashes(tokens, known=self._known_blocks(node, messages))  # type: ignore[arg-type]
+        if attempt == 0:  # a retry builds the same prompt again
+            self._remember_blocks(node, messages, len(tokens), hashes)
         ideal = d.index.observe(tokens)
         prompt_tokens_est = len(tokens)
         del tokens  # not held while the request is in flight (thousands of agents)

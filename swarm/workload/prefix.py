@@ -27,11 +27,15 @@ def _token_bytes(tokens: Sequence[str] | Sequence[int]) -> bytes:
     return "\x1f".join(tokens).encode("utf-8")  # type: ignore[arg-type]
 
 
-def block_hashes(tokens: Sequence[str] | Sequence[int], block_tokens: int = BLOCK_TOKENS) -> tuple[int, ...]:
-    """Chained hashes of the token blocks of a prompt (last block may be partial)."""
-    out: list[int] = []
-    prev = b"\x00" * 8
-    for start in range(0, len(tokens), block_tokens):
+def block_hashes(
+    tokens: Sequence[str] | Sequence[int], block_tokens: int = BLOCK_TOKENS, known: Sequence[int] = ()
+) -> tuple[int, ...]:
+    """Chained hashes of the token blocks of a prompt (last block may be partial). ``known``:
+    the hashes of this prompt's first whole blocks, already computed (a prompt that extends an
+    earlier one has its blocks); the chain goes on from the last of them."""
+    out: list[int] = list(known)
+    prev = known[-1].to_bytes(8, "little") if known else b"\x00" * 8
+    for start in range(len(known) * block_tokens, len(tokens), block_tokens):
         h = hashlib.blake2b(prev + _token_bytes(tokens[start : start + block_tokens]), digest_size=8)
         prev = h.digest()
         out.append(int.from_bytes(prev, "little"))
