@@ -5,6 +5,10 @@ The emulator (fixed timing: first token at 50 ms, then one every 10 ms) runs wit
 ``perf_counter_ns`` (CLOCK_MONOTONIC, shared by the processes of one host) when it wrote the
 event. The client keeps, per content event, its receive time minus that stamp. The first event
 of a request gives the TTFT delay, the others the ITL delay; p50 / p99 / max over all requests.
+Two delays per event: *read*, when the client's event loop read it (what the bench measured
+before kernel stamps, and what the targets apply to: the client's own stalls), and *recorded*,
+what the trace holds (the kernel's receive stamp of the read, ``clock`` ``kernel``: the error
+left in TTFT and ITL once the stamps took the loop's lateness out).
 
 The emulator and the generator are pinned to separate cores (half the machine's each) where
 there are two or more, so the figure is the client's delay, not two processes taking turns.
@@ -34,7 +38,8 @@ PROFILES = {"steady_agent": 3.6, "bench_agent": 0.8}
 TARGETS_MS = {500: 2.0, 2000: 10.0}
 
 
-def one(agents: int, url: str, profile: str) -> dict[str, float]:
+def one(agents: int, url: str, profile: str, receive_clock: str = "watched") -> dict[str, float]:
+    import resource
 
     import numpy as np
 
@@ -57,21 +62,25 @@ def one(agents: int, url: str, profile: str) -> dict[str, float]:
     # what the bench keeps of each record is held in arrays the garbage collector does not
     # track: keeping the records themselves would grow the heap that full collections walk
     # (186 ms passes at 2,000 agents), which measures the bench, not the client
-    ttft_ns = array("q")
-    itl_ns = array("q")
+    kept = {name: array("q") for name in ("ttft", "itl", "rec_ttft", "rec_itl")}
     counts = {"requests": 0, "ok": 0}
 
     def keep(record: RequestRecord) -> None:
         counts["requests"] += 1
         if record.ok:
             counts["ok"] += 1
-            delays = record.extra.get("stamp_delays_ns") or []
-            if delays:
-                ttft_ns.append(delays[0])
-                itl_ns.extend(delays[1:])
+            recorded = record.extra.get("stamp_delays_ns") or []
+            lags = record.chunk_lag_ns or (0,) * len(recorded)
+            read = [d + lag for d, lag in zip(recorded, lags, strict=False)]
+            if recorded:
+                kept["ttft"].append(read[0])
+                kept["itl"].extend(read[1:])
+                kept["rec_ttft"].append(recorded[0])
+                kept["rec_itl"].extend(recorded[1:])
 
     target = ResolvedTarget("t", url, "sglang", "openai-chat", "m")
     workload = Workload(spec, catalog)
+    before = resource.getrusage(resource.RUSAGE_SELF)
     send_in_process(
         AgentSource(workload),
         target,
@@ -79,15 +88,18 @@ def one(agents: int, url: str, profile: str) -> dict[str, float]:
         timeouts=Timeouts(first_token_s=300, total_s=600),
         measure_send_stamps=True,
         keep_text=False,  # as `swarm run` without --record-text
+        receive_clock=receive_clock,
     )
-    ttft = np.frombuffer(ttft_ns, dtype=np.int64).astype(float) / 1e6
-    itl = np.frombuffer(itl_ns, dtype=np.int64).astype(float) / 1e6
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     out: dict[str, float] = {
         "requests": counts["requests"],
         "ok": counts["ok"],
         "expected": agents * workload.topologies[0].graph.number_of_nodes(),  # a chain: every call sent
+        "cpu_ms_per_request": 1000 * cpu_s / max(counts["requests"], 1),
     }
-    for name, values in (("ttft", ttft), ("itl", itl)):
+    for name, held in kept.items():
+        values = np.frombuffer(held, dtype=np.int64).astype(float) / 1e6
         out[f"{name}_p50"] = float(np.percentile(values, 50)) if values.size else float("nan")
         out[f"{name}_p99"] = float(np.percentile(values, 99)) if values.size else float("nan")
         out[f"{name}_max"] = float(values.max()) if values.size else float("nan")
@@ -104,7 +116,7 @@ def cores() -> tuple[set[int], set[int]] | None:
     return set(available[:half]), set(available[half:])
 
 
-def run(sizes: tuple[int, ...] = SIZES, profile: str = "steady_agent") -> list[Row]:
+def run(sizes: tuple[int, ...] = SIZES, profile: str = "steady_agent", receive_clock: str = "watched") -> list[Row]:
     from swarm.emulator.process import EmulatorProcess
 
     rows: list[Row] = []
@@ -117,25 +129,30 @@ def run(sizes: tuple[int, ...] = SIZES, profile: str = "steady_agent") -> list[R
                 os.sched_setaffinity(emu.proc.pid, split[1])
             out = subprocess.run(
                 [sys.executable, "-m", "bench.client_delay", "--agents", str(n), "--url", emu.url,
-                 "--profile", profile],
+                 "--profile", profile, "--receive-clock", receive_clock],
                 capture_output=True, text=True, timeout=900,
                 preexec_fn=(lambda: os.sched_setaffinity(0, split[0])) if split is not None else None,
             )  # fmt: skip
         if out.returncode != 0:
             raise RuntimeError(f"client-delay child failed: {out.stderr[-2000:]}")
         rows += delay_rows(
-            n, profile, json.loads(out.stdout.strip().splitlines()[-1]), pinned=split is not None
-        )
+            n, profile, json.loads(out.stdout.strip().splitlines()[-1]), pinned=split is not None,
+            receive_clock=receive_clock,
+        )  # fmt: skip
     return rows
 
 
-def delay_rows(n: int, profile: str, res: dict[str, float], pinned: bool = True) -> list[Row]:
+def delay_rows(
+    n: int, profile: str, res: dict[str, float], pinned: bool = True, receive_clock: str = "watched"
+) -> list[Row]:
     """One size's rows; its TTFT p99 is met only with every expected request there and ok."""
     why = invalid_because(expected=int(res["expected"]), requests=int(res["requests"]), ok=int(res["ok"]))
     where = "" if pinned else ", cores shared with the emulator"
+    where += "" if receive_clock == "watched" else f", --receive-clock {receive_clock}"
     tag = labelled(f"client delay, {n} {profile}s{where}", why)
     target = TARGETS_MS.get(n) if profile == "steady_agent" else None
     return [
+        Row(f"{tag}: client CPU per request", res.get("cpu_ms_per_request", float("nan")), "ms"),
         Row(f"{tag}: TTFT p50", res["ttft_p50"], "ms"),
         Row(
             f"{tag}: TTFT p99",
@@ -148,6 +165,11 @@ def delay_rows(n: int, profile: str, res: dict[str, float], pinned: bool = True)
         Row(f"{tag}: ITL p50", res["itl_p50"], "ms"),
         Row(f"{tag}: ITL p99", res["itl_p99"], "ms"),
         Row(f"{tag}: ITL max", res["itl_max"], "ms"),
+        *(
+            Row(f"{tag}: recorded {name} {q}", res.get(f"rec_{name.lower()}_{q}", float("nan")), "ms")
+            for name in ("TTFT", "ITL")
+            for q in ("p50", "p99", "max")
+        ),
     ]
 
 
@@ -156,5 +178,6 @@ if __name__ == "__main__":
     parser.add_argument("--agents", type=int, required=True)
     parser.add_argument("--url", required=True)
     parser.add_argument("--profile", default="steady_agent", choices=sorted(PROFILES))
+    parser.add_argument("--receive-clock", default="watched", choices=("kernel", "watched", "user"))
     args = parser.parse_args()
-    print(json.dumps(one(args.agents, args.url, args.profile)))
+    print(json.dumps(one(args.agents, args.url, args.profile, args.receive_clock)))

@@ -194,7 +194,7 @@ class _PreviousExchange:
         on_body = self._on_body
         if on_body is not None:
             try:
-                on_body(body, stamp)
+                on_body(body, stamp, -1)
             except Exception as exc:  # the consumer's own error (bad stream): it ends the exchange
                 self.fail(exc)
                 self._conn.abort()
@@ -360,7 +360,7 @@ class _PreviousExchange:
 
 
 def _hand_written(
-    loop: asyncio.AbstractEventLoop, reads: list[bytes], sink: Callable[[bytes, int], None]
+    loop: asyncio.AbstractEventLoop, reads: list[bytes], sink: Callable[[bytes, int, int], bool]
 ) -> int:
     exchange = _PreviousExchange(_Connection(loop))
     exchange._on_body = sink  # what ``stream(on_body)`` sets
@@ -371,7 +371,7 @@ def _hand_written(
 
 
 def _httptools(
-    loop: asyncio.AbstractEventLoop, reads: list[bytes], sink: Callable[[bytes, int], None]
+    loop: asyncio.AbstractEventLoop, reads: list[bytes], sink: Callable[[bytes, int, int], bool]
 ) -> int:
     exchange = H1Exchange(_Connection(loop))
     exchange._on_body = sink  # what ``stream(on_body)`` sets
@@ -384,7 +384,7 @@ def _httptools(
 def _best_us(parse: Callable[..., int], loop: asyncio.AbstractEventLoop, reads: list[bytes]) -> float:
     """CPU microseconds per response, the best of ``REPEATS`` rounds of ``RESPONSES``."""
 
-    def sink(_data: bytes, _ns: int) -> None:
+    def sink(_data: bytes, _ns: int, _lag: int) -> bool:
         pass
 
     best = float("inf")

@@ -113,6 +113,13 @@ class RequestRecord:
     #: of ``queue_ns``, the time spent waiting for a free slot under the in-flight cap
     #: (``max_in_flight``): load the run was asked to hold back, not the generator's delay
     slot_wait_ns: int = 0
+    #: which clock timed ``chunk_ns``, ``ttft_ns`` and ``e2e_ns``: ``kernel`` (every content read's
+    #: receive stamp, ``SO_TIMESTAMPNS``), ``user`` (the time the client read it: aiohttp,
+    #: ``--receive-clock user``, a kernel without stamps, a whole answer) or ``mixed``
+    clock: str = "user"
+    #: per entry of ``chunk_ns``, the client's own lag: the user-space time of the read minus its
+    #: kernel receive stamp (empty when ``clock`` is ``user``; 0 for an entry timed in user space)
+    chunk_lag_ns: tuple[int, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

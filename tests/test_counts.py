@@ -220,6 +220,27 @@ def test_compare_repeats_a_runs_warning_that_its_generator_fell_behind(tmp_path:
     assert not any(w.startswith("ontime:") and "fell behind" in w for w in result.warnings)
 
 
+def test_report_and_compare_flag_a_client_that_read_late(tmp_path: Path) -> None:
+    """A run whose client read its answers far behind the kernel's receive stamps is flagged in
+    the report (with the lag beside the dispatch lag) and in compare; a prompt one is not."""
+    runs = []
+    for name, lag_ns in (("prompt", 100_000), ("slow", 30_000_000)):
+        run_dir = tmp_path / name
+        run_dir.mkdir()
+        RunManifest(run_id=name, status=RunStatus.COMPLETE, seed=0, spec_hash="x").write(run_dir)
+        with ParquetTraceSink(run_dir, writer="w") as sink:
+            for i in range(100):
+                r = synthetic_record(i).with_identity(target=name)
+                sink.write(dataclasses.replace(r, clock="kernel", chunk_lag_ns=(lag_ns,) * len(r.chunk_ns)))
+        runs.append(load_run(run_dir))
+    slow = build_report(runs[1])
+    assert slow["targets"]["slow"]["figures"]["client_lag"]["p99"] == pytest.approx(30)
+    assert any(w.startswith("slow: the client read 30.0 ms behind") for w in slow["warnings"]), slow["warnings"]
+    assert not any("behind the kernel" in w for w in build_report(runs[0])["warnings"])
+    result = compare(runs)
+    assert any(w.startswith("slow: slow: the client read") for w in result.warnings), result.warnings
+
+
 def test_cli_compare_names_differences_in_words(
     tmp_path: Path, emulator: Callable[..., EmulatorThread]
 ) -> None:

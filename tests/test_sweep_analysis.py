@@ -238,6 +238,30 @@ def test_a_point_whose_generator_fell_behind_is_invalid_with_its_reason() -> Non
     assert point_validity(point_figures(table, whole_run_window(table)), max_error_rate=0.05).valid
 
 
+def test_a_point_whose_client_read_late_is_flagged_and_keeps_its_cache_figures() -> None:
+    """The client's own lag behind the kernel's stamps (``chunk_lag_ns``) above 5 % of TTFT p50
+    makes a point late-only: its timing is flagged, its cache figures still count."""
+
+    def streams(lag_ms: float) -> pa.Table:
+        return _table(
+            [
+                _streamed(i, 100, [10, 10], 3, clock="kernel", chunk_lag_ns=[int(lag_ms * MS)] * 3)
+                for i in range(50)
+            ]
+        )
+
+    fig = point_figures(streams(20), whole_run_window(streams(20)))
+    assert fig.client_lag_ms.p99 == pytest.approx(20)
+    v = point_validity(fig, max_error_rate=0.05)
+    assert not v.valid and v.late_only
+    assert v.reason is not None and "20.0 ms behind the kernel's receive stamps at p99, 20% of TTFT p50" in v.reason
+    # 4 ms is under 5 % of a 100 ms TTFT; and a trace timed in user space has no lag to judge
+    assert point_validity(point_figures(streams(4), whole_run_window(streams(4))), max_error_rate=0.05).valid
+    user = _table([_streamed(i, 100, [10, 10], 3, clock="user", chunk_lag_ns=[]) for i in range(50)])
+    fig = point_figures(user, whole_run_window(user))
+    assert fig.client_lag_ms.count == 0 and point_validity(fig, max_error_rate=0.05).valid
+
+
 def test_a_point_with_too_many_errors_is_invalid() -> None:
     table = _table(_queued(8, 0, 0) + [_row(sent_ns=9 * MS, status="timeout")] * 2)
     fig = point_figures(table, whole_run_window(table))

@@ -96,7 +96,7 @@ async def _failure(kind: str, base_url: str) -> ExchangeFailure:
         with pytest.raises(ExchangeFailure) as caught:
             response = await _post(transport, base_url)
             try:
-                await response.stream(lambda data, _ns: reads.append(data))
+                await response.stream(lambda data, _ns, _lag: bool(reads.append(data)))
             finally:
                 await response.close()
     return caught.value
@@ -141,9 +141,10 @@ async def test_an_answer_that_is_not_http_is_a_stream_error(kind: str) -> None:
 async def test_the_read_callbacks_own_error_passes_through_unmapped(kind: str) -> None:
     """A bad stream is the exchange's to word (``ChunkError``), not the transport's."""
 
-    def on_read(data: bytes, _ns: int) -> None:
+    def on_read(data: bytes, _ns: int, _lag: int) -> bool:
         if b"not json" in data:
             raise ChunkError("invalid JSON in stream event")
+        return False
 
     async with serve("bad_event") as url, open_transport(url, kind=kind) as transport:
         response = await _post(transport, url)

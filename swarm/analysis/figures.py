@@ -162,6 +162,10 @@ class TargetFigures:
     throughput: Throughput
     errors: ErrorCounts
     cache: CacheFigures
+    #: the client's own lag behind the kernel's receive stamps (``metrics.client_lag_ms``)
+    client_lag_ms: Distribution = field(default_factory=lambda: Distribution.of(np.zeros(0)))
+    #: rows per clock that timed them (``metrics.clocks``)
+    clocks: dict[str, int] = field(default_factory=dict)
     first_call_ttft_ms: Distribution | None = None
     branch_call_ttft_ms: Distribution | None = None
     sessions: SessionFigures | None = None
@@ -189,6 +193,8 @@ class TargetFigures:
             "queue_ms": self.queue_ms.as_dict(),
             "lag_ms": self.lag_ms.as_dict(),
             "slot_wait_ms": self.slot_wait_ms.as_dict(),
+            "client_lag": self.client_lag_ms.as_dict(),
+            "clocks": dict(self.clocks),
             "throughput": self.throughput.as_dict(),
             "errors": self.errors.as_dict(),
             "cache": self.cache.as_dict(),
@@ -228,6 +234,8 @@ def target_figures(table: pa.Table, slo: m.SLO | None = None) -> TargetFigures:
         queue_ms=Distribution.of(m.queue_ms(table)),
         lag_ms=Distribution.of(m.lag_ms(table)),
         slot_wait_ms=Distribution.of(m.slot_wait_ms(table)),
+        client_lag_ms=Distribution.of(m.client_lag_ms(table)),
+        clocks=m.clocks(table),
         throughput=Throughput(**m.throughput(table)),
         errors=ErrorCounts(by_status=e["by_status"], rates=e["rates"], error_rate=e["error_rate"]),
         cache=CacheFigures.of(table),

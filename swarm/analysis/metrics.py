@@ -88,6 +88,47 @@ def lag_ms(table: pa.Table) -> np.ndarray:
     return queue_ms(table) - slot_wait_ms(table)
 
 
+#: ``client_lag_ms`` p99 above this share of TTFT p50 flags a target's figures: the client read
+#: late enough to matter (the issue of the kernel stamps: 5 %)
+CLIENT_LAG_SHARE = 0.05
+
+
+def client_lag_ms(table: pa.Table) -> np.ndarray:
+    """The client's own lag per content event of the ok rows whose reads the kernel stamped:
+    every entry of ``chunk_lag_ns / 1e6`` (the user-space time of the read that carried the event
+    minus its kernel receive stamp). Empty for a trace timed in user space (``clock`` ``user``,
+    or older than the column): there the lag is in the latencies themselves, unmeasured."""
+    if "chunk_lag_ns" not in table.column_names:
+        return np.zeros(0)
+    ok = ok_rows(table)
+    col = ok["chunk_lag_ns"].combine_chunks() if ok.num_rows else None
+    if col is None or isinstance(col, pa.ChunkedArray):
+        return np.zeros(0)
+    return pc.list_flatten(col).to_numpy(zero_copy_only=False).astype(np.float64) / 1e6
+
+
+def clocks(table: pa.Table) -> dict[str, int]:
+    """Rows per ``clock`` (which clock timed them: ``kernel``, ``user``, ``mixed``; a trace older
+    than the column counts as ``user``)."""
+    if "clock" not in table.column_names:
+        return {"user": table.num_rows} if table.num_rows else {}
+    counts = pc.value_counts(pc.fill_null(table["clock"], "user")).to_pylist()
+    return {c["values"]: int(c["counts"]) for c in counts}
+
+
+def client_lag_flag(lag_p99_ms: float | None, ttft_p50_ms: float | None) -> str | None:
+    """Why a target's figures are flagged for the client's own lag, or None: its p99 above
+    ``CLIENT_LAG_SHARE`` of TTFT p50."""
+    if lag_p99_ms is None or not ttft_p50_ms or lag_p99_ms <= CLIENT_LAG_SHARE * ttft_p50_ms:
+        return None
+    return (
+        f"the client read {lag_p99_ms:.1f} ms behind the kernel's receive stamps at p99, "
+        f"{lag_p99_ms / ttft_p50_ms:.0%} of TTFT p50 ({ttft_p50_ms:.1f} ms; bound "
+        f"{CLIENT_LAG_SHARE:.0%}): TTFT keeps its own stamp, but events read together share the "
+        "last one's (ITL), and a late read delays the turns that follow"
+    )
+
+
 def _chunk_lists(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     """Flattened ``chunk_ns`` of the rows and the start offset of each row in it (n+1)."""
     col = table["chunk_ns"].combine_chunks() if table.num_rows else pa.array([], pa.list_(pa.int64()))

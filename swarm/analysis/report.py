@@ -39,7 +39,7 @@ COLUMNS = [
     "target", "engine", "session_id", "node", "parent_nodes", "depth", "role", "profile", "topology",
     "system_prompt_id", "status", "error", "scheduled_ns", "sent_ns", "queue_ns", "slot_wait_ns", "ttft_ns", "e2e_ns",
     "chunk_ns", "prompt_tokens", "completion_tokens", "cached_tokens", "prompt_tokens_est",
-    "ideal_cached_tokens_est", "attempt", "warmup", "repeat",
+    "ideal_cached_tokens_est", "attempt", "warmup", "repeat", "clock", "chunk_lag_ns",
 ]  # fmt: skip
 
 
@@ -195,6 +195,9 @@ def run_warnings(run: LoadedRun, targets: dict[str, TargetReport]) -> list[str]:
                 "latencies describe this machine, not the modelled engine; lower the load or give "
                 "the emulator a core of its own"
             )
+        flag = m.client_lag_flag(fig.client_lag_ms.p99, fig.ttft_ms.p50)
+        if flag is not None:
+            out.append(f"{name}: {flag}")
         lag99 = fig.lag_ms.p99
         if lag99 is not None and lag99 > LATE_LAG_P99_MS:
             out.append(

@@ -96,6 +96,12 @@ REPORT_ROWS: tuple[ReportRow, ...] = (
         ".2f",
     ),
     ReportRow(
+        "client lag p50 / p99 / max",
+        "ms",
+        lambda t: _q(t.figures.client_lag_ms, "p50", "p99", "max"),
+        ".2f",
+    ),
+    ReportRow(
         "output / peak (1 s) / total tokens/s",
         "tok/s",
         lambda t: (

@@ -9,7 +9,9 @@ shows, under its own JSON keys:
 - requests, ok, cancelled, errors (``TargetFigures.failed``: neither ``ok`` nor
   ``cancelled``), by_status, agents (``metrics.session_ids``)
 - duration_s: the span (``metrics.span_s``; 0.0 for rows whose span is nil)
-- ttft / itl p50 and p99, lag p99 (the dispatch lag ``queue_ns - slot_wait_ns``)
+- ttft / itl p50 and p99, lag p99 (the dispatch lag ``queue_ns - slot_wait_ns``), and
+  ``client_lag`` p50 / p99 / max (``metrics.client_lag_ms``: the client behind the kernel's
+  receive stamps; None where the reads were timed in user space)
 - output_tokens_per_s, cache_hit_ratio, ideal_hit_ratio
 """
 
@@ -24,7 +26,7 @@ COLUMNS = [
     "target", "engine", "session_id", "status", "ttft_ns", "e2e_ns", "sent_ns", "queue_ns", "slot_wait_ns",
     "chunk_ns",
     "prompt_tokens", "completion_tokens", "cached_tokens", "prompt_tokens_est", "ideal_cached_tokens_est",
-    "repeat",
+    "repeat", "clock", "chunk_lag_ns",
 ]  # fmt: skip
 
 
@@ -44,6 +46,7 @@ def closing_summary(fig: TargetFigures, engine: str) -> dict[str, Any]:
         "itl_p50_ms": fig.itl_ms.p50,
         "itl_p99_ms": fig.itl_ms.p99,
         "lag_p99_ms": fig.lag_ms.p99,
+        "client_lag": {"p50_ms": fig.client_lag_ms.p50, "p99_ms": fig.client_lag_ms.p99, "max_ms": fig.client_lag_ms.max},
         "output_tokens_per_s": fig.throughput.output_tokens_per_s,
         "cache_hit_ratio": fig.cache.hit_ratio,
         "ideal_hit_ratio": fig.cache.ideal_hit_ratio,

@@ -52,6 +52,7 @@ class LiveView:
             "ideal",
             "lag p99",
             "late",
+            "client lag p99",
         ):
             table.add_column(col, justify="right" if col != "target" else "left")
         now = time.monotonic()
@@ -88,11 +89,13 @@ class LiveView:
                 _fmt(None if snap["ideal_hit_ratio"] is None else 100 * snap["ideal_hit_ratio"], ".1f", "%"),
                 _fmt(snap["lag_p99_ms"], ".0f", " ms"),
                 Text(str(snap["late"]), style="bold yellow" if snap["late"] else ""),
+                _fmt(snap["client_lag_p99_ms"], ".1f", " ms"),
             )
         table.caption = (
             "agents: done/started/total (cut short by a stop); cache hit: server-reported cached/prompt "
             "tokens; ideal: longest shared prefix; lag: sent minus due, less any wait for the in-flight "
-            "cap; late: lag > 10 ms (the generator is behind)"
+            "cap; late: lag > 10 ms (the generator is behind); client lag: per request, the longest the "
+            "client took to read a token the kernel had received (its own delay, kept out of TTFT)"
         )
         if any(behind_schedule(st) for _, st, _, _ in self.rows):
             table.caption += "\n[bold yellow]the generator is behind its schedule: see late / lag p99[/]"

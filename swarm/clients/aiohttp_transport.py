@@ -107,7 +107,7 @@ class AiohttpResponse:
     async def stream(self, on_read: ReadCallback) -> None:
         try:
             async for data in self._resp.content.iter_any():
-                on_read(data, _perf_ns())
+                on_read(data, _perf_ns(), -1)  # no kernel stamps behind aiohttp
         except (aiohttp.ClientError, OSError) as exc:
             raise aiohttp_failure(exc, self._base_url) from exc
 

@@ -84,16 +84,23 @@ TRANSPORTS = ("auto", "h1", "aiohttp")
 
 @contextlib.asynccontextmanager
 async def open_transport(
-    url: str, *, kind: str = "auto", connect_timeout_s: float | None = 10.0
+    url: str, *, kind: str = "auto", connect_timeout_s: float | None = 10.0, receive_clock: str = "watched"
 ) -> AsyncIterator[Transport]:
     """The connections of a process to one target, for ``HttpEngineClient``: swarm's own
     streaming HTTP/1.1 client (``clients.h1``) for plain http, aiohttp for https. Closed on
-    exit. Must be entered inside a running event loop."""
+    exit. Must be entered inside a running event loop. ``receive_clock`` ``kernel``: every
+    read timed by its kernel receive stamp where the transport can (``h1``); ``watched``: and
+    each first token by its own arrival, however late the loop reads it; ``user``: by the
+    time the client read it."""
     if kind not in TRANSPORTS:
         raise InputError(f"unknown transport {kind!r} (known: {', '.join(TRANSPORTS)})")
     transport: Transport
     if kind == "h1" or (kind == "auto" and urlsplit(url).scheme == "http"):
-        transport = H1Pool(connect_timeout_s=connect_timeout_s)
+        transport = H1Pool(
+            connect_timeout_s=connect_timeout_s,
+            receive_stamps=receive_clock != "user",
+            watch_first_token=receive_clock == "watched",
+        )
     else:
         transport = AiohttpTransport(open_http_session(connect_timeout_s=connect_timeout_s))
     try:
@@ -245,6 +252,15 @@ def request_header_id(identity: RequestIdentity) -> str:
     return f"{identity.run_id}/{identity.request_id}" if identity.run_id else identity.request_id
 
 
+def timing_clock(reading: StreamReading) -> tuple[str, tuple[int, ...]]:
+    """Which clock timed a response's content events (``RequestRecord.clock``) and their lags
+    (``RequestRecord.chunk_lag_ns``: none when every event was timed in user space)."""
+    events = len(reading.chunk_ns)
+    if reading.user_timed >= events:
+        return "user", ()
+    return ("kernel" if reading.user_timed == 0 else "mixed"), tuple(reading.chunk_lag_ns)
+
+
 class HttpEngineClient:
     """EngineClient over HTTP for one target (base URL, engine profile, dialect, model)."""
 
@@ -369,6 +385,9 @@ class HttpEngineClient:
         extra = call.extra
         http_status = call.http_status
         sent_wall, t0 = call.sent_wall, call.t0
+        clock, chunk_lag = timing_clock(reading)
+        if clock == "kernel" and status is Status.OK:
+            end = min(end, reading.last_read_ns)  # the end of the body: its last read's stamp
         if stamp_delays is not None:
             extra["stamp_delays_ns"] = stamp_delays
         if error is not None:
@@ -388,6 +407,8 @@ class HttpEngineClient:
             ttft_ns=chunk_ns[0] if chunk_ns else None,
             e2e_ns=end - t0,
             chunk_ns=tuple(chunk_ns),
+            clock=clock,
+            chunk_lag_ns=chunk_lag,
             status=status,
             http_status=http_status,
             error=error,

@@ -9,7 +9,7 @@ error response and a bad stream (``ChunkError``, ``SSEError``). Cancellation pas
 
 Both transports share the reading (``StreamReading``): split each read into SSE events, count
 or decode them, and give every content event the read's arrival time. With aiohttp a task
-iterates the reads; with ``h1`` the same code runs inside the protocol's ``data_received``.
+iterates the reads; with ``h1`` the same code runs inside the connection's read.
 
 A request that dies on a *reused* keep-alive connection before any byte of a response was
 never seen by the server (it had closed the idle connection): the transport sends it again on
@@ -75,11 +75,14 @@ class StreamReading:
         "_key",
         "_parse",
         "call",
+        "chunk_lag_ns",
         "chunk_ns",
         "decoder",
         "done",
+        "last_read_ns",
         "parser",
         "stamp_delays",
+        "user_timed",
         "watchdog",
     )
 
@@ -96,6 +99,13 @@ class StreamReading:
         self.call = call
         self.watchdog = watchdog
         self.stamp_delays = stamp_delays
+        #: per content event, the client's lag behind its receive stamp (user-space time of its
+        #: read minus the kernel's stamp; 0 for an event timed in user space)
+        self.chunk_lag_ns: list[int] = []
+        #: content events timed in user space (no kernel stamp for their read)
+        self.user_timed = 0
+        #: the receive time of the latest read (the end of the body, once it has ended)
+        self.last_read_ns = 0
         self.parser = SSEParser()
         self.done = False
         #: the content key when events are only counted (no text kept): reads are then counted
@@ -104,18 +114,20 @@ class StreamReading:
         self._feed_many = decoder.feed_many
         self._parse = self.parser.feed
 
-    def on_read(self, data: bytes, read_ns: int) -> None:
-        """One network read arrived at ``read_ns`` (perf_counter_ns)."""
-        self.watchdog.last_read_ns = read_ns
+    def on_read(self, data: bytes, read_ns: int, lag_ns: int = -1) -> bool:
+        """One network read arrived at ``read_ns`` (perf_counter_ns: the kernel's receive stamp,
+        or the user-space time of the read when ``lag_ns`` is -1), ``lag_ns`` before the client
+        read it. True once the response has shown content."""
+        self.watchdog.last_read_ns = self.last_read_ns = read_ns
         if self._key is not None and self.parser.idle and data.endswith(b"\n\n"):
             count = self._count_raw(data)
             if count is not None:
                 if count:
-                    self._add_chunks(count, read_ns)
-                return
+                    self._add_chunks(count, read_ns, lag_ns)
+                return bool(self.chunk_ns)
         payloads = self._parse(data)
         if not payloads:
-            return
+            return bool(self.chunk_ns)
         if b"[DONE]" in payloads:
             # in stream order, as the raw path reads them: a bad event before the [DONE]
             # ends the read before the [DONE] is seen
@@ -130,13 +142,18 @@ class StreamReading:
         if self.stamp_delays is not None:
             self.stamp_delays += [read_ns - int(m) for p in payloads for m in _SENT_STAMP.findall(p)]
         if count:
-            self._add_chunks(count, read_ns)
+            self._add_chunks(count, read_ns, lag_ns)
+        return bool(self.chunk_ns)
 
-    def _add_chunks(self, count: int, read_ns: int) -> None:
+    def _add_chunks(self, count: int, read_ns: int, lag_ns: int) -> None:
         chunk_ns = self.chunk_ns
         if not chunk_ns:
             self.watchdog.first_token_seen()
         chunk_ns.extend(itertools.repeat(read_ns - self.call.t0, count))  # one read, one time
+        if lag_ns < 0:
+            self.user_timed += count
+            lag_ns = 0
+        self.chunk_lag_ns.extend(itertools.repeat(lag_ns, count))
 
     def _count_raw(self, data: bytes) -> int | None:
         """A read of whole events, counted without splitting it into events: the events at
@@ -178,7 +195,7 @@ class StreamReading:
                 count += 1
         if self.stamp_delays is not None:
             stamps = _SENT_STAMP.findall(data)
-            now = self.watchdog.last_read_ns
+            now = self.last_read_ns
             self.stamp_delays += [now - int(m) for m in stamps]
         return count + middle
 
@@ -189,7 +206,7 @@ class StreamReading:
             if payload == b"[DONE]":
                 self.done = True
             elif feed(payload):
-                self.chunk_ns.append(_perf_ns() - self.call.t0)
+                self._add_chunks(1, _perf_ns(), -1)
         if not self.done:
             raise ExchangeFailure(Status.STREAM_ERROR, "stream ended without [DONE]", self.call.http_status)
 

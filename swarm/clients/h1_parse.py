@@ -2,7 +2,7 @@
 
 Place in the map (docs/architecture.md, "Clients"): under ``clients.h1``, whose connection
 (``H1Connection``) feeds every network read of a response to an ``H1Exchange`` here, inside the
-protocol's ``data_received``. llhttp frames the response (status line, headers,
+connection's read (``H1Connection._readable``). llhttp frames the response (status line, headers,
 ``Content-Length`` or chunked body, 1xx heads before the final one); this module adds what
 llhttp leaves to its caller:
 
@@ -36,7 +36,10 @@ import httptools
 #: Longest response head (status line and headers, 1xx heads before it included) accepted.
 MAX_HEAD_BYTES = 64 * 1024
 
-BodyCallback = Callable[[bytes, int], None]
+#: ``on_body(data, read_ns, lag_ns)``: a read's body bytes, its receive time on
+#: ``perf_counter_ns`` and the client's lag behind it (-1: timed in user space); returns True
+#: once the response has shown content (its first token)
+BodyCallback = Callable[[bytes, int, int], bool]
 
 
 class H1NoResponse(ConnectionError):
@@ -117,7 +120,7 @@ class H1Exchange:
     """One request and its response on one connection.
 
     ``headers()`` waits for the status and headers; then either ``stream(on_body)`` (every
-    read's body bytes go to ``on_body(data, read_perf_ns)`` inside the protocol callback, and
+    read's body bytes go to ``on_body(data, read_ns, lag_ns)`` inside the connection's read, and
     the call returns at the end of the body) or ``read(limit)`` (the body, at most ``limit``
     bytes, as one bytes object).
 
@@ -158,7 +161,7 @@ class H1Exchange:
         self._pieces: list[bytes] = []  # body bytes of the read being parsed
         self.on_body = self._pieces.append
         self._on_body: BodyCallback | None = None
-        self._pending: list[tuple[bytes, int]] = []  # body read before a consumer was set
+        self._pending: list[tuple[bytes, int, int]] = []  # body read before a consumer was set
         self._buffer: list[bytes] | None = None
         self._buffered = 0
         self._limit = 0
@@ -174,6 +177,11 @@ class H1Exchange:
         return self._conn
 
     @property
+    def in_body(self) -> bool:
+        """The response head has been read, the body has not ended."""
+        return self._stage == "body"
+
+    @property
     def reused(self) -> bool:
         return self._conn.uses > 1
 
@@ -187,8 +195,8 @@ class H1Exchange:
         """Hand every read's body bytes to ``on_body`` until the body ends."""
         pending, self._pending = self._pending, []
         self._on_body = on_body
-        for data, stamp in pending:
-            on_body(data, stamp)
+        for data, stamp, lag in pending:
+            on_body(data, stamp, lag)
         await self._body_done
 
     async def read(self, limit: int = 1 << 20) -> bytes:
@@ -196,7 +204,7 @@ class H1Exchange:
         self._buffer = []
         self._limit = limit
         pending, self._pending = self._pending, []
-        for data, _ in pending:
+        for data, _, _ in pending:
             self._keep(data)
         await self._body_done
         return b"".join(self._buffer)
@@ -211,13 +219,15 @@ class H1Exchange:
 
     # -- fed by the connection ----------------------------------------------------------------
 
-    def feed(self, data: bytes, stamp: int) -> None:
-        """Bytes from the network (called by the protocol; never raises)."""
+    def feed(self, data: bytes, stamp: int, lag: int = -1) -> bool:
+        """Bytes from the network, read at ``stamp`` (``lag`` behind it; called by the
+        connection; never raises). True once the response needs no arrival stamps any more:
+        its consumer saw content, it is read whole, or it ended."""
         parser = self._parser
         if parser is None:  # the response has ended, or failed (the connection is closing)
             if self._stage == "done":
                 self._conn.unexpected()
-            return
+            return True
         pieces = self._pieces
         try:
             if self._stage == "head":
@@ -233,29 +243,33 @@ class H1Exchange:
                 pieces.clear()
                 self.fail(_parse_error(exc, self._stage == "head", bytes(self._head)))
                 self._conn.abort()
-                return
+                return True
             self._conn.unexpected()  # more than the response: the rest of it is still good
+        seen = self._buffer is not None
         if pieces:  # this read's body, as one bytes object
             body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             pieces.clear()
             on_body = self._on_body
             if on_body is None:
-                self._hold(body, stamp)
+                self._hold(body, stamp, lag)
             else:
                 try:
-                    on_body(body, stamp)
+                    seen = on_body(body, stamp, lag)
                 except Exception as exc:  # the consumer's own error (bad stream): it ends the exchange
                     self.fail(exc)
                     self._conn.abort()
+                    return True
         if self._stage == "done":
             self._finish()
+            return True
+        return seen
 
-    def _hold(self, body: bytes, stamp: int) -> None:
+    def _hold(self, body: bytes, stamp: int, lag: int) -> None:
         """Body bytes before ``stream`` set a consumer: into ``read``'s buffer, or kept for later."""
         if self._buffer is not None:
             self._keep(body)
         else:
-            self._pending.append((body, stamp))
+            self._pending.append((body, stamp, lag))
 
     # -- llhttp's callbacks (inside ``feed_data``) --------------------------------------------
 

@@ -34,8 +34,11 @@ from swarm.record import Status
 #: A pooled connection can be found dead on use this many times in a row before a send gives up.
 DEAD_POOLED_RETRIES = 3
 
-#: ``on_read(data, read_perf_ns)``: one network read of a response body.
-ReadCallback = Callable[[bytes, int], None]
+#: ``on_read(data, read_ns, lag_ns)``: one network read, its receive time on ``perf_counter_ns``
+#: (the kernel's stamp where the transport has it) and how long after it the client read it (-1:
+#: the transport has no stamp and ``read_ns`` is the user-space time of the read); returns True
+#: once the response has shown content
+ReadCallback = Callable[[bytes, int, int], bool]
 
 
 class ExchangeFailure(Exception):

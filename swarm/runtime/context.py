@@ -90,6 +90,9 @@ class TargetRun:
     measure_send_stamps: bool = False
     #: which repeat of this target this run is (``--repeat``): stamped on its records
     repeat: int = 0
+    #: what times each read: ``kernel`` (its receive stamp, where the transport has it),
+    #: ``watched`` (and each first token by its own arrival) or ``user``
+    receive_clock: str = "watched"
 
     def for_worker(self, part: RequestSource) -> TargetRun:
         """What a Ray worker is shipped of this run: ``part`` of its source, everything else but

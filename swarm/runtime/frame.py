@@ -129,7 +129,7 @@ def _run_target(
     run = TargetRun(
         source, target, sink, stats, run_id=book.manifest.run_id, timeouts=spec.timeouts.timeouts(),
         storage=book.storage, keep_text=spec.record_text, max_error_rate=spec.max_error_rate,
-        error_window=spec.error_window, repeat=repeat,
+        error_window=spec.error_window, repeat=repeat, receive_clock=spec.receive_clock,
     )  # fmt: skip
     try:
         outcome = executor.run_target(run)

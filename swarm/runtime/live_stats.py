@@ -83,6 +83,9 @@ class RunStats:
     finished: bool = False
     ttft: LogHistogram = field(default_factory=LogHistogram)
     lag: LogHistogram = field(default_factory=LogHistogram)
+    #: per request read with kernel stamps, the client's worst lag behind them (its
+    #: ``chunk_lag_ns`` maximum)
+    client_lag: LogHistogram = field(default_factory=LogHistogram)
     #: ids of the sessions that ran to their end since a Ray worker last handed its stats over
     #: (the driver keeps them, to name the sessions a lost worker cut); not merged
     finished_sessions: list[str] = field(default_factory=list)
@@ -102,6 +105,8 @@ class RunStats:
         if r.status is Status.OK:
             if r.ttft_ns is not None:
                 self.ttft.add(r.ttft_ns)
+            if r.chunk_lag_ns:
+                self.client_lag.add(max(r.chunk_lag_ns))
             if r.prompt_tokens is not None and r.cached_tokens is not None:
                 self.prompt_tokens += r.prompt_tokens
                 self.cached_tokens += r.cached_tokens
@@ -132,6 +137,7 @@ class RunStats:
         self.lag_ns_max = max(self.lag_ns_max, other.lag_ns_max)
         self.ttft.merge(other.ttft)
         self.lag.merge(other.lag)
+        self.client_lag.merge(other.client_lag)
 
     def replace_with(self, other: RunStats) -> None:
         """Take ``other``'s values (the driver's view of merged worker stats)."""
@@ -153,6 +159,7 @@ class RunStats:
             "ttft_p50_ms": ms(self.ttft.quantile_ns(0.5)),
             "ttft_p99_ms": ms(self.ttft.quantile_ns(0.99)),
             "lag_p99_ms": ms(self.lag.quantile_ns(0.99)),
+            "client_lag_p99_ms": ms(self.client_lag.quantile_ns(0.99)),
             "late": self.late,
             "slot_waits": self.slot_waits,
             "cache_hit_ratio": self.cached_tokens / self.prompt_tokens if self.prompt_tokens else None,

@@ -53,7 +53,9 @@ async def drive(
     placement = placement or Placement()
     stop = stop if stop is not None else stop_conditions_for(run, placement)
     source, target = run.source, run.target
-    async with open_transport(target.url, connect_timeout_s=run.timeouts.connect_s) as session:
+    async with open_transport(
+        target.url, connect_timeout_s=run.timeouts.connect_s, receive_clock=run.receive_clock
+    ) as session:
         client = HttpEngineClient(
             session,
             target.url,

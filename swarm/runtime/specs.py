@@ -126,6 +126,17 @@ class SendSpec(BaseModel):
         "figure and ratio a 95 % interval over the repeats (one run: over its sessions)",
         json_schema_extra=flag("--repeat", group=_SEND),
     )
+    receive_clock: Literal["watched", "kernel", "user"] = Field(
+        default="watched",
+        description="what times every read of a response (swarm's HTTP/1.1 client, plain http): "
+        "watched, the kernel's receive stamp of each read (SO_TIMESTAMPNS), so a late event loop "
+        "does not move TTFT, ITL or E2E and each record keeps the client's lag, and a thread "
+        "outside the loop notes arrivals until each response's first token, so a first token read "
+        "together with later events keeps its own stamp; kernel, the stamps without that thread "
+        "(2-8 % less client CPU: docs/performance.md); user, the time the client read it. Each "
+        "record's clock column says which timed it",
+        json_schema_extra=flag("--receive-clock", group=_SEND),
+    )
     retries: int = Field(
         default=0,
         ge=0,

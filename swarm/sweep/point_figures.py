@@ -23,7 +23,7 @@ Conventions:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -292,6 +292,8 @@ class PointFigures:
     misses: Misses
     error_rate: float | None
     goodput: PointGoodput | None = None
+    #: the client's own lag behind the kernel's receive stamps (``metrics.client_lag_ms``)
+    client_lag_ms: Distribution = field(default_factory=lambda: Distribution.of(np.zeros(0)))
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -358,6 +360,7 @@ def point_figures(table: pa.Table, window: SteadyWindow, slo: m.SLO | None = Non
         misses=misses(rows),
         error_rate=m.errors(rows)["error_rate"],
         goodput=good,
+        client_lag_ms=Distribution.of(m.client_lag_ms(rows)),
     )
 
 
@@ -382,7 +385,10 @@ def point_validity(figures: PointFigures, *, max_error_rate: float) -> Validity:
     """A point is invalid when its window holds no request, when the generator fell behind its
     schedule (the window's dispatch lag p99, ``queue_ns − slot_wait_ns``, above ``LATE_NS``:
     the rule of ``live_stats.behind_schedule`` and the report), or when its error share is above
-    ``max_error_rate``. Waiting for the in-flight cap is the load asked for, not lateness."""
+    ``max_error_rate``, or when the client itself read late (``metrics.client_lag_flag``: its lag
+    behind the kernel's receive stamps above 5 % of TTFT p50). Waiting for the in-flight cap is
+    the load asked for, not lateness; a point that is only late (the generator, or the client)
+    is ``late_only``, and its cache figures still count."""
     reasons: list[str] = []
     if figures.requests == 0:
         reasons.append("no request was sent in the steady window")
@@ -392,6 +398,10 @@ def point_validity(figures: PointFigures, *, max_error_rate: float) -> Validity:
         reasons.append(
             f"the generator fell behind its schedule: dispatch lag p99 {lag_p99:g} ms > {LATE_NS / 1e6:g} ms"
         )
+    lagged = m.client_lag_flag(figures.client_lag_ms.p99, figures.ttft_ms.p50)
+    if lagged is not None:
+        reasons.append(lagged)
+    late_reasons = int(late) + int(lagged is not None)
     if figures.error_rate is not None and figures.error_rate > max_error_rate:
         reasons.append(f"error share {figures.error_rate:.1%} above the bound {max_error_rate:.1%}")
-    return Validity(valid=not reasons, reasons=tuple(reasons), late_only=late and len(reasons) == 1)
+    return Validity(valid=not reasons, reasons=tuple(reasons), late_only=late_reasons == len(reasons) > 0)

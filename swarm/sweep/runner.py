@@ -93,7 +93,8 @@ class _HeldExecutor:
 
 def stop_rule(history: list[PointResult], rules: StopRules, slo: m.SLO | None, percentile: str) -> str | None:
     """The first stop rule the last point of ``history`` (one target, ascending load) meets:
-    its error share above ``max_error_rate``; the generator behind its schedule; an SLO
+    its error share above ``max_error_rate``; the generator behind its schedule, or the client
+    behind the kernel's receive stamps (``metrics.client_lag_flag``); an SLO
     figure above its bound times ``slo_factor``; output tokens/s not above the best earlier
     valid point's times ``1 + min_gain``. None when it meets none."""
     if not history:
@@ -102,7 +103,7 @@ def stop_rule(history: list[PointResult], rules: StopRules, slo: m.SLO | None, p
     f = last.figures
     if f.error_rate is not None and f.error_rate > rules.max_error_rate:
         return f"error share {f.error_rate:.1%} above {rules.max_error_rate:.1%}"
-    behind = [r for r in last.validity.reasons if "behind its schedule" in r]
+    behind = [r for r in last.validity.reasons if "behind its schedule" in r or "behind the kernel" in r]
     if rules.stop_when_behind and behind:
         return behind[0]
     flat = f.flat()

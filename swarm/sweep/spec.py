@@ -129,7 +129,9 @@ class StopRules(BaseModel):
         json_schema_extra=flag("--min-gain", group=_SWEEP),
     )
     stop_when_behind: bool = Field(
-        default=True, description="the generator fell behind its schedule (the point is invalid)"
+        default=True,
+        description="the generator fell behind its schedule, or the client behind the kernel's receive "
+        "stamps (the point is invalid)",
     )
 
 

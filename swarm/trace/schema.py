@@ -64,6 +64,8 @@ TRACE_SCHEMA = pa.schema(
         pa.field("slot_wait_ns", _I64),
         pa.field("warmup", pa.bool_()),
         pa.field("repeat", pa.int32()),
+        pa.field("clock", _STR),
+        pa.field("chunk_lag_ns", pa.list_(_I64)),
     ],
     metadata={b"swarm.schema_version": str(SCHEMA_VERSION).encode()},
 )
