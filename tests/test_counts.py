@@ -172,7 +172,10 @@ def test_a_run_and_its_replay_compare_and_an_edited_profile_does_not(
         plan, [TargetSpec(name="b", url=emu.url, engine="sglang")], output_dir=str(tmp_path / "runs")
     )
     result = compare([load_run(run_a), load_run(replayed.run_dir)])
-    assert result.columns == ["a", "b"] and result.warnings == []
+    # a zero-timing emulator answers in a fraction of a ms: on a busy machine the client's own
+    # lag may pass 5 % of that and be flagged, rightly; nothing else may be said
+    said = [w for w in result.warnings if "behind the kernel's receive stamps" not in w]
+    assert result.columns == ["a", "b"] and said == []
     # a timed replay paces the same requests differently: refused, in words
     timed = replay_run(
         plan,

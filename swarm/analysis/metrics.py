@@ -89,8 +89,10 @@ def lag_ms(table: pa.Table) -> np.ndarray:
 
 
 #: ``client_lag_ms`` p99 above this share of TTFT p50 flags a target's figures: the client read
-#: late enough to matter (the issue of the kernel stamps: 5 %)
+#: late enough to matter (the issue of the kernel stamps: 5 %) ...
 CLIENT_LAG_SHARE = 0.05
+#: ... and above this many ms (a zero-delay server's TTFT of 0.3 ms would flag a lag of 20 us)
+CLIENT_LAG_FLOOR_MS = 1.0
 
 
 def client_lag_ms(table: pa.Table) -> np.ndarray:
@@ -118,8 +120,8 @@ def clocks(table: pa.Table) -> dict[str, int]:
 
 def client_lag_flag(lag_p99_ms: float | None, ttft_p50_ms: float | None) -> str | None:
     """Why a target's figures are flagged for the client's own lag, or None: its p99 above
-    ``CLIENT_LAG_SHARE`` of TTFT p50."""
-    if lag_p99_ms is None or not ttft_p50_ms or lag_p99_ms <= CLIENT_LAG_SHARE * ttft_p50_ms:
+    ``CLIENT_LAG_SHARE`` of TTFT p50 and above ``CLIENT_LAG_FLOOR_MS``."""
+    if lag_p99_ms is None or not ttft_p50_ms or lag_p99_ms <= max(CLIENT_LAG_SHARE * ttft_p50_ms, CLIENT_LAG_FLOOR_MS):
         return None
     return (
         f"the client read {lag_p99_ms:.1f} ms behind the kernel's receive stamps at p99, "

@@ -148,11 +148,12 @@ class ArrivalWatcher:
             try:
                 epoll = self._epoll or self._start()
                 self._notes[fd] = (sock, note)
-                epoll.register(fd, select.EPOLLIN | select.EPOLLET)
+                try:
+                    epoll.register(fd, select.EPOLLIN | select.EPOLLET)
+                except FileExistsError:  # watched already (never unwatched): watch it anew
+                    epoll.modify(fd, select.EPOLLIN | select.EPOLLET)
             except OSError as exc:
                 self._notes.pop(fd, None)
-                if isinstance(exc, FileExistsError):
-                    return True
                 self._give_up(exc)
                 return False
         return True

@@ -70,7 +70,7 @@ def mooncake_lines(
 
 FORMATS = ("mooncake", "csv")
 #: Trace columns left out of the CSV (lists of numbers, and text).
-CSV_LEFT_OUT = ("chunk_ns", "block_hashes", "parent_nodes", "prompt_parts", "prompt_roles", "output_text")
+CSV_LEFT_OUT = ("chunk_ns", "chunk_lag_ns", "block_hashes", "parent_nodes", "prompt_parts", "prompt_roles", "output_text")
 
 
 def export_run(run_dir: str, fmt: str, output: Path | None, target: str | None = None) -> int:

@@ -386,7 +386,7 @@ def point_validity(figures: PointFigures, *, max_error_rate: float) -> Validity:
     schedule (the window's dispatch lag p99, ``queue_ns − slot_wait_ns``, above ``LATE_NS``:
     the rule of ``live_stats.behind_schedule`` and the report), or when its error share is above
     ``max_error_rate``, or when the client itself read late (``metrics.client_lag_flag``: its lag
-    behind the kernel's receive stamps above 5 % of TTFT p50). Waiting for the in-flight cap is
+    behind the kernel's receive stamps above 5 % of TTFT p50 and 1 ms). Waiting for the in-flight cap is
     the load asked for, not lateness; a point that is only late (the generator, or the client)
     is ``late_only``, and its cache figures still count."""
     reasons: list[str] = []
