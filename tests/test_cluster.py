@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import os
@@ -105,8 +106,10 @@ def test_ray_sends_the_same_traffic_as_one_process(
     )
     outcome, _ = run_on_ray(RayExecutor(workers=2), Workload(spec, catalog), emu.url, tmp_path / "ray")
     table = read_requests(tmp_path / "ray")
-    said = (outcome.halt_reason, outcome.records_lost, outcome.records_lost_with_workers, outcome.workers)
-    assert (table.num_rows, said[:3]) == (len(local), (None, 0, 0)), said
+    statuses = collections.Counter(table["status"].to_pylist())
+    said = (outcome.halt_reason, outcome.records_lost, outcome.records_lost_with_workers, outcome.stop_reason)
+    # a failed or cancelled call prunes or skips the nodes after it: name why rows are missing
+    assert (statuses, said) == ({"ok": len(local)}, (None, 0, 0, said[3])), outcome.workers
     assert sorted(key(r) for r in table.to_pylist()) == local
     assert set(table["worker"].to_pylist()) == {0, 1}
     assert set(table["status"].to_pylist()) == {"ok"}

@@ -344,3 +344,31 @@ def test_cli_says_why_a_run_stopped_and_exits_3(emulator_process: object, tmp_pa
     )  # fmt: skip
     assert out.returncode == 3, out.stderr
     assert "run stopped: target emu: circuit breaker: 10 of the last 10 requests failed" in out.stdout
+
+
+def test_a_bug_in_an_agents_node_halts_the_run_with_its_reason(
+    emulator: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node task of an agent that fails (a bug of swarm's) would leave its session's rest
+    unsent and the trace short without a word: the run halts and names it instead."""
+    from sending import send
+
+    from swarm.runtime import agent
+    from swarm.runtime.agent_source import AgentSource
+    from swarm.runtime.context import ResolvedTarget
+    from swarm.workload.workload import Workload
+
+    real = agent.AgentRun._run_node
+
+    async def broken(self: agent.AgentRun, node: str, ready_perf_ns: int) -> None:
+        if self.plan.node(node).depth > 0:
+            raise RuntimeError("cannot build this node")
+        await real(self, node, ready_perf_ns)
+
+    monkeypatch.setattr(agent.AgentRun, "_run_node", broken)
+    emu = emulator(engine="sglang", timing="zero")  # type: ignore[operator]
+    spec = WorkloadSpec(agents=2, mix=[MixEntry(profile="math_reasoner", topology="chain")])
+    target = ResolvedTarget("t", emu.url, "sglang", "openai-chat", "m")
+    records, outcome = send(AgentSource(Workload(spec)), target)
+    assert outcome.halt_reason is not None and "cannot build this node" in outcome.halt_reason
+    assert records and all(r.identity.depth == 0 for r in records)

@@ -248,8 +248,12 @@ class AgentRun:
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("agent %s: node task failed", self.plan.session_id, exc_info=task.exception())
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            # a bug of ours: the node never resolves and its children never start; the run
+            # stops with it as its reason, as the Dispatcher's own task failures do, rather
+            # than go on with the session's rest silently missing from the trace
+            log.error("agent %s: node task failed", self.plan.session_id, exc_info=exc)
+            self.env.dispatcher.stop.halt(f"internal error in session {self.plan.session_id}: {exc!r}")
         if not self._tasks:
             self._idle.set()
 
