@@ -49,6 +49,10 @@ def synthetic_record(i: int, *, run_id: str = "synthetic", chunks: int = 16) -> 
         ttft_ns=ttft if ok else None,
         e2e_ns=(chunk_ns[-1] + 1_000_000) if ok else 5_000_000,
         chunk_ns=chunk_ns,
+        # timed by kernel receive stamps, as swarm's own client records a plain-http target;
+        # the client read each event 20-80 us after the kernel had it
+        clock="kernel" if ok else "user",
+        chunk_lag_ns=tuple(20_000 + (i * 7 + k * 13) % 60_000 for k in range(len(chunk_ns))) if ok else (),
         status=status,
         http_status=200 if ok else 500,
         error=None if ok else "HTTP 500: synthetic failure",
