@@ -30,14 +30,16 @@ import logging
 import select
 import socket
 import struct
+import sys
 import threading
 import time
 from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
-#: ``SO_TIMESTAMPNS`` on Linux (Python's socket module names it only on some builds)
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+#: ``SO_TIMESTAMPNS`` (Python's socket module names it only on some builds; 35 is Linux's
+#: number; elsewhere there is none and reads are timed in user space)
+SO_TIMESTAMPNS: int | None = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux") else None)
 #: room for one ``struct timespec`` control message
 ANCILLARY_BYTES = socket.CMSG_SPACE(16)
 _TIMESPEC = struct.Struct("qq")
@@ -55,6 +57,8 @@ _real_ns = time.time_ns
 
 def enable(sock: socket.socket) -> bool:
     """Ask the kernel to stamp every read of ``sock``; False where it cannot."""
+    if SO_TIMESTAMPNS is None:
+        return False
     try:
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     except (OSError, AttributeError):
@@ -152,7 +156,7 @@ class ArrivalWatcher:
                     epoll.register(fd, select.EPOLLIN | select.EPOLLET)
                 except FileExistsError:  # watched already (never unwatched): watch it anew
                     epoll.modify(fd, select.EPOLLIN | select.EPOLLET)
-            except OSError as exc:
+            except (OSError, AttributeError) as exc:  # AttributeError: no epoll on this system
                 self._notes.pop(fd, None)
                 self._give_up(exc)
                 return False
@@ -173,7 +177,7 @@ class ArrivalWatcher:
         self._thread.start()
         return self._epoll
 
-    def _give_up(self, exc: OSError) -> None:
+    def _give_up(self, exc: Exception) -> None:
         self.failed = True
         log.warning("arrival watcher off (first tokens keep the stamp of their read): %s", exc)
 
