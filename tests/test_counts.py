@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -205,17 +206,30 @@ def test_a_run_and_its_replay_compare_and_an_edited_profile_does_not(
     assert all(i.prompt_parts is None for i in stale.items)
 
 
-def test_compare_repeats_a_runs_warning_that_its_generator_fell_behind(tmp_path: Path) -> None:
+def _synthetic_runs(tmp_path: Path, changes: dict[str, Callable[[RequestRecord], RequestRecord]]) -> list[Any]:
+    """One loaded run per name, each of 100 synthetic records passed through its change."""
     runs = []
-    for name, q in (("ontime", 100_000), ("late", 40_000_000)):
+    for name, change in changes.items():
         run_dir = tmp_path / name
         run_dir.mkdir()
         RunManifest(run_id=name, status=RunStatus.COMPLETE, seed=0, spec_hash="x").write(run_dir)
         with ParquetTraceSink(run_dir, writer="w") as sink:
             for i in range(100):
-                r = synthetic_record(i).with_identity(target=name)
-                sink.write(dataclasses.replace(r, queue_ns=q, sent_ns=r.scheduled_ns + q))
+                sink.write(change(synthetic_record(i).with_identity(target=name)))
         runs.append(load_run(run_dir))
+    return runs
+
+
+def _queued(q: int) -> Callable[[RequestRecord], RequestRecord]:
+    return lambda r: dataclasses.replace(r, queue_ns=q, sent_ns=r.scheduled_ns + q)
+
+
+def _lagged(lag_ns: int) -> Callable[[RequestRecord], RequestRecord]:
+    return lambda r: dataclasses.replace(r, clock="kernel", chunk_lag_ns=(lag_ns,) * len(r.chunk_ns))
+
+
+def test_compare_repeats_a_runs_warning_that_its_generator_fell_behind(tmp_path: Path) -> None:
+    runs = _synthetic_runs(tmp_path, {"ontime": _queued(100_000), "late": _queued(40_000_000)})
     result = compare(runs)
     assert any(w.startswith("late: late: the generator fell behind its schedule") for w in result.warnings), (
         result.warnings
@@ -226,16 +240,7 @@ def test_compare_repeats_a_runs_warning_that_its_generator_fell_behind(tmp_path:
 def test_report_and_compare_flag_a_client_that_read_late(tmp_path: Path) -> None:
     """A run whose client read its answers far behind the kernel's receive stamps is flagged in
     the report (with the lag beside the dispatch lag) and in compare; a prompt one is not."""
-    runs = []
-    for name, lag_ns in (("prompt", 100_000), ("slow", 30_000_000)):
-        run_dir = tmp_path / name
-        run_dir.mkdir()
-        RunManifest(run_id=name, status=RunStatus.COMPLETE, seed=0, spec_hash="x").write(run_dir)
-        with ParquetTraceSink(run_dir, writer="w") as sink:
-            for i in range(100):
-                r = synthetic_record(i).with_identity(target=name)
-                sink.write(dataclasses.replace(r, clock="kernel", chunk_lag_ns=(lag_ns,) * len(r.chunk_ns)))
-        runs.append(load_run(run_dir))
+    runs = _synthetic_runs(tmp_path, {"prompt": _lagged(100_000), "slow": _lagged(30_000_000)})
     slow = build_report(runs[1])
     assert slow["targets"]["slow"]["figures"]["client_lag"]["p99"] == pytest.approx(30)
     assert any(w.startswith("slow: the client read 30.0 ms behind") for w in slow["warnings"]), slow["warnings"]
