@@ -18,12 +18,14 @@ client reads with ``recvmsg`` and the kernel's ``SO_TIMESTAMPNS``; what must hol
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import Callable
 
 import pytest
 
 from swarm.clients.client import HttpEngineClient, open_transport
+from swarm.clients.rx_stamps import SO_TIMESTAMPNS, StampKeeper
 from swarm.engines.registry import get_engine
 from swarm.record import RequestRecord
 from swarm.request import ChatMessage, EngineRequest
@@ -114,3 +116,16 @@ def test_with_the_user_clock_the_block_moves_ttft_and_the_record_says_so(emulato
     record, _ = asyncio.run(_send(emulator_url, "user", block=True))
     assert record.ok and record.clock == "user" and record.chunk_lag_ns == ()
     assert record.extra["stamp_delays_ns"][0] >= 10 * MS  # the first token read after the block
+
+
+@pytest.mark.skipif(SO_TIMESTAMPNS is None, reason="the kernel stamps no reads on this system")
+def test_the_keeper_holds_the_kernels_stamping_on() -> None:
+    """Linux switches stamping on a moment after the first socket asks (the first response of
+    a fresh machine came unstamped in CI): the keeper waits for a stamped loopback read, and keeps
+    the socket that asked open so that stamping stays on between one run's connections and the
+    next's."""
+    keeper = StampKeeper()
+    assert keeper.hold()
+    assert keeper.sock is not None and keeper.sock.fileno() >= 0
+    assert keeper.sock.getsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS) == 1
+    keeper.sock.close()

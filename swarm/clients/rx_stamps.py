@@ -22,6 +22,8 @@ arrival's own unless another segment merged into it meanwhile.
 
 Where the kernel gives no stamp (a kernel without ``SO_TIMESTAMPNS``, a read with no control
 message), the read is timed in user space and the record says so (``RequestRecord.clock``).
+Linux switches its stamping on a moment after the first socket asks for it, and off when the
+last one closes; ``StampKeeper`` holds it on for the process from its first stamped socket.
 """
 
 from __future__ import annotations
@@ -63,7 +65,63 @@ def enable(sock: socket.socket) -> bool:
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     except (OSError, AttributeError):
         return False
+    if not _KEEPER.tried:
+        _KEEPER.hold()
     return True
+
+
+class StampKeeper:
+    """Keeps the kernel stamping from the first stamped socket to the end of the process.
+
+    Linux stamps received packets only while some socket asks for stamps, and it switches that
+    on (and off, when the last such socket closes) through deferred work: the segments that come
+    in just after a machine's first ``SO_TIMESTAMPNS`` carry no stamp, and a TCP read of them
+    comes with no control message. So, once per process, ``hold`` opens a loopback connection,
+    asks for stamps on its reading end and keeps that end open (stamping never switches off
+    between one run's connections and the next's), and sends a byte over it until one arrives
+    stamped (``wait_s`` at most): the first response is then stamped too.
+    """
+
+    __slots__ = ("held", "sock", "tried")
+
+    def __init__(self) -> None:
+        self.tried = False
+        self.held = False
+        self.sock: socket.socket | None = None
+
+    def hold(self, wait_s: float = 0.25) -> bool:
+        """True once the kernel stamps a loopback segment (False: it did not within ``wait_s``)."""
+        self.tried = True
+        try:
+            self.held = self._probe(wait_s)
+        except OSError as exc:
+            log.warning("cannot check that the kernel stamps reads: %s", exc)
+        if not self.held:
+            log.warning("the kernel did not stamp a loopback read within %.2f s", wait_s)
+        return self.held
+
+    def _probe(self, wait_s: float) -> bool:
+        assert SO_TIMESTAMPNS is not None
+        with socket.create_server(("127.0.0.1", 0)) as listener:
+            reader = socket.create_connection(listener.getsockname()[:2])
+            reader.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            reader.settimeout(wait_s)
+            self.sock = reader  # kept open: its option holds the kernel's stamping on
+            writer, _ = listener.accept()
+        with writer:
+            deadline = time.monotonic() + wait_s
+            while True:
+                writer.send(b"s")
+                _, ancillary, _, _ = reader.recvmsg(1, ANCILLARY_BYTES)
+                if stamp_of(ancillary) is not None:
+                    return True
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.001)
+
+
+#: the process's keeper
+_KEEPER = StampKeeper()
 
 
 def stamp_of(ancillary: list[tuple[int, int, bytes]]) -> int | None:
