@@ -300,7 +300,7 @@ def test_cli_commands_share_only_the_clis_support_and_the_library() -> None:
 #: the clients, the cluster or the launcher
 SWEEP_ANALYSIS = {
     "sweep/__init__.py", "sweep/manifest.py", "sweep/point_figures.py", "sweep/curves.py", "sweep/working_set.py",
-    "sweep/report.py", "sweep/compare.py", "sweep/html.py",
+    "sweep/report.py", "sweep/compare.py", "sweep/html.py", "sweep/point_intervals.py",
 }  # fmt: skip
 
 

@@ -489,3 +489,40 @@ def test_sweep_command_line_refuses_flags_that_do_not_apply_and_reads_spec_targe
     (run,) = SweepManifest.read(str(tmp_path / "rate")).done_runs()
     arrival = RunManifest.read(tmp_path / "rate" / run.run_dir).spec["workload"]["arrival"]
     assert (arrival["process"], arrival["rate"]) == ("poisson", 5.0)
+
+
+def test_a_sweep_with_repeats_runs_each_point_over_and_reports_intervals(
+    emulator: Callable[..., EmulatorThread], tmp_path: Path
+) -> None:
+    """``swarm sweep --repeat 3``: every point's run holds three repeats of its target, and the
+    report pools them and gives each headline figure a 95 % interval over them."""
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    url = emulator(engine="sglang", timing="fixed", first_token_ms=5, token_ms=2).url
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    out = tmp_path / "repeated"
+    done = subprocess.run(
+        [
+            *SWARM, "sweep", "--target", f"emu={url}", "--engine", "sglang", "--ladder", "agents=2",
+            "--profile", str(tmp_path / "tiny.yaml"), "--topology", "chain", "--repeat", "3",
+            "--executor", "inprocess", "--output", str(out), "--json",
+        ],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    (run,) = SweepManifest.read(str(out)).done_runs()
+    assert RunManifest.read(out / run.run_dir).repeats == 3
+    (point,) = build_sweep_report(out)["targets"]["emu"]["points"]
+    assert point["repeats"] == 3 and point["valid"], point["reasons"]
+    ttft = point["intervals"]["ttft_ms.p50"]
+    assert ttft["units"] == "repeats" and ttft["n"] == 3
+    assert ttft["low"] <= point["figures"]["ttft_ms.p50"] <= ttft["high"]
+    shown = subprocess.run([*SWARM, "report", str(out)], capture_output=True, text=True, env=env, timeout=120)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert "repeats" in shown.stdout and "[" in shown.stdout  # figures printed with their intervals
+    compared = subprocess.run(
+        [*SWARM, "compare", str(out), str(out), "--json"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert compared.returncode == 0, compared.stderr[-2000:]
+    (by_load,) = json.loads(compared.stdout)["by_load"]
+    for series in by_load["series"].values():  # each sweep's point with its interval
+        assert series["intervals"]["ttft_ms.p99"]["n"] == 3

@@ -23,10 +23,13 @@ from swarm.sweep.point_figures import (
     fixed_window,
     point_figures,
     point_validity,
+    pooled_figures,
+    repeat_tables,
     steady_window,
     tasks_in,
     whole_run_window,
 )
+from swarm.sweep.point_intervals import point_intervals
 from swarm.trace.schema import TRACE_SCHEMA
 
 MS = 1_000_000
@@ -213,6 +216,54 @@ def test_misses_split_into_compulsory_and_lost() -> None:
     # realised hit 1350 / 3500, ideal 2100 / 3500, their ratio 1350 / 2100
     assert fig.hit_ratio == pytest.approx(1350 / 3500) and fig.ideal_hit_ratio == pytest.approx(0.6)
     assert fig.hit_vs_ideal == pytest.approx(1350 / 2100)
+
+
+# --- a point of several repeats (swarm sweep --repeat N) ----------------------------------------
+
+
+def _repeated_point(repeats: int) -> pa.Table:
+    """``repeats`` runs of ``_ramp_plateau_drain``'s shape, 100 s apart; in repeat r every request
+    has a TTFT of 10 × (r + 1) ms and 2 output tokens, and every session completes."""
+    return _table(
+        [
+            _streamed(100 * r + k + 2 * j, 10 * (r + 1), [2000 - 10 * (r + 1)], 2, session_id=f"s{k}", repeat=r)
+            for r in range(repeats)
+            for k in range(4)
+            for j in range(10)
+        ]
+    )
+
+
+def test_a_point_of_repeats_pools_each_repeats_own_window_and_gives_intervals_over_them() -> None:
+    parts = [(t, steady_window(t)) for t in repeat_tables(_repeated_point(3))]
+    assert [t.num_rows for t, _ in parts] == [40, 40, 40]
+    # each repeat's window is its own plateau, [3 s, 20 s] after its start: 17 s
+    assert [(w.start_ns - WALL, w.end_ns - WALL) for _, w in parts] == [
+        ((100 * r + 3) * S, (100 * r + 20) * S) for r in range(3)
+    ]
+    alone = [point_figures(t, w) for t, w in parts]
+    pooled = pooled_figures(parts)
+    assert pooled.window.duration_s == pytest.approx(3 * 17)  # lengths summed, not first to last
+    assert pooled.requests == sum(f.requests for f in alone)
+    assert pooled.requests_per_s == pytest.approx(pooled.requests / 51)
+    assert pooled.output_tokens_per_s == pytest.approx(2 * pooled.requests / 51)
+    assert pooled.tasks.completed == sum(f.tasks.completed for f in alone)
+    assert pooled.ttft_ms.p50 == pytest.approx(20)  # over the pooled rows: 10, 20 and 30 ms alike
+    # the bootstrap over 3 repeats: a draw of one repeat three times has chance 1/27 > 2.5 %
+    # each way, so the 95 % interval of TTFT p50 runs from the fastest repeat to the slowest
+    intervals = point_intervals(parts, ["ttft_ms.p50", "requests_per_s", "no.such.figure"])
+    ttft = intervals["ttft_ms.p50"]
+    assert (ttft.low, ttft.high, ttft.units, ttft.n) == (pytest.approx(10), pytest.approx(30), "repeats", 3)
+    rate = intervals["requests_per_s"]  # the repeats send alike: no spread
+    assert rate.low == pytest.approx(pooled.requests_per_s) == pytest.approx(rate.high)
+    assert "no.such.figure" not in intervals
+    # two repeats are pooled alike but give no interval (a bootstrap of two says nothing)
+    two = [(t, steady_window(t)) for t in repeat_tables(_repeated_point(2))]
+    assert pooled_figures(two).window.duration_s == pytest.approx(34)
+    assert point_intervals(two, ["ttft_ms.p50"]) == {}
+    # one run is its own single part: the figures of point_figures
+    (one,) = repeat_tables(_repeated_point(1))
+    assert pooled_figures([(one, steady_window(one))]) == point_figures(one, steady_window(one))
 
 
 # --- validity ----------------------------------------------------------------------------------

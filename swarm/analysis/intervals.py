@@ -131,7 +131,7 @@ class Units:
         return out
 
 
-def _percentile_interval(values: list[float], kind: str, n: int) -> Interval | None:
+def percentile_interval(values: list[float], kind: str, n: int) -> Interval | None:
     finite = [v for v in values if v is not None and math.isfinite(v)]
     if len(finite) < RESAMPLES // 2:  # most draws could not compute it
         return None
@@ -148,7 +148,7 @@ def figure_interval(table: pa.Table, stat: Stat, units: Units | None = None) -> 
         return None
     rng = np.random.default_rng(SEED)
     values = [stat(units.take(rng.integers(0, n, n))) for _ in range(RESAMPLES)]
-    return _percentile_interval([v for v in values if v is not None], units.kind, n)
+    return percentile_interval([v for v in values if v is not None], units.kind, n)
 
 
 def _ratio(leader: float, runner_up: float, better: str) -> float:
@@ -179,7 +179,7 @@ def ratio_interval(
             continue
         values.append(_ratio(fa, fb, better))
     kind = f"{a.kind}, paired" if paired else a.kind
-    return _percentile_interval(values, kind, len(a))
+    return percentile_interval(values, kind, len(a))
 
 
 def target_intervals(table: pa.Table) -> dict[str, Interval]:

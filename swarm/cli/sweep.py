@@ -11,7 +11,7 @@ profiles, a window per point, judged by stated SLOs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -108,7 +108,7 @@ def launcher_of(given: Given, knob: str) -> tuple[PointLauncher, SendSpec]:
         if replay is not None:
             data.setdefault("replay", {})["source"] = replay
         replay_spec = validated(ReplaySpec, _emulators(data), source, given)
-        return ReplayPoints(replay_spec), _single(replay_spec, given)
+        return ReplayPoints(replay_spec), replay_spec
     if wrong := _given_under(given, "replay"):
         raise InputError(f"{', '.join(wrong)} apply with --replay only")
     is_showdown = showdown(given)
@@ -125,23 +125,7 @@ def launcher_of(given: Given, knob: str) -> tuple[PointLauncher, SendSpec]:
     elif given.get("spec") is None:
         workload.setdefault("arrival", {"process": "all_at_once"})  # the agents knob: agents live at once
     run_spec = validated(RunSpec, _emulators(data), source if not is_showdown else "sweep flags", given)
-    return AgentPoints(run_spec, source=source), _single(run_spec, given)
-
-
-S = TypeVar("S", bound="SendSpec")
-
-
-def _single(base: S, given: Given) -> S:
-    """``base``, refused when it repeats its runs: a sweep's point is measured once (its steady
-    window and the cliff are read from one run); ``swarm run --repeat N`` at a load of interest
-    gives its figures with intervals."""
-    if base.repeats > 1:
-        where = "--repeat" if given.get("repeat") is not None else "the spec's repeats"
-        raise InputError(
-            f"{where}: a sweep measures each point once; repeat a load of interest with swarm run --repeat N "
-            "(its report and compare give every figure and ratio a 95 % interval)"
-        )
-    return base
+    return AgentPoints(run_spec, source=source), run_spec
 
 
 def _emulators(data: dict[str, Any]) -> dict[str, Any]:

@@ -28,6 +28,10 @@ _SPECS = {
 }
 
 
+#: the columns printed with their interval when a point has one (all are in ``--json``)
+SHOWN_INTERVALS = ("out tok/s", "TTFT p99", "hit/ideal", "goodput/s")
+
+
 def sweep_tables(report: dict[str, Any]) -> list[Table]:
     """One table per target: a row per load with the headline figures."""
     from swarm.sweep.report import headline_rows
@@ -38,9 +42,9 @@ def sweep_tables(report: dict[str, Any]) -> list[Table]:
     for name, target in report["targets"].items():
         engine = target.get("engine") or "?"
         table = Table(title=f"{name} ({engine}): steady-window figures by {knob}")
-        columns = list(dict.fromkeys(c for r in rows if r["target"] == name for c in r if c != "target")) or [
-            "load"
-        ]
+        columns = list(
+            dict.fromkeys(c for r in rows if r["target"] == name for c in r if c != "target" and c[0] != "_")
+        ) or ["load"]
         if "valid" in columns:  # last, as it is the widest
             columns = [c for c in columns if c != "valid"] + ["valid"]
         for c in columns:
@@ -48,17 +52,25 @@ def sweep_tables(report: dict[str, Any]) -> list[Table]:
         for r in rows:
             if r["target"] != name:
                 continue
-            table.add_row(*[_cell(c, r.get(c)) for c in columns])
+            intervals = r.get("_intervals", {})
+            if intervals:
+                table.caption = "\\[low, high]: the 95 % interval over the point's repeats (bootstrap; --json has every figure's)"
+            table.add_row(*[_cell(c, r.get(c), intervals.get(c) if c in SHOWN_INTERVALS else None) for c in columns])
         tables.append(table)
     return tables
 
 
-def _cell(column: str, value: Any) -> str:
+def _cell(column: str, value: Any, interval: tuple[float, float] | None = None) -> str:
+    """A figure as the table prints it; with its 95 % interval (a point's repeats) after it."""
     if isinstance(value, str):
         return value
-    if column == "load":
+    if column in ("load", "repeats"):
         return fmt(value, "g")
-    return fmt(value, _SPECS.get(column, ",.1f"))
+    spec = _SPECS.get(column, ",.1f")
+    text = fmt(value, spec)
+    if interval is not None:
+        text += f" [{fmt(interval[0], spec)}, {fmt(interval[1], spec)}]"
+    return text
 
 
 def verdict_lines(report: dict[str, Any]) -> list[str]:

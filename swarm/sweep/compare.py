@@ -6,7 +6,8 @@ only): from two sweep reports (``sweep.report.build_sweep_report``) it builds on
 (capacity at SLO, eviction cliff, predicted cliff, peak output tokens/s and tasks/hour over
 valid points); the capacity ratio of every series to the first; the crossovers between series of
 different sweeps on the crossover figure (goodput/s with SLOs in both, else output tokens/s);
-and, per load both sweeps measured, the headline figures of every series. Sweeps over different
+and, per load both sweeps measured, the headline figures of every series (with their 95 %
+intervals where the points were repeated, ``--repeat``). Sweeps over different
 knobs cannot be compared (an ``InputError``); sweeps whose base workload differs are compared
 with a warning naming it."""
 
@@ -62,6 +63,7 @@ def compare_sweeps(reports: list[dict[str, Any]], labels: list[str]) -> dict[str
         warnings.append(f"the sweeps' workloads have different seeds: {sorted(map(str, seeds))}")
     series: dict[str, dict[str, Any]] = {}
     curves: dict[str, tuple[int, list[sc.SweepPoint]]] = {}
+    intervals: dict[str, dict[float, dict[str, Any]]] = {}  # per series, per load (points of repeats)
     for i, (report, label) in enumerate(zip(reports, labels, strict=True)):
         for name, target in report["targets"].items():
             key = f"{label}:{name}"
@@ -77,6 +79,7 @@ def compare_sweeps(reports: list[dict[str, Any]], labels: list[str]) -> dict[str
                 "invalid_points": sum(1 for p in target["points"] if not p["valid"]),
             }
             curves[key] = (i, _points(target))
+            intervals[key] = {p["load"]: p.get("intervals") or {} for p in target["points"]}
     names = list(series)
     ratios: dict[str, float] = {}
     first_cap = (series[names[0]]["capacity"] or {}).get("load") if names else None
@@ -103,6 +106,9 @@ def compare_sweeps(reports: list[dict[str, Any]], labels: list[str]) -> dict[str
                     "valid": point.valid,
                     **{f: point.figures.get(f) for f in LOAD_FIGURES},
                 }
+                spread = {f: v for f, v in intervals[key].get(load, {}).items() if f in LOAD_FIGURES}
+                if spread:
+                    row["series"][key]["intervals"] = spread
         by_load.append(row)
     return {
         "sweeps": [

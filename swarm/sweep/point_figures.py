@@ -167,13 +167,24 @@ def tasks_in(table: pa.Table, window: SteadyWindow) -> Tasks:
     before the window): ``completed`` = sessions without a ``cancelled`` row whose last end
     lies in ``[start_ns, end_ns]``; ``per_hour = completed / (duration_s / 3600)``;
     ``completion_ms`` = ``(last end − first scheduled_ns) / 1e6`` of those sessions."""
-    empty = Tasks(0, None, Distribution.of(np.zeros(0)))
+    return _tasks_of(_completions_ms(table, window), window.duration_s)
+
+
+def _tasks_of(completion_ms: np.ndarray, seconds: float) -> Tasks:
+    hours = seconds / 3600
+    completed = int(completion_ms.size)
+    return Tasks(completed, completed / hours if hours > 0 else None, Distribution.of(completion_ms))
+
+
+def _completions_ms(table: pa.Table, window: SteadyWindow) -> np.ndarray:
+    """The completion times (ms) of the tasks that completed inside ``window`` (``tasks_in``)."""
+    none = np.zeros(0)
     if table.num_rows == 0 or "session_id" not in table.column_names:
-        return empty
+        return none
     ids = np.asarray(table["session_id"].to_numpy(zero_copy_only=False), dtype=object)
     keep = ids != ""
     if not keep.any():
-        return empty
+        return none
     names, group = np.unique(ids[keep], return_inverse=True)
     origin = int(_ints(table, "scheduled_ns")[keep].min())
     scheduled = _ints(table, "scheduled_ns")[keep] - origin  # small ints: exact as float64
@@ -186,13 +197,7 @@ def tasks_in(table: pa.Table, window: SteadyWindow) -> Tasks:
     np.maximum.at(last, group, ends)
     np.logical_or.at(cut, group, cancelled.astype(bool))
     done = ~cut & window.contains(last + origin)
-    completed = int(done.sum())
-    hours = window.duration_s / 3600
-    return Tasks(
-        completed=completed,
-        per_hour=completed / hours if hours > 0 else None,
-        completion_ms=Distribution.of((last[done] - first[done]).astype(np.float64) / 1e6),
-    )
+    return (last[done] - first[done]).astype(np.float64) / 1e6
 
 
 @dataclass(frozen=True)
@@ -321,7 +326,48 @@ class PointFigures:
 def point_figures(table: pa.Table, window: SteadyWindow, slo: m.SLO | None = None) -> PointFigures:
     """The figures of ``table`` (one target's rows) in ``window``; the whole-run figures are
     ``point_figures(table, whole_run_window(table))``."""
-    rows = rows_in(table, window)
+    return _figures(rows_in(table, window), window, tasks_in(table, window), slo)
+
+
+def repeat_tables(table: pa.Table) -> list[pa.Table]:
+    """``table``'s rows split by repeat (``swarm run --repeat N``), in repeat order; ``[table]``
+    when it holds one run."""
+    reps = m.repeats(table)
+    if reps is None:
+        return [table]
+    return [table.filter(pa.array(reps == r)) for r in np.unique(reps)]
+
+
+def pooled_window(windows: list[SteadyWindow]) -> SteadyWindow:
+    """The windows of a point's repeats as one: the first one's start, the sum of their lengths
+    (``duration_s``), the sum of their requests. Its ends bound no rows: ``pooled_figures``
+    takes each repeat's rows from its own window."""
+    if len(windows) == 1:
+        return windows[0]
+    first = windows[0]
+    length_ns = sum(w.end_ns - w.start_ns for w in windows)
+    return SteadyWindow(
+        first.start_ns, first.start_ns + length_ns, sum(w.requests for w in windows),
+        rule=f"{first.rule}; each of {len(windows)} repeats in its own window, their lengths summed",
+        level_median=first.level_median, fraction=first.fraction, threshold=first.threshold,
+    )  # fmt: skip
+
+
+def pooled_figures(parts: list[tuple[pa.Table, SteadyWindow]], slo: m.SLO | None = None) -> PointFigures:
+    """The figures of a point measured over several repeats, each repeat's rows (``table``) in its
+    own ``window``: every distribution over the pooled rows, every rate over the summed window
+    lengths (``pooled_window``), the tasks completed in each repeat's window pooled. One part:
+    ``point_figures``."""
+    if len(parts) == 1:
+        return point_figures(*parts[0], slo)
+    window = pooled_window([w for _, w in parts])
+    rows = pa.concat_tables([rows_in(t, w) for t, w in parts])
+    completions = np.concatenate([_completions_ms(t, w) for t, w in parts])
+    return _figures(rows, window, _tasks_of(completions, window.duration_s), slo)
+
+
+def _figures(rows: pa.Table, window: SteadyWindow, tasks: Tasks, slo: m.SLO | None) -> PointFigures:
+    """``PointFigures`` of ``rows`` (those sent in ``window``), rates over its length."""
     ok = m.ok_rows(rows)
     seconds = window.duration_s
     tokens = float(pc.sum(pc.fill_null(ok["completion_tokens"], 0)).as_py() or 0) if ok.num_rows else 0.0
@@ -347,7 +393,7 @@ def point_figures(table: pa.Table, window: SteadyWindow, slo: m.SLO | None = Non
         ok=ok.num_rows,
         requests_per_s=rows.num_rows / seconds if seconds > 0 else None,
         output_tokens_per_s=tokens / seconds if seconds > 0 else None,
-        tasks=tasks_in(table, window),
+        tasks=tasks,
         ttft_ms=Distribution.of(m.ttft_ms(rows)),
         itl_ms=Distribution.of(m.itl_ms(rows)),
         tpot_ms=Distribution.of(m.tpot_ms(rows)),

@@ -15,25 +15,30 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from swarm.analysis import metrics as m
 from swarm.analysis.engine_metrics import read_server_metrics, window_means
+from swarm.analysis.intervals import Interval
 from swarm.errors import InputError
 from swarm.sweep import curves as sc
 from swarm.sweep.manifest import PointRun, SweepManifest
 from swarm.sweep.point_figures import (
     PointFigures,
+    SteadyWindow,
     Validity,
-    point_figures,
     point_validity,
+    pooled_figures,
+    repeat_tables,
     steady_window,
     whole_run_window,
 )
+from swarm.sweep.point_intervals import point_intervals
 from swarm.sweep.working_set import WorkingSet, predicted_cliff_load, working_set
 from swarm.trace.manifest import RunManifest
 from swarm.trace.reader import read_requests_tolerant, without_warmups
@@ -79,6 +84,10 @@ class PointResult:
     working: WorkingSet | None
     #: how the target's prefix cache was emptied before the point (the sweep manifest's record)
     cache_reset: str | None = None
+    #: how many times the point was run (``--repeat``); its figures pool them
+    repeats: int = 1
+    #: from three repeats: the 95 % interval over them of each figure of ``INTERVAL_FIGURES``
+    intervals: dict[str, Interval] = field(default_factory=dict)
 
     def sweep_point(self) -> sc.SweepPoint:
         flat = self.figures.flat()
@@ -104,6 +113,8 @@ class PointResult:
             "engine": self.engine,
             "working_set": self.working.as_dict() if self.working else None,
             "cache_reset": self.cache_reset,
+            "repeats": self.repeats,
+            "intervals": {k: v.as_dict() for k, v in self.intervals.items()},
         }
 
 
@@ -117,24 +128,43 @@ def point_result(
     steady_fraction: float,
     max_error_rate: float,
 ) -> PointResult:
-    """The figures of ``target``'s rows in one point's run folder."""
+    """The figures of ``target``'s rows in one point's run folder. A run of several repeats
+    (``--repeat N``) has each repeat's steady window found on its own rows, the figures pooled
+    over them (``point_figures.pooled_figures``) and, from three repeats, each headline figure's
+    95 % interval over the repeats (``point_intervals``)."""
     table, _bad = read_requests_tolerant(str(run_dir))
     table, _warmups = without_warmups(table)  # mid-life starts' warm-up calls: in no figure
     if table.num_rows and "target" in table.column_names:
         table = table.filter(pc.equal(table["target"], target))
-    window = steady_window(table, steady_fraction) if table.num_rows else whole_run_window(table)
-    figures = point_figures(table, window, slo)
-    engine: dict[str, Any] = {}
+    parts = [
+        (t, steady_window(t, steady_fraction) if t.num_rows else whole_run_window(t)) for t in repeat_tables(table)
+    ]
+    figures = pooled_figures(parts, slo)
     samples = read_server_metrics(str(run_dir))
+    engine: dict[str, Any] = {}
     if samples is not None and samples.num_rows:
-        mine = samples.filter(pc.equal(samples["target"], target))
-        engine = window_means(mine, window.start_ns, window.end_ns)
+        engine = _engine_means(samples.filter(pc.equal(samples["target"], target)), [w for _, w in parts])
+    first = parts[0][0]
     return PointResult(
         index=index, load=load, target=target, run_dir=str(run_dir), figures=figures,
-        whole=point_figures(table, whole_run_window(table), slo),
+        whole=pooled_figures([(t, whole_run_window(t)) for t, _ in parts], slo),
         validity=point_validity(figures, max_error_rate=max_error_rate), engine=engine,
-        working=working_set(table) if table.num_rows else None,
+        working=working_set(first) if first.num_rows else None, repeats=len(parts),
+        intervals=point_intervals(parts, INTERVAL_FIGURES, slo),
     )  # fmt: skip
+
+
+def _engine_means(samples: pa.Table, windows: list[SteadyWindow]) -> dict[str, Any]:
+    """The engine's gauges averaged over each window (``window_means``), then over the windows
+    that have a value (a point's repeats: one window each)."""
+    each = [window_means(samples, w.start_ns, w.end_ns) for w in windows]
+    out = dict(each[0])
+    for key, value in out.items():
+        if key.endswith("_metric"):
+            continue
+        values = [e[key] for e in each if e.get(key) is not None]
+        out[key] = sum(values) / len(values) if values else value
+    return out
 
 
 def _slo_of(slos: list[str]) -> m.SLO | None:
@@ -328,18 +358,30 @@ HEADLINE = (
 )  # fmt: skip
 
 
+#: the figures a point of three or more repeats gives with a 95 % interval (``point_intervals``)
+INTERVAL_FIGURES = tuple(figure for _, figure in HEADLINE)
+
+
 def headline_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per (target, load) with the headline figures (None where absent), the KV usage
-    and validity: what the terminal table prints."""
+    and validity: what the terminal table prints. A point of several repeats adds ``repeats``
+    and, under ``_intervals``, each column's 95 % interval as ``(low, high)``."""
     rows: list[dict[str, Any]] = []
     for name, t in report["targets"].items():
         for p in t["points"]:
             row: dict[str, Any] = {"target": name, "load": p["load"]}
+            if p.get("repeats", 1) > 1:
+                row["repeats"] = p["repeats"]
+            intervals: dict[str, tuple[float, float]] = {}
             for column, figure in HEADLINE:
+                scale = 1000 if figure == "tasks.completion_ms.p50" else 1
                 value = p["figures"].get(figure)
-                row[column] = (
-                    value / 1000 if value is not None and figure == "tasks.completion_ms.p50" else value
-                )
+                row[column] = value / scale if value is not None else None
+                interval = (p.get("intervals") or {}).get(figure)
+                if interval is not None:
+                    intervals[column] = (interval["low"] / scale, interval["high"] / scale)
+            if intervals:
+                row["_intervals"] = intervals
             row["KV use"] = p["engine"].get("kv_usage")
             if p["engine"].get("cache_usage") is not None:
                 row["cache use"] = p["engine"]["cache_usage"]
