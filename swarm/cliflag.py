@@ -23,6 +23,7 @@ GROUPS = (
     "Output",
     "Sweep",
     "Emulator",
+    "Engine scheduler",
 )
 
 

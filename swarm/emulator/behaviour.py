@@ -30,6 +30,7 @@ from typing import Literal
 from swarm.emulator.block_cache import BlockCache
 from swarm.emulator.config import EmulatorConfig
 from swarm.emulator.radix_cache import RadixCache
+from swarm.emulator.scheduler import SchedulerPolicy
 from swarm.engines import sglang, trtllm, vllm
 from swarm.engines.engine import Engine, Histogram, Metric
 
@@ -116,6 +117,11 @@ class EngineBehaviour:
             cap = cap // page_tokens * page_tokens
         return min(matched_tokens, cap)
 
+    def scheduler_policy(self, config: EmulatorConfig) -> SchedulerPolicy:
+        """The engine's scheduler (``emulator.scheduler``): its defaults, and the knobs the
+        config sets under the engine's own names."""
+        raise NotImplementedError
+
     def reports_cached_tokens(self, config: EmulatorConfig, cached_tokens: int) -> bool:
         """Whether OpenAI usage carries ``prompt_tokens_details.cached_tokens``."""
         return self.cache_report(config) and (self.reports_zero_cached or cached_tokens > 0)
@@ -133,6 +139,24 @@ class SGLangBehaviour(EngineBehaviour):
 
     def cache_report(self, config: EmulatorConfig) -> bool:
         return config.cache_report
+
+    def scheduler_policy(self, config: EmulatorConfig) -> SchedulerPolicy:
+        """LPM order (FCFS past ``LPM_MAX_WAITING`` waiting), the ``new_token_ratio`` reserve
+        with retraction, prefill steps that pause decoding, chunked prefill."""
+        chunk = config.chunked_prefill_size or sglang.CHUNKED_PREFILL_SIZE
+        return SchedulerPolicy(
+            queue=config.schedule_policy or sglang.SCHEDULE_POLICY,
+            lpm_max_waiting=sglang.LPM_MAX_WAITING,
+            reserve_ratio=sglang.INIT_NEW_TOKEN_RATIO,
+            reserve_decay=sglang.NEW_TOKEN_RATIO_DECAY,
+            reserve_floor=sglang.MIN_NEW_TOKEN_RATIO,
+            preempt="fewest_output",
+            max_running=config.max_running_requests,
+            step_token_budget=None if chunk == -1 else chunk,
+            chunked_prefill=chunk != -1,
+            prefill_pauses_decode=not config.enable_mixed_chunk,
+            block_tokens=1,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,12 +178,38 @@ class TrtllmBehaviour(EngineBehaviour):
     def cache_report(self, config: EmulatorConfig) -> bool:
         return True
 
+    def scheduler_policy(self, config: EmulatorConfig) -> SchedulerPolicy:
+        """In-flight batching, first come first served: ``GUARANTEED_NO_EVICT`` reserves each
+        request's whole output (never preempts), ``MAX_UTILIZATION`` admits on the prompt and
+        pauses the newest when blocks run out; ``max_num_tokens`` per step, prompts whole
+        unless chunked prefill is on."""
+        guaranteed = (config.capacity_scheduler_policy or trtllm.CAPACITY_SCHEDULER_POLICY) == "GUARANTEED_NO_EVICT"
+        ratio = 1.0 if guaranteed else 0.0
+        chunked = trtllm.ENABLE_CHUNKED_PREFILL if config.enable_chunked_prefill is None else config.enable_chunked_prefill
+        return SchedulerPolicy(
+            queue="fcfs", reserve_ratio=ratio, reserve_floor=ratio, preempt="newest",
+            max_running=config.max_batch_size or trtllm.MAX_BATCH_SIZE,
+            step_token_budget=config.max_num_tokens or trtllm.MAX_NUM_TOKENS,
+            chunked_prefill=chunked, prefill_pauses_decode=False, block_tokens=self.block_tokens(config),
+        )  # fmt: skip
+
 
 @dataclass(frozen=True, slots=True)
 class VllmBehaviour(TrtllmBehaviour):
     """vLLM with automatic prefix caching: hashed full blocks (128 tokens on its CPU build),
     LRU-evicted; cached tokens reported (as with ``--enable-prompt-tokens-details``) also when
     0; its cache settings as the ``vllm:cache_config_info`` gauge."""
+
+    def scheduler_policy(self, config: EmulatorConfig) -> SchedulerPolicy:
+        """First come first served, admitted on the prompt alone (no reserve), the newest
+        preempted (recomputed) when blocks run out; decodes first in each step, prefills
+        chunked into the rest of ``max_num_batched_tokens``; at most ``max_num_seqs``."""
+        return SchedulerPolicy(
+            queue="fcfs", reserve_ratio=0.0, reserve_floor=0.0, preempt="newest",
+            max_running=config.max_num_seqs or vllm.MAX_NUM_SEQS,
+            step_token_budget=config.max_num_batched_tokens or vllm.MAX_NUM_BATCHED_TOKENS,
+            chunked_prefill=True, prefill_pauses_decode=False, block_tokens=self.block_tokens(config),
+        )  # fmt: skip
 
     def info_lines(self, config: EmulatorConfig, labels: str) -> list[str]:
         return [

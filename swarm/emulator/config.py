@@ -20,6 +20,13 @@ from swarm.engines.registry import get_engine
 from swarm.fields import TokenizerPath
 
 _EMU = "Emulator"
+_SCHED = "Engine scheduler"
+#: the scheduler knobs and the engine whose name each carries
+SCHEDULER_KNOBS = {
+    "schedule_policy": "sglang", "chunked_prefill_size": "sglang", "enable_mixed_chunk": "sglang", "max_running_requests": "sglang",
+    "capacity_scheduler_policy": "trtllm", "max_batch_size": "trtllm", "max_num_tokens": "trtllm",
+    "enable_chunked_prefill": "trtllm", "max_num_seqs": "vllm", "max_num_batched_tokens": "vllm",
+}  # fmt: skip
 
 
 class EmulatorConfig(BaseModel):
@@ -91,6 +98,60 @@ class EmulatorConfig(BaseModel):
         description="trtllm and vllm: KV block size in tokens (default: trtllm 32; vllm 128, as vLLM's CPU build)",
         json_schema_extra=flag("--block-tokens", group=_EMU),
     )
+    schedule_policy: Literal["lpm", "fcfs"] | None = Field(
+        default=None,
+        description="sglang: order of the waiting queue, as SGLang's --schedule-policy (default lpm: "
+        "longest cached prefix first; fcfs)",
+        json_schema_extra=flag("--schedule-policy", group=_SCHED),
+    )
+    chunked_prefill_size: int | None = Field(
+        default=None, ge=-1,
+        description="sglang: prompt tokens one prefill step computes, longer prompts split over steps, "
+        "as SGLang's --chunked-prefill-size (-1: no chunking; default: SGLang's)",
+        json_schema_extra=flag("--chunked-prefill-size", group=_SCHED),
+    )  # fmt: skip
+    enable_mixed_chunk: bool | None = Field(
+        default=None,
+        description="sglang: a prefill step also decodes the running requests, as SGLang's "
+        "--enable-mixed-chunk (default: off, a prefill step pauses decoding)",
+        json_schema_extra=flag("--enable-mixed-chunk", group=_SCHED),
+    )
+    max_running_requests: int | None = Field(
+        default=None, ge=1, description="sglang: requests running at most, as SGLang's --max-running-requests "
+        "(default: as many as the KV holds)",
+        json_schema_extra=flag("--max-running-requests", group=_SCHED),
+    )  # fmt: skip
+    capacity_scheduler_policy: Literal["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"] | None = Field(
+        default=None,
+        description="trtllm: admission, as TensorRT-LLM's scheduler_config.capacity_scheduler_policy "
+        "(default GUARANTEED_NO_EVICT: each request's whole output reserved, never preempted; "
+        "MAX_UTILIZATION: admitted on its prompt, preempted when the KV runs out)",
+        json_schema_extra=flag("--capacity-scheduler-policy", group=_SCHED),
+    )
+    max_batch_size: int | None = Field(
+        default=None, ge=1, description="trtllm: requests in a step at most, as trtllm-serve's --max_batch_size",
+        json_schema_extra=flag("--max-batch-size", group=_SCHED),
+    )  # fmt: skip
+    max_num_tokens: int | None = Field(
+        default=None, ge=1, description="trtllm: tokens one step computes at most, as trtllm-serve's --max_num_tokens",
+        json_schema_extra=flag("--max-num-tokens", group=_SCHED),
+    )  # fmt: skip
+    enable_chunked_prefill: bool | None = Field(
+        default=None,
+        description="trtllm: split prompts longer than the step's room over steps, as TensorRT-LLM's "
+        "enable_chunked_prefill (default: off)",
+        json_schema_extra=flag("--enable-chunked-prefill", group=_SCHED),
+    )
+    max_num_seqs: int | None = Field(
+        default=None, ge=1, description="vllm: requests running at most, as vLLM's --max-num-seqs",
+        json_schema_extra=flag("--max-num-seqs", group=_SCHED),
+    )  # fmt: skip
+    max_num_batched_tokens: int | None = Field(
+        default=None, ge=1,
+        description="vllm: tokens one step computes at most (decodes first, prefill chunks in the rest), "
+        "as vLLM's --max-num-batched-tokens",
+        json_schema_extra=flag("--max-num-batched-tokens", group=_SCHED),
+    )  # fmt: skip
     tokenizer: TokenizerPath = None
     default_max_tokens: int = Field(
         default=64, ge=1, description="tokens generated when a request sets no limit",
@@ -126,6 +187,14 @@ class EmulatorConfig(BaseModel):
             "slow_headers stall_first stall_mid cut malformed no_done oversized; docs/reliability.md)",
         ),
     )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _knobs_of_this_engine(self) -> EmulatorConfig:
+        """A scheduler knob is one engine's: given to another engine's profile, it is refused."""
+        for name, engine in SCHEDULER_KNOBS.items():
+            if getattr(self, name) is not None and engine != self.engine:
+                raise ValueError(f"{name} is {engine}'s knob; this emulator's engine is {self.engine}")
+        return self
 
     @model_validator(mode="after")
     def _engine_port(self) -> EmulatorConfig:

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import collections
 import logging
 import time
 from collections.abc import AsyncGenerator, Sequence
@@ -47,6 +46,7 @@ from swarm.emulator.behaviour import EngineBehaviour, engine_behaviour
 from swarm.emulator.block_cache import BlockCache
 from swarm.emulator.config import EmulatorConfig
 from swarm.emulator.radix_cache import RadixCache
+from swarm.emulator.scheduler import Scheduler, StepPlan
 from swarm.emulator.tokens import output_words
 
 log = logging.getLogger(__name__)
@@ -114,6 +114,8 @@ class EngineStats:
     #: times; first tokens, which a client counts in TTFT, are left out)
     step_tokens: int = 0
     step_token_model_s: float = 0.0
+    #: running requests preempted for lack of KV (``emulator.scheduler``)
+    preemptions: int = 0
 
 
 class Generation:
@@ -125,16 +127,19 @@ class Generation:
         "_model",
         "_pending",
         "_words",
+        "admit_hit",
         "admitted_s",
         "arrived_s",
         "cached_tokens",
         "cancelled",
         "finished",
         "first_token_s",
+        "kv_tokens",
         "max_new",
         "output",
+        "preemptions",
+        "prefill_left",
         "prompt",
-        "reserved",
     )
 
     def __init__(self, model: EngineModel, prompt: list[str], max_new: int, arrived_s: float):
@@ -150,7 +155,12 @@ class Generation:
         self.arrived_s = arrived_s
         self.admitted_s: float | None = None
         self.first_token_s: float | None = None
-        self.reserved = 0
+        #: the scheduler's bookkeeping (``emulator.scheduler``): KV held, prompt tokens still to
+        #: prefill, the cache hit at the last admission, times preempted
+        self.kv_tokens = 0
+        self.prefill_left = 0
+        self.admit_hit = 0
+        self.preemptions = 0
         self._lock_handle: object = None
         self._words = output_words(prompt, max_new)
 
@@ -187,6 +197,7 @@ class Generation:
         finally:
             if not self.finished:
                 self.cancelled = True
+                self._model.cancelled_waiting = True
 
 
 class EngineModel:
@@ -199,9 +210,13 @@ class EngineModel:
         self.cache: RadixCache | BlockCache = self.behaviour.make_cache(config)
         self._page_tokens = self.behaviour.page_tokens(config)
         self.stats = EngineStats()
-        self.waiting: collections.deque[Generation] = collections.deque()
+        #: the step's policy (the engine's scheduler, ``emulator.scheduler``)
+        self.scheduler = Scheduler(self.behaviour.scheduler_policy(config), config.kv_capacity_tokens)
+        #: requests not yet admitted (preempted ones back at the front), and those admitted
+        self.waiting: list[Generation] = []
         self.running: list[Generation] = []
-        self.kv_used = 0
+        #: a request stopped streaming (its client went): drop the cancelled from the queue
+        self.cancelled_waiting = False
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
 
@@ -222,8 +237,24 @@ class EngineModel:
 
     # -- cache accounting ----------------------------------------------------------------------
 
+    @property
+    def kv_used(self) -> int:
+        """KV tokens the running requests hold (whole blocks)."""
+        return self.scheduler.used(self.running)
+
     def _cached_for(self, prompt: Sequence[str]) -> int:
         return self.behaviour.cached_tokens(self.cache.match(prompt), len(prompt), self._page_tokens)
+
+    def _hit(self, gen: Generation) -> int:
+        """The cached tokens of ``gen``'s sequence so far (its prompt, before any output)."""
+        return self._cached_for(gen.prompt + gen.output if gen.output else gen.prompt)
+
+    def _preempted(self, gen: Generation) -> None:
+        """A preempted request's KV is freed; what it computed stays in the prefix cache."""
+        self.cache.unlock(gen._lock_handle)  # type: ignore[arg-type]
+        gen._lock_handle = []
+        self.cache.insert(gen.prompt + gen.output)
+        self.stats.preemptions += 1
 
     def flush_cache(self) -> bool:
         """Drop the prefix cache; refused (False) while requests are in flight, as SGLang does."""
@@ -234,12 +265,14 @@ class EngineModel:
 
     # -- requests ------------------------------------------------------------------------------
 
-    def submit(self, prompt: list[str], max_new: int | None) -> Generation:
+    def submit(self, prompt: list[str], max_new: int | None, now_s: float | None = None) -> Generation:
+        """A request arrives (at ``now_s``, default the monotonic clock's now)."""
         if len(prompt) > self.config.max_prompt_tokens:
             raise PromptTooLong(
                 f"prompt has {len(prompt)} tokens, more than the maximum {self.config.max_prompt_tokens}"
             )
-        gen = Generation(self, prompt, max_new or self.config.default_max_tokens, time.monotonic())
+        now = time.monotonic() if now_s is None else now_s
+        gen = Generation(self, prompt, max_new or self.config.default_max_tokens, now)
         self.stats.requests_total += 1
         if self.config.timing == "batch":
             need = len(prompt) + gen.max_new
@@ -251,10 +284,15 @@ class EngineModel:
             self.waiting.append(gen)
             self._wake.set()
         else:
-            self._admit(gen, time.monotonic())
+            self._admit(gen, now)
         return gen
 
     def _admit(self, gen: Generation, now_s: float, cached: int | None = None) -> None:
+        if gen.admitted_s is not None:  # back after a preemption: its sequence so far is its own
+            sequence = gen.prompt + gen.output
+            self.cache.insert(sequence)
+            gen._lock_handle = self.cache.lock(sequence)
+            return
         gen.cached_tokens = self._cached_for(gen.prompt) if cached is None else cached
         self.cache.insert(gen.prompt)
         gen._lock_handle = self.cache.lock(gen.prompt)
@@ -303,7 +341,6 @@ class EngineModel:
             self._finish(gen, time.monotonic())
 
     async def _step_loop(self) -> None:
-        cfg = self.config
         loop = asyncio.get_running_loop()
         clock = loop.time
         #: while steps run back to back, the modelled end of the last one: the next step is
@@ -312,51 +349,22 @@ class EngineModel:
         #: as overrun, never hidden
         planned_end: float | None = None
         while True:
+            if self.cancelled_waiting:
+                self.cancelled_waiting = False
+                self.waiting = [g for g in self.waiting if not g.cancelled]
             if not self.running and not self.waiting:
                 self._wake.clear()
                 await self._wake.wait()
                 planned_end = None
+                continue
             step_start = clock()
             anchor = step_start if planned_end is None else max(planned_end, step_start - STEP_CATCHUP_S)
-            admitted: list[Generation] = []
-            prefill = 0
-            while self.waiting:
-                gen = self.waiting[0]
-                if gen.cancelled:
-                    self.waiting.popleft()
-                    continue
-                cached = self._cached_for(gen.prompt)
-                need = len(gen.prompt) - cached + gen.max_new
-                if self.kv_used + need > cfg.kv_capacity_tokens and (self.running or admitted):
-                    break
-                self.waiting.popleft()
-                self._admit(gen, time.monotonic(), cached)
-                gen.reserved = need
-                self.kv_used += need
-                prefill += len(gen.prompt) - gen.cached_tokens
-                admitted.append(gen)
-            batch = len(self.running) + len(admitted)
-            step_s = (
-                cfg.step_base_ms + cfg.prefill_ms_per_token * prefill + cfg.decode_ms_per_seq * batch
-            ) / 1000.0
+            plan, step_s = self.begin_step(time.monotonic())
             planned_end = anchor + step_s
             delay = planned_end - clock()
             if delay > 0:
                 await asyncio.sleep(delay)
-            now = time.monotonic()
-            still: list[Generation] = []
-            emitted = 0
-            for gen in self.running + admitted:
-                if gen.cancelled:
-                    self._release(gen, now)
-                    continue
-                emitted += bool(gen.output)  # a next token (the first is TTFT's, not ITL's)
-                gen._emit(now)
-                if gen.finished:
-                    self._release(gen, now)
-                else:
-                    still.append(gen)
-            self.running = still
+            emitted = self.end_step(plan, time.monotonic())
             st = self.stats
             st.steps += 1
             st.step_model_s += step_s
@@ -364,9 +372,36 @@ class EngineModel:
             st.step_tokens += emitted
             st.step_token_model_s += step_s * emitted
 
+    def begin_step(self, now: float) -> tuple[StepPlan, float]:
+        """A step's plan (``Scheduler.plan``), its admissions made at ``now``, and its modelled
+        length in seconds: ``(a + b × prefill tokens + c × sequences) / 1000``. The step loop
+        sleeps that long and calls ``end_step``; a test drives both on a virtual clock."""
+        cfg = self.config
+        plan = self.scheduler.plan(self.waiting, self.running, self._hit, self._preempted)
+        for gen in plan.admitted:
+            self._admit(gen, now, gen.admit_hit)
+        step_s = cfg.step_base_ms + cfg.prefill_ms_per_token * plan.prefill_tokens + cfg.decode_ms_per_seq * plan.batch
+        return plan, step_s / 1000.0
+
+    def end_step(self, plan: StepPlan, now: float) -> int:
+        """The end of a step: each decoding request, and each whose prefill completed, emits its
+        next token; finished and cancelled ones leave. Returns the tokens after a first."""
+        emitted = 0
+        for gen in plan.decoding + plan.finishing_prefill:
+            if gen.cancelled or gen.finished:
+                continue
+            emitted += bool(gen.output)  # a next token (the first is TTFT's, not ITL's)
+            gen._emit(now)
+            gen.kv_tokens += 1
+            if gen.finished:
+                self._release(gen, now)
+        for gen in self.running:
+            if gen.cancelled and not gen.finished:
+                self._release(gen, now)
+        self.running = [g for g in self.running if not g.finished]
+        return emitted
+
     def _release(self, gen: Generation, now_s: float) -> None:
-        self.kv_used -= gen.reserved
-        gen.reserved = 0
         gen.finished = True
         self._finish(gen, now_s)
         gen._event.set()

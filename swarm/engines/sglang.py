@@ -12,6 +12,8 @@ Place in the map (docs/architecture.md, "Engines"). Facts, and where they come f
 
 from __future__ import annotations
 
+from typing import Literal
+
 from swarm.engines.engine import CacheReset, Engine, Histogram, Identified, Metric, Served
 
 
@@ -25,6 +27,19 @@ def identify(served: Served) -> Identified | None:
 
 
 ENGINE_INFO_PATHS = ("/get_server_info", "/server_info")
+
+# The scheduler (``emulator.scheduler`` models it; sources in docs/emulator.md, "Engine policies")
+#: ``--schedule-policy``'s default
+SCHEDULE_POLICY: Literal["lpm", "fcfs"] = "lpm"
+#: LPM orders the waiting queue as FCFS when more than this many requests wait
+LPM_MAX_WAITING = 128
+#: ``--chunked-prefill-size`` (its default on a GPU of 80 GB or so)
+CHUNKED_PREFILL_SIZE = 8192
+#: ``new_token_ratio``: the share of each running request's output still to come that admission
+#: reserves; it starts here, falls by the decay each decode step, down to the floor
+INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO = 0.098
+NEW_TOKEN_RATIO_DECAY = (0.7 - 0.098) / 600
 
 ENGINE = Engine(
     name="sglang",

@@ -33,6 +33,15 @@ COMPLETION_FIELDS = COMMON_FIELDS | {"prompt", "echo", "suffix"}
 #: ``tokens_per_block`` when the server's KV-cache config sets none
 TOKENS_PER_BLOCK = 32
 
+# The scheduler (``emulator.scheduler`` models it; sources in docs/emulator.md, "Engine policies")
+#: ``scheduler_config.capacity_scheduler_policy``'s default
+CAPACITY_SCHEDULER_POLICY = "GUARANTEED_NO_EVICT"
+#: ``max_batch_size`` and ``max_num_tokens`` of trtllm-serve
+MAX_BATCH_SIZE = 2048
+MAX_NUM_TOKENS = 8192
+#: ``enable_chunked_prefill``'s default
+ENABLE_CHUNKED_PREFILL = False
+
 
 def identify(served: Served) -> Identified | None:
     """trtllm-serve answers ``/prometheus/metrics`` (swarm's emulator also names its profile)."""

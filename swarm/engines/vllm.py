@@ -19,6 +19,11 @@ from swarm.engines.engine import CacheReset, Engine, Histogram, Identified, Metr
 GPU_BLOCK_TOKENS = 16
 CPU_BLOCK_TOKENS = 128
 
+# The scheduler (``emulator.scheduler`` models it; sources in docs/emulator.md, "Engine policies")
+#: ``--max-num-seqs`` and ``--max-num-batched-tokens`` of ``vllm serve``
+MAX_NUM_SEQS = 256
+MAX_NUM_BATCHED_TOKENS = 2048
+
 
 def identify(served: Served) -> Identified | None:
     """vLLM's ``/metrics`` holds ``vllm:`` series (checked before SGLang's: vLLM in development

@@ -1,0 +1,245 @@
+"""The emulator's scheduler: each engine's documented policy for what one batch step runs.
+
+Place in the map (docs/architecture.md, "The emulator"): the engine model's ``batch`` timing
+asks ``Scheduler.plan`` once per step which requests to preempt, which waiting requests to
+admit, how many prompt tokens of each to prefill, and whether the running requests decode;
+the model then sleeps the step's modelled time and emits the tokens (strategies compute,
+runners sleep). The policy (``SchedulerPolicy``) is built per engine by ``emulator.behaviour``
+from the engine's defaults and the knobs a user passes under the engine's own names; each
+default's source is in docs/emulator.md, "Engine policies".
+
+The model, per step:
+
+1. **Room to decode.** Every decoding request needs one more token of KV. While the KV held
+   (``held``) would pass ``kv_capacity_tokens``, a running request is preempted: its KV
+   freed, it goes back to the front of the waiting queue and later computes its prompt and
+   output so far again (recompute; the prefix cache may hold most of it). Which one goes:
+   ``newest`` (the last admitted: vLLM, TensorRT-LLM) or ``fewest_output`` (the one with the
+   fewest output tokens, then the longest prompt: SGLang's retraction).
+2. **Order of the waiting queue.** ``fcfs``, or ``lpm``: longest cached prefix first (SGLang's
+   default with the radix cache on), as FCFS when more than ``lpm_max_waiting`` wait.
+3. **Admission**, in that order, while ``max_running`` and the step's token budget allow and
+   the KV fits: held by the running requests plus the candidate's uncached prompt plus its
+   reserve, ``reserve_ratio`` x its output still to come. A ratio of 1 never preempts
+   (TensorRT-LLM's ``GUARANTEED_NO_EVICT``); 0 admits on the prompt alone (vLLM, and
+   TensorRT-LLM's ``MAX_UTILIZATION``); SGLang's ``new_token_ratio`` starts at
+   ``reserve_ratio``, falls by ``reserve_decay`` a decode step down to ``reserve_floor``, and is
+   set back to ``reserve_ratio`` by a preemption. A step with nothing running admits its first
+   candidate whatever it needs (no request waits for ever; ``submit`` refuses one that cannot
+   fit at all).
+4. **The step's tokens.** ``step_token_budget`` bounds the tokens one step computes: a decoding
+   request counts 1, a prefill its chunk. With ``chunked_prefill`` a prompt larger than what is
+   left is split over steps (its first token comes with its last chunk); without, it waits for
+   a step with room (or runs alone). ``prefill_pauses_decode`` (SGLang): a step that prefills
+   does not decode, so running streams stall while new prompts come in; otherwise (vLLM,
+   TensorRT-LLM's in-flight batching) decodes go first and prefills take the rest.
+
+KV is held in whole blocks of ``block_tokens``. The prefix cache is the engine model's own
+pool (``cache_capacity_tokens``), apart from this KV of running requests: a simplification
+that the docs state.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from swarm.emulator.engine_model import Generation
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerPolicy:
+    """What an engine's scheduler does (see the module docstring for each rule)."""
+
+    queue: Literal["fcfs", "lpm"] = "fcfs"
+    #: ``lpm`` orders as FCFS when more than this many requests wait (None: always LPM)
+    lpm_max_waiting: int | None = None
+    #: share of a request's output still to come that the KV check reserves
+    reserve_ratio: float = 1.0
+    #: per decode step, the ratio falls by this much, down to ``reserve_floor``
+    reserve_decay: float = 0.0
+    reserve_floor: float = 1.0
+    #: which running request a lack of KV preempts
+    preempt: Literal["newest", "fewest_output"] = "newest"
+    #: requests running at most (None: as many as the KV holds)
+    max_running: int | None = None
+    #: tokens one step computes at most (None: no bound)
+    step_token_budget: int | None = None
+    #: split a prompt over steps when the budget is short
+    chunked_prefill: bool = True
+    #: a step that prefills does not decode (SGLang), else decodes go first
+    prefill_pauses_decode: bool = False
+    #: KV is held in blocks of this many tokens
+    block_tokens: int = 1
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.reserve_floor <= 1 or not 0 <= self.reserve_ratio <= 1:
+            raise ValueError("reserve ratios are shares in [0, 1]")
+
+
+@dataclass
+class StepPlan:
+    """One step: who was preempted, who was admitted, each prefill's chunk, and whether the
+    running requests decode (``decoding``: those that emit a token at its end, with
+    ``finishing_prefill``)."""
+
+    preempted: list[Generation] = field(default_factory=list)
+    admitted: list[Generation] = field(default_factory=list)
+    #: prompt tokens computed this step, per request (in the step's order)
+    chunks: dict[int, int] = field(default_factory=dict)
+    #: requests that decode a token this step
+    decoding: list[Generation] = field(default_factory=list)
+    #: requests whose prefill completes this step: they emit a token at its end
+    finishing_prefill: list[Generation] = field(default_factory=list)
+
+    @property
+    def prefill_tokens(self) -> int:
+        return sum(self.chunks.values())
+
+    @property
+    def batch(self) -> int:
+        """Sequences in the step: decoding ones and those prefilling."""
+        return len(self.decoding) + len(self.chunks)
+
+
+class Scheduler:
+    """Plans each step under ``policy`` with ``kv_capacity_tokens`` of KV for running requests."""
+
+    def __init__(self, policy: SchedulerPolicy, kv_capacity_tokens: int) -> None:
+        self.policy = policy
+        self.capacity = kv_capacity_tokens
+        #: the reserve ratio now (SGLang's ``new_token_ratio``)
+        self.ratio = policy.reserve_ratio
+        self.preemptions = 0
+
+    # -- KV ------------------------------------------------------------------------------------
+
+    def blocks(self, tokens: int) -> int:
+        """``tokens`` rounded up to whole KV blocks."""
+        b = self.policy.block_tokens
+        return -(-tokens // b) * b
+
+    def reserve(self, gen: Generation) -> int:
+        return math.ceil(self.ratio * max(gen.max_new - len(gen.output), 0))
+
+    def held(self, gen: Generation) -> int:
+        """KV a running request holds for the admission check: its tokens and its reserve."""
+        return self.blocks(gen.kv_tokens + self.reserve(gen))
+
+    def used(self, running: Sequence[Generation]) -> int:
+        """KV in use (reserves left out): what the engine's usage gauge shows."""
+        return sum(self.blocks(g.kv_tokens) for g in running)
+
+    # -- one step ------------------------------------------------------------------------------
+
+    def plan(
+        self,
+        waiting: list[Generation],
+        running: list[Generation],
+        cached: Callable[[Generation], int],
+        release: Callable[[Generation], None],
+    ) -> StepPlan:
+        """The next step over ``waiting`` (in arrival order, preempted ones first) and
+        ``running``; ``cached(gen)``: the tokens of its sequence (prompt and output so far) the
+        prefix cache holds; ``release(gen)``: a preempted request's KV goes (called before any
+        admission). Mutates ``waiting`` and ``running`` (preempted ones move back, admitted
+        ones in) and each request's bookkeeping; the caller emits the tokens after the step."""
+        plan = StepPlan()
+        p = self.policy
+        self._make_room(running, waiting, plan, release)
+        budget = p.step_token_budget if p.step_token_budget is not None else math.inf
+        prefilling = [g for g in running if g.prefill_left > 0]
+        decoders = [g for g in running if g.prefill_left == 0]
+        if not p.prefill_pauses_decode:
+            plan.decoding = decoders
+            budget -= len(decoders)
+        for gen in prefilling:  # chunks under way go before new prompts
+            budget = self._chunk(gen, budget, plan)
+        budget = self._admit(waiting, running, cached, budget, plan)
+        if p.prefill_pauses_decode and not plan.chunks:
+            plan.decoding = decoders
+        if plan.decoding:
+            self.ratio = max(p.reserve_floor, self.ratio - p.reserve_decay)
+        return plan
+
+    def _chunk(self, gen: Generation, budget: float, plan: StepPlan) -> float:
+        """Prefill what the budget allows of ``gen`` this step: all of what is left, or with
+        ``chunked_prefill`` a chunk of it; without, a prompt over the budget runs whole in a
+        step of its own (the caller admits it only into an empty step)."""
+        if budget <= 0:
+            return budget
+        chunk = gen.prefill_left
+        if chunk > budget and self.policy.chunked_prefill:
+            chunk = int(budget)
+        plan.chunks[id(gen)] = chunk
+        gen.prefill_left -= chunk
+        if gen.prefill_left == 0:
+            plan.finishing_prefill.append(gen)
+        return budget - chunk
+
+    def _admit(
+        self,
+        waiting: list[Generation],
+        running: list[Generation],
+        cached: Callable[[Generation], int],
+        budget: float,
+        plan: StepPlan,
+    ) -> float:
+        p = self.policy
+        held = sum(self.held(g) for g in running)
+        for gen in self._ordered(waiting, cached):
+            if budget <= 0 or (p.max_running is not None and len(running) >= p.max_running):
+                break
+            hit = cached(gen)
+            sequence = gen.prompt_tokens + len(gen.output)
+            new = sequence - hit
+            need = self.blocks(new + math.ceil(self.ratio * max(gen.max_new - len(gen.output), 0)))
+            if running and held + need > self.capacity:
+                break
+            if not p.chunked_prefill and new > budget and plan.batch:
+                break
+            waiting.remove(gen)
+            gen.admit_hit = hit
+            gen.prefill_left = new
+            gen.kv_tokens = new
+            running.append(gen)
+            plan.admitted.append(gen)
+            held += need
+            budget = self._chunk(gen, budget, plan)
+        return budget
+
+    def _ordered(self, waiting: list[Generation], cached: Callable[[Generation], int]) -> list[Generation]:
+        p = self.policy
+        if p.queue == "fcfs" or (p.lpm_max_waiting is not None and len(waiting) > p.lpm_max_waiting):
+            return list(waiting)
+        return sorted(waiting, key=lambda g: -cached(g))  # stable: FCFS among equal matches
+
+    def _make_room(
+        self, running: list[Generation], waiting: list[Generation], plan: StepPlan, release: Callable[[Generation], None]
+    ) -> None:
+        """Preempt while the running requests' next tokens do not fit (a ratio of 1 reserved
+        them all at admission: nothing to do)."""
+        if self.policy.reserve_floor >= 1 and self.policy.reserve_ratio >= 1:
+            return
+        grow = [g for g in running if g.prefill_left == 0]
+        need = sum(self.blocks(g.kv_tokens + (g.prefill_left == 0)) for g in running)
+        while need > self.capacity and len(running) > 1:
+            victim = self._victim(running)
+            need -= self.blocks(victim.kv_tokens + (victim in grow))
+            running.remove(victim)
+            victim.prefill_left = victim.kv_tokens = 0
+            victim.preemptions += 1
+            release(victim)
+            plan.preempted.append(victim)
+            self.preemptions += 1
+            self.ratio = self.policy.reserve_ratio
+        for gen in reversed(plan.preempted):
+            waiting.insert(0, gen)
+
+    def _victim(self, running: list[Generation]) -> Generation:
+        if self.policy.preempt == "newest":
+            return running[-1]
+        return min(reversed(running), key=lambda g: (len(g.output), -g.prompt_tokens))

@@ -1,0 +1,188 @@
+"""The emulator's engine schedulers: each documented policy, turned on and off, has the effect the
+engine's docs describe, in the direction they describe.
+
+The engine model is driven on a virtual clock (``EngineModel.begin_step`` / ``end_step``, the
+two halves of its step loop): requests arrive at set times, each step lasts its modelled time,
+and every emitted token is dated on that clock, so each test is exact and nothing sleeps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from swarm.emulator.config import EmulatorConfig
+from swarm.emulator.engine_model import EngineModel, Generation
+
+STEP_MS = 4.0
+
+
+@dataclass
+class Arrival:
+    at_s: float
+    prompt: list[str]
+    max_new: int
+
+
+@dataclass
+class Sim:
+    """What a virtual run recorded: each request's token times, the most running at once."""
+
+    gens: list[Generation] = field(default_factory=list)
+    arrived_s: list[float] = field(default_factory=list)
+    token_s: dict[int, list[float]] = field(default_factory=dict)
+    peak_running: int = 0
+    preemptions: int = 0
+
+    def ttft_s(self, i: int) -> float:
+        return self.token_s[i][0] - self.arrived_s[i]
+
+    def gaps_s(self, i: int) -> list[float]:
+        times = self.token_s[i]
+        return [b - a for a, b in zip(times, times[1:], strict=False)]
+
+    @property
+    def hit_ratio(self) -> float:
+        return sum(g.cached_tokens for g in self.gens) / sum(g.prompt_tokens for g in self.gens)
+
+
+def simulate(arrivals: list[Arrival], **config: Any) -> Sim:
+    """Run ``arrivals`` through an engine model of ``config`` on a virtual clock (time 0 up)."""
+    settings = {"timing": "batch", "step_base_ms": STEP_MS, "prefill_ms_per_token": 0.0, "decode_ms_per_seq": 0.0}
+    model = EngineModel(EmulatorConfig(**{**settings, **config}))
+    pending = sorted(arrivals, key=lambda a: a.at_s)
+    sim = Sim()
+    now = 0.0
+    while pending or model.running or model.waiting:
+        while pending and pending[0].at_s <= now:
+            a = pending.pop(0)
+            sim.gens.append(model.submit(a.prompt, a.max_new, now_s=a.at_s))
+            sim.arrived_s.append(a.at_s)
+        if not model.running and not model.waiting:
+            now = pending[0].at_s
+            continue
+        before = [len(g.output) for g in sim.gens]
+        plan, step_s = model.begin_step(now)
+        now += step_s
+        model.end_step(plan, now)
+        sim.peak_running = max(sim.peak_running, plan.batch)
+        for i, g in enumerate(sim.gens):
+            sim.token_s.setdefault(i, []).extend([now] * (len(g.output) - before[i]))
+    sim.preemptions = model.stats.preemptions
+    assert all(g.finished and len(g.output) == g.max_new for g in sim.gens)  # every request ran whole
+    return sim
+
+
+def tokens(tag: str, n: int) -> list[str]:
+    return [f"{tag}{i}" for i in range(n)]
+
+
+# --- SGLang ------------------------------------------------------------------------------------
+
+
+def _two_families() -> list[Arrival]:
+    """16 requests at once, alternating between two 200-token system prompts, each with its
+    own 20-token question: a cache that holds one family's prefix at a time."""
+    return [
+        Arrival(0.0, tokens("X" if i % 2 == 0 else "Y", 200) + tokens(f"q{i}-", 20), 4) for i in range(16)
+    ]
+
+
+def test_sglang_longest_prefix_first_raises_the_hit_ratio_over_fcfs() -> None:
+    """SGLang's docs: ``lpm`` serves the waiting requests with the longest cached prefix first,
+    for more cache hits; ``fcfs`` in arrival order. With one request running at a time and a
+    cache of one family, FCFS alternates families and evicts each prefix before its reuse."""
+    common = {"engine": "sglang", "cache_capacity_tokens": 300, "max_running_requests": 1}
+    lpm = simulate(_two_families(), schedule_policy="lpm", **common)
+    fcfs = simulate(_two_families(), schedule_policy="fcfs", **common)
+    assert fcfs.hit_ratio == 0.0  # each prefix evicted by the other before it comes round
+    # LPM: after the first X, the other 7 Xs hit their 200 tokens; then the first Y misses and
+    # the other 7 Ys hit: 14 of 16 requests hit 200 of 220 tokens
+    assert lpm.hit_ratio == pytest.approx(14 * 200 / (16 * 220))
+    # its default, with the cache on, is lpm
+    assert simulate(_two_families(), **common).hit_ratio == lpm.hit_ratio
+
+
+def test_sglang_prefill_steps_pause_decoding_unless_mixed_chunk() -> None:
+    """SGLang runs a prefill batch whenever it can admit, and decodes in the steps between
+    (``--enable-mixed-chunk`` puts the decodes into the prefill batch): a stream stalls while
+    new prompts come in, and with mixed chunks it does not."""
+    arrivals = [Arrival(0.0, tokens("a", 50), 40)]
+    arrivals += [Arrival(0.010 + 0.008 * k, tokens(f"b{k}-", 50), 2) for k in range(10)]
+    paused = simulate(arrivals, engine="sglang")
+    mixed = simulate(arrivals, engine="sglang", enable_mixed_chunk=True)
+    step_s = STEP_MS / 1000
+    assert max(paused.gaps_s(0)) == pytest.approx(2 * step_s)  # a prefill step between two tokens
+    assert max(mixed.gaps_s(0)) == pytest.approx(step_s)  # a token every step
+    assert sum(paused.gaps_s(0)) > sum(mixed.gaps_s(0))
+
+
+def test_sglang_retracts_the_request_with_the_least_output_when_the_kv_runs_out() -> None:
+    """SGLang admits on an estimate (``new_token_ratio`` x the output to come) and retracts a
+    running request when decoding runs out of KV: the one with the fewest output tokens."""
+    arrivals = [Arrival(0.0, tokens(f"p{i}-", 100), 300) for i in range(4)]
+    sim = simulate(arrivals, engine="sglang", kv_capacity_tokens=1000)
+    assert sim.preemptions > 0
+    assert sim.peak_running >= 3  # 0.7 x 300 + 100 = 310 reserved each: three admitted at once
+
+
+# --- TensorRT-LLM ------------------------------------------------------------------------------
+
+
+def _long_outputs() -> list[Arrival]:
+    return [Arrival(0.0, tokens(f"p{i}-", 100), 200) for i in range(10)]
+
+
+def test_trtllm_guaranteed_no_evict_never_pauses_and_max_utilization_packs_more() -> None:
+    """TensorRT-LLM's docs: ``GUARANTEED_NO_EVICT`` admits a request only when the KV for its
+    whole output is there, so a started request is never paused; ``MAX_UTILIZATION`` packs as
+    many as the KV holds now and pauses some when it runs out."""
+    common = {"engine": "trtllm", "kv_capacity_tokens": 1000}  # 31 blocks of 32 tokens
+    guaranteed = simulate(_long_outputs(), capacity_scheduler_policy="GUARANTEED_NO_EVICT", **common)
+    packed = simulate(_long_outputs(), capacity_scheduler_policy="MAX_UTILIZATION", **common)
+    assert guaranteed.preemptions == 0
+    assert guaranteed.peak_running == 3  # 100 + 200 tokens: 10 blocks (320 tokens) each
+    assert packed.peak_running > guaranteed.peak_running  # 100 tokens: 4 blocks each
+    assert packed.preemptions > 0
+    # the default is GUARANTEED_NO_EVICT
+    assert simulate(_long_outputs(), **common).preemptions == 0
+
+
+def test_trtllm_max_num_tokens_holds_a_long_prompt_whole_without_chunked_prefill() -> None:
+    """Without chunked prefill (TensorRT-LLM's default) a prompt is computed in one step, however
+    long; with it, ``max_num_tokens`` splits it and its first token comes with the last chunk."""
+    arrivals = [Arrival(0.0, tokens("long", 3000), 2)]
+    whole = simulate(arrivals, engine="trtllm", max_num_tokens=1024)
+    chunked = simulate(arrivals, engine="trtllm", max_num_tokens=1024, enable_chunked_prefill=True)
+    step_s = STEP_MS / 1000
+    assert whole.ttft_s(0) == pytest.approx(step_s)
+    assert chunked.ttft_s(0) == pytest.approx(3 * step_s)  # 1024 + 1024 + 952
+
+
+# --- vLLM --------------------------------------------------------------------------------------
+
+
+def test_vllm_chunked_prefill_keeps_decodes_going_and_max_num_seqs_caps_the_batch() -> None:
+    """vLLM's docs: with chunked prefill the scheduler puts decodes first and fills the rest of
+    ``max_num_batched_tokens`` with prefill chunks, so a long prompt does not stall the streams;
+    ``max_num_seqs`` bounds the requests running."""
+    arrivals = [Arrival(0.0, tokens("a", 64), 30), Arrival(0.020, tokens("long", 4000), 2)]
+    sim = simulate(arrivals, engine="vllm", max_num_batched_tokens=1024, cache_capacity_tokens=None)
+    step_s = STEP_MS / 1000
+    assert max(sim.gaps_s(0)) == pytest.approx(step_s)  # a token every step
+    assert sim.ttft_s(1) == pytest.approx(4 * step_s)  # 1023 + 1023 + 1023 + 931, beside the decode
+    many = [Arrival(0.0, tokens(f"r{i}-", 16), 8) for i in range(12)]
+    assert simulate(many, engine="vllm", max_num_seqs=5).peak_running == 5
+
+
+# --- the knobs ---------------------------------------------------------------------------------
+
+
+def test_a_knob_of_another_engine_is_refused_naming_it() -> None:
+    with pytest.raises(ValidationError, match="max_num_seqs is vllm's knob; this emulator's engine is trtllm"):
+        EmulatorConfig(engine="trtllm", max_num_seqs=4)
+    with pytest.raises(ValidationError, match="schedule_policy is sglang's"):
+        EmulatorConfig(engine="vllm", schedule_policy="fcfs")
