@@ -8,6 +8,7 @@ and every emitted token is dated on that clock, so each test is exact and nothin
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,7 @@ from pydantic import ValidationError
 
 from swarm.emulator.config import EmulatorConfig
 from swarm.emulator.engine_model import EngineModel, Generation
+from swarm.emulator.scheduler import Scheduler, SchedulerPolicy
 
 STEP_MS = 4.0
 
@@ -42,7 +44,7 @@ class Sim:
 
     def gaps_s(self, i: int) -> list[float]:
         times = self.token_s[i]
-        return [b - a for a, b in zip(times, times[1:], strict=False)]
+        return [b - a for a, b in itertools.pairwise(times)]
 
     @property
     def hit_ratio(self) -> float:
@@ -93,8 +95,9 @@ def _two_families() -> list[Arrival]:
 
 def test_sglang_longest_prefix_first_raises_the_hit_ratio_over_fcfs() -> None:
     """SGLang's docs: ``lpm`` serves the waiting requests with the longest cached prefix first,
-    for more cache hits; ``fcfs`` in arrival order. With one request running at a time and a
-    cache of one family, FCFS alternates families and evicts each prefix before its reuse."""
+    for more cache hits; ``fcfs`` (its default) in arrival order. With one request running at a
+    time and a cache of one family, FCFS alternates families and evicts each prefix before its
+    reuse."""
     common = {"engine": "sglang", "cache_capacity_tokens": 300, "max_running_requests": 1}
     lpm = simulate(_two_families(), schedule_policy="lpm", **common)
     fcfs = simulate(_two_families(), schedule_policy="fcfs", **common)
@@ -102,8 +105,10 @@ def test_sglang_longest_prefix_first_raises_the_hit_ratio_over_fcfs() -> None:
     # LPM: after the first X, the other 7 Xs hit their 200 tokens; then the first Y misses and
     # the other 7 Ys hit: 14 of 16 requests hit 200 of 220 tokens
     assert lpm.hit_ratio == pytest.approx(14 * 200 / (16 * 220))
-    # its default, with the cache on, is lpm
-    assert simulate(_two_families(), **common).hit_ratio == lpm.hit_ratio
+    assert simulate(_two_families(), **common).hit_ratio == fcfs.hit_ratio  # the default
+    # past 128 waiting, LPM orders as FCFS (it bounds the prefix matching per step)
+    crowd = [Arrival(0.0, tokens("X" if i % 2 == 0 else "Y", 200) + tokens(f"q{i}-", 20), 1) for i in range(130)]
+    assert simulate(crowd, schedule_policy="lpm", **common).gens[1].cached_tokens == 0  # Y served second
 
 
 def test_sglang_prefill_steps_pause_decoding_unless_mixed_chunk() -> None:
@@ -120,13 +125,37 @@ def test_sglang_prefill_steps_pause_decoding_unless_mixed_chunk() -> None:
     assert sum(paused.gaps_s(0)) > sum(mixed.gaps_s(0))
 
 
-def test_sglang_retracts_the_request_with_the_least_output_when_the_kv_runs_out() -> None:
-    """SGLang admits on an estimate (``new_token_ratio`` x the output to come) and retracts a
-    running request when decoding runs out of KV: the one with the fewest output tokens."""
-    arrivals = [Arrival(0.0, tokens(f"p{i}-", 100), 300) for i in range(4)]
-    sim = simulate(arrivals, engine="sglang", kv_capacity_tokens=1000)
-    assert sim.preemptions > 0
-    assert sim.peak_running >= 3  # 0.7 x 300 + 100 = 310 reserved each: three admitted at once
+def test_sglang_reserves_a_share_of_running_outputs_and_retracts_when_decoding_runs_out() -> None:
+    """SGLang admits a request when its prompt and whole output fit beside the running ones'
+    ``new_token_ratio`` (0.7, falling) share of theirs, so it packs more than a whole-output
+    reserve would and retracts a request when decoding then runs out of KV; TensorRT-LLM's
+    default reserves every output whole and never does."""
+    arrivals = [Arrival(0.0, tokens(f"p{i}-", 100), 300) for i in range(6)]
+    sglang = simulate(arrivals, engine="sglang", kv_capacity_tokens=1000)
+    whole = simulate(arrivals, engine="trtllm", kv_capacity_tokens=1000, block_tokens=1)
+    assert whole.peak_running == 2 and whole.preemptions == 0  # 400 tokens each
+    assert sglang.peak_running == 3 and sglang.preemptions >= 1
+    assert [g.preemptions for g in sglang.gens][:2] == [0, 0]  # the first, with the most output, stay
+
+
+def _gen(model: EngineModel, prompt: int, output: int) -> Generation:
+    gen = Generation(model, tokens("t", prompt), 100, 0.0)
+    gen.output = tokens("o", output)
+    gen.kv_tokens = prompt + output
+    return gen
+
+
+@pytest.mark.parametrize(("preempt", "victim"), [("fewest_output", 1), ("newest", 2)])
+def test_the_preempted_request_is_the_engines_choice(preempt: str, victim: int) -> None:
+    """SGLang retracts the request with the fewest output tokens (the longest prompt among
+    equals); vLLM and TensorRT-LLM preempt the last admitted."""
+    model = EngineModel(EmulatorConfig())
+    running = [_gen(model, 10, 50), _gen(model, 200, 5), _gen(model, 100, 5)]  # admitted in that order
+    gens = list(running)
+    policy = SchedulerPolicy(reserve_ratio=0, reserve_floor=0, admit_reserve=0, preempt=preempt)  # type: ignore[arg-type]
+    waiting: list[Generation] = []
+    plan = Scheduler(policy, kv_capacity_tokens=300).plan(waiting, running, lambda g: 0, lambda g: None)
+    assert plan.preempted == [gens[victim]] and waiting == [gens[victim]]  # one goes, to the front
 
 
 # --- TensorRT-LLM ------------------------------------------------------------------------------

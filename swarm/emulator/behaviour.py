@@ -141,8 +141,10 @@ class SGLangBehaviour(EngineBehaviour):
         return config.cache_report
 
     def scheduler_policy(self, config: EmulatorConfig) -> SchedulerPolicy:
-        """LPM order (FCFS past ``LPM_MAX_WAITING`` waiting), the ``new_token_ratio`` reserve
-        with retraction, prefill steps that pause decoding, chunked prefill."""
+        """FCFS or LPM (as FCFS past ``LPM_MAX_WAITING`` waiting), a new request's output
+        reserved whole and the running ones' at ``new_token_ratio``, retraction of the one with
+        the least output, prefill steps that pause decoding (unless mixed chunks), chunked
+        prefill."""
         chunk = config.chunked_prefill_size or sglang.CHUNKED_PREFILL_SIZE
         return SchedulerPolicy(
             queue=config.schedule_policy or sglang.SCHEDULE_POLICY,
@@ -150,6 +152,9 @@ class SGLangBehaviour(EngineBehaviour):
             reserve_ratio=sglang.INIT_NEW_TOKEN_RATIO,
             reserve_decay=sglang.NEW_TOKEN_RATIO_DECAY,
             reserve_floor=sglang.MIN_NEW_TOKEN_RATIO,
+            admit_reserve=1.0,
+            reserve_clip_tokens=sglang.CLIP_MAX_NEW_TOKENS,
+            retract_decode_steps=sglang.RETRACT_DECODE_STEPS,
             preempt="fewest_output",
             max_running=config.max_running_requests,
             step_token_budget=None if chunk == -1 else chunk,
@@ -187,7 +192,7 @@ class TrtllmBehaviour(EngineBehaviour):
         ratio = 1.0 if guaranteed else 0.0
         chunked = trtllm.ENABLE_CHUNKED_PREFILL if config.enable_chunked_prefill is None else config.enable_chunked_prefill
         return SchedulerPolicy(
-            queue="fcfs", reserve_ratio=ratio, reserve_floor=ratio, preempt="newest",
+            queue="fcfs", reserve_ratio=ratio, reserve_floor=ratio, admit_reserve=ratio, preempt="newest",
             max_running=config.max_batch_size or trtllm.MAX_BATCH_SIZE,
             step_token_budget=config.max_num_tokens or trtllm.MAX_NUM_TOKENS,
             chunked_prefill=chunked, prefill_pauses_decode=False, block_tokens=self.block_tokens(config),
@@ -205,7 +210,8 @@ class VllmBehaviour(TrtllmBehaviour):
         preempted (recomputed) when blocks run out; decodes first in each step, prefills
         chunked into the rest of ``max_num_batched_tokens``; at most ``max_num_seqs``."""
         return SchedulerPolicy(
-            queue="fcfs", reserve_ratio=0.0, reserve_floor=0.0, preempt="newest",
+            queue="fcfs", reserve_ratio=0.0, reserve_floor=0.0, admit_reserve=0.0, preempt="newest",
+            admit_after_preempt=False,
             max_running=config.max_num_seqs or vllm.MAX_NUM_SEQS,
             step_token_budget=config.max_num_batched_tokens or vllm.MAX_NUM_BATCHED_TOKENS,
             chunked_prefill=True, prefill_pauses_decode=False, block_tokens=self.block_tokens(config),

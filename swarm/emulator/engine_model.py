@@ -353,6 +353,7 @@ class EngineModel:
                 self.cancelled_waiting = False
                 self.waiting = [g for g in self.waiting if not g.cancelled]
             if not self.running and not self.waiting:
+                self.scheduler.idle()
                 self._wake.clear()
                 await self._wake.wait()
                 planned_end = None

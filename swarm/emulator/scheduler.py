@@ -19,14 +19,17 @@ The model, per step:
 2. **Order of the waiting queue.** ``fcfs``, or ``lpm``: longest cached prefix first (SGLang's
    default with the radix cache on), as FCFS when more than ``lpm_max_waiting`` wait.
 3. **Admission**, in that order, while ``max_running`` and the step's token budget allow and
-   the KV fits: held by the running requests plus the candidate's uncached prompt plus its
-   reserve, ``reserve_ratio`` x its output still to come. A ratio of 1 never preempts
-   (TensorRT-LLM's ``GUARANTEED_NO_EVICT``); 0 admits on the prompt alone (vLLM, and
-   TensorRT-LLM's ``MAX_UTILIZATION``); SGLang's ``new_token_ratio`` starts at
-   ``reserve_ratio``, falls by ``reserve_decay`` a decode step down to ``reserve_floor``, and is
-   set back to ``reserve_ratio`` by a preemption. A step with nothing running admits its first
-   candidate whatever it needs (no request waits for ever; ``submit`` refuses one that cannot
-   fit at all).
+   the KV fits: what the running requests hold (their tokens, plus ``ratio`` x their output
+   still to come) plus the candidate's uncached prompt plus ``admit_reserve`` x its output;
+   outputs to come count at most ``reserve_clip_tokens``. TensorRT-LLM's
+   ``GUARANTEED_NO_EVICT`` reserves whole outputs (ratios 1: it never preempts); vLLM and
+   ``MAX_UTILIZATION`` admit on the prompt alone (0); SGLang reserves a new request's output
+   whole (clipped at 4,096) and the running ones' at its ``new_token_ratio``, which starts at
+   ``reserve_ratio``, falls by ``reserve_decay`` a decode step down to ``reserve_floor``, is set
+   from the requests left after a preemption (``retract_decode_steps``) and starts again when
+   the engine is idle. vLLM admits nothing in a step that preempted. A step with nothing
+   running admits its first candidate whatever it needs (no request waits for ever; ``submit``
+   refuses one that cannot fit at all).
 4. **The step's tokens.** ``step_token_budget`` bounds the tokens one step computes: a decoding
    request counts 1, a prefill its chunk. With ``chunked_prefill`` a prompt larger than what is
    left is split over steps (its first token comes with its last chunk); without, it waits for
@@ -57,11 +60,21 @@ class SchedulerPolicy:
     queue: Literal["fcfs", "lpm"] = "fcfs"
     #: ``lpm`` orders as FCFS when more than this many requests wait (None: always LPM)
     lpm_max_waiting: int | None = None
-    #: share of a request's output still to come that the KV check reserves
+    #: share of a running request's output still to come that the KV check reserves
     reserve_ratio: float = 1.0
     #: per decode step, the ratio falls by this much, down to ``reserve_floor``
     reserve_decay: float = 0.0
     reserve_floor: float = 1.0
+    #: share of a new request's output reserved to admit it
+    admit_reserve: float = 1.0
+    #: an output to come counts at most this many tokens in a reserve (None: all of it)
+    reserve_clip_tokens: int | None = None
+    #: after a preemption the ratio is set from the requests left running (SGLang): their
+    #: tokens decoded plus this many steps each, over their max tokens (None: back to
+    #: ``reserve_ratio``)
+    retract_decode_steps: int | None = None
+    #: a step that preempted may still admit waiting requests (vLLM's does not)
+    admit_after_preempt: bool = True
     #: which running request a lack of KV preempts
     preempt: Literal["newest", "fewest_output"] = "newest"
     #: requests running at most (None: as many as the KV holds)
@@ -76,7 +89,7 @@ class SchedulerPolicy:
     block_tokens: int = 1
 
     def __post_init__(self) -> None:
-        if not 0 <= self.reserve_floor <= 1 or not 0 <= self.reserve_ratio <= 1:
+        if not all(0 <= r <= 1 for r in (self.reserve_floor, self.reserve_ratio, self.admit_reserve)):
             raise ValueError("reserve ratios are shares in [0, 1]")
 
 
@@ -122,8 +135,14 @@ class Scheduler:
         b = self.policy.block_tokens
         return -(-tokens // b) * b
 
+    def _to_come(self, gen: Generation) -> int:
+        left = max(gen.max_new - len(gen.output), 0)
+        clip = self.policy.reserve_clip_tokens
+        return left if clip is None else min(left, clip)
+
     def reserve(self, gen: Generation) -> int:
-        return math.ceil(self.ratio * max(gen.max_new - len(gen.output), 0))
+        """What a running request's output to come holds of the KV: the ratio's share."""
+        return math.ceil(self.ratio * self._to_come(gen))
 
     def held(self, gen: Generation) -> int:
         """KV a running request holds for the admission check: its tokens and its reserve."""
@@ -158,7 +177,8 @@ class Scheduler:
             budget -= len(decoders)
         for gen in prefilling:  # chunks under way go before new prompts
             budget = self._chunk(gen, budget, plan)
-        budget = self._admit(waiting, running, cached, budget, plan)
+        if p.admit_after_preempt or not plan.preempted:
+            budget = self._admit(waiting, running, cached, budget, plan)
         if p.prefill_pauses_decode and not plan.chunks:
             plan.decoding = decoders
         if plan.decoding:
@@ -196,7 +216,7 @@ class Scheduler:
             hit = cached(gen)
             sequence = gen.prompt_tokens + len(gen.output)
             new = sequence - hit
-            need = self.blocks(new + math.ceil(self.ratio * max(gen.max_new - len(gen.output), 0)))
+            need = self.blocks(new + math.ceil(p.admit_reserve * self._to_come(gen)))
             if running and held + need > self.capacity:
                 break
             if not p.chunked_prefill and new > budget and plan.batch:
@@ -235,9 +255,23 @@ class Scheduler:
             release(victim)
             plan.preempted.append(victim)
             self.preemptions += 1
-            self.ratio = self.policy.reserve_ratio
+        if plan.preempted:
+            self.ratio = self._ratio_after_preemption(running)
         for gen in reversed(plan.preempted):
             waiting.insert(0, gen)
+
+    def _ratio_after_preemption(self, running: list[Generation]) -> float:
+        """SGLang's: min(1, (Σ output so far + ``retract_decode_steps`` × n) / Σ max tokens) over
+        the n requests left running; else the ratio starts again."""
+        steps = self.policy.retract_decode_steps
+        if steps is None or not running:
+            return self.policy.reserve_ratio
+        decoded = sum(len(g.output) for g in running) + steps * len(running)
+        return min(1.0, decoded / max(sum(g.max_new for g in running), 1))
+
+    def idle(self) -> None:
+        """Nothing running or waiting: the ratio starts again (SGLang's, when idle)."""
+        self.ratio = self.policy.reserve_ratio
 
     def _victim(self, running: list[Generation]) -> Generation:
         if self.policy.preempt == "newest":

@@ -29,17 +29,22 @@ def identify(served: Served) -> Identified | None:
 ENGINE_INFO_PATHS = ("/get_server_info", "/server_info")
 
 # The scheduler (``emulator.scheduler`` models it; sources in docs/emulator.md, "Engine policies")
-#: ``--schedule-policy``'s default
-SCHEDULE_POLICY: Literal["lpm", "fcfs"] = "lpm"
-#: LPM orders the waiting queue as FCFS when more than this many requests wait
+#: ``--schedule-policy``'s default (``srt/server_args.py``, 0.5.3 and 0.5.23)
+SCHEDULE_POLICY: Literal["lpm", "fcfs"] = "fcfs"
+#: LPM orders as FCFS past this many waiting (``WAITING_QUEUE_PREFIX_MATCH_MAX``, 0.5.23)
 LPM_MAX_WAITING = 128
-#: ``--chunked-prefill-size`` (its default on a GPU of 80 GB or so)
+#: ``--chunked-prefill-size`` as SGLang sets it on an 80-160 GB GPU (H100, H200)
 CHUNKED_PREFILL_SIZE = 8192
-#: ``new_token_ratio``: the share of each running request's output still to come that admission
-#: reserves; it starts here, falls by the decay each decode step, down to the floor
+#: ``new_token_ratio``: it starts at ``SGLANG_INIT_NEW_TOKEN_RATIO``, its floor is that times
+#: ``SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR`` (0.14), and it falls to the floor over
+#: ``SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS`` (600) decode steps
 INIT_NEW_TOKEN_RATIO = 0.7
-MIN_NEW_TOKEN_RATIO = 0.098
-NEW_TOKEN_RATIO_DECAY = (0.7 - 0.098) / 600
+MIN_NEW_TOKEN_RATIO = 0.7 * 0.14
+NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
+#: an output to come counts at most this many tokens in admission (``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION``)
+CLIP_MAX_NEW_TOKENS = 4096
+#: after a retraction the ratio is set with this many further decode steps per request
+RETRACT_DECODE_STEPS = 20
 
 ENGINE = Engine(
     name="sglang",

@@ -36,7 +36,7 @@ TOKENS_PER_BLOCK = 32
 # The scheduler (``emulator.scheduler`` models it; sources in docs/emulator.md, "Engine policies")
 #: ``scheduler_config.capacity_scheduler_policy``'s default
 CAPACITY_SCHEDULER_POLICY = "GUARANTEED_NO_EVICT"
-#: ``max_batch_size`` and ``max_num_tokens`` of trtllm-serve
+#: ``max_batch_size`` and ``max_num_tokens`` of trtllm-serve (``BuildConfig``'s, ``tensorrt_llm/builder.py``)
 MAX_BATCH_SIZE = 2048
 MAX_NUM_TOKENS = 8192
 #: ``enable_chunked_prefill``'s default

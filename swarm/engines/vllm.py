@@ -20,8 +20,9 @@ GPU_BLOCK_TOKENS = 16
 CPU_BLOCK_TOKENS = 128
 
 # The scheduler (``emulator.scheduler`` models it; sources in docs/emulator.md, "Engine policies")
-#: ``--max-num-seqs`` and ``--max-num-batched-tokens`` of ``vllm serve``
-MAX_NUM_SEQS = 256
+#: ``--max-num-seqs`` and ``--max-num-batched-tokens`` of ``vllm serve`` on its CPU build (one
+#: worker; ``engine/arg_utils.py``, 0.11.0), as the profile's block size
+MAX_NUM_SEQS = 128
 MAX_NUM_BATCHED_TOKENS = 2048
 
 
