@@ -154,8 +154,20 @@ def test_the_preempted_request_is_the_engines_choice(preempt: str, victim: int) 
     gens = list(running)
     policy = SchedulerPolicy(reserve_ratio=0, reserve_floor=0, admit_reserve=0, preempt=preempt)  # type: ignore[arg-type]
     waiting: list[Generation] = []
-    plan = Scheduler(policy, kv_capacity_tokens=300).plan(waiting, running, lambda g: 0, lambda g: None)
-    assert plan.preempted == [gens[victim]] and waiting == [gens[victim]]  # one goes, to the front
+    released: list[Generation] = []
+
+    class Stub:  # an engine whose cache holds nothing
+        def cached(self, req: Generation) -> int:
+            return 0
+
+        def admit(self, req: Generation) -> None:
+            raise AssertionError("a step that preempts admits nothing here")
+
+        def release(self, req: Generation) -> None:
+            released.append(req)
+
+    plan = Scheduler[Generation](policy, kv_capacity_tokens=300).plan(waiting, running, Stub())
+    assert plan.preempted == released == [gens[victim]] and waiting == [gens[victim]]  # one goes, to the front
 
 
 # --- TensorRT-LLM ------------------------------------------------------------------------------

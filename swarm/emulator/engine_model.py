@@ -211,7 +211,11 @@ class EngineModel:
         self._page_tokens = self.behaviour.page_tokens(config)
         self.stats = EngineStats()
         #: the step's policy (the engine's scheduler, ``emulator.scheduler``)
-        self.scheduler = Scheduler(self.behaviour.scheduler_policy(config), config.kv_capacity_tokens)
+        self.scheduler: Scheduler[Generation] = Scheduler(
+            self.behaviour.scheduler_policy(config), config.kv_capacity_tokens
+        )
+        #: the time of the step being planned (admissions are dated by it)
+        self._step_now = 0.0
         #: requests not yet admitted (preempted ones back at the front), and those admitted
         self.waiting: list[Generation] = []
         self.running: list[Generation] = []
@@ -245,11 +249,17 @@ class EngineModel:
     def _cached_for(self, prompt: Sequence[str]) -> int:
         return self.behaviour.cached_tokens(self.cache.match(prompt), len(prompt), self._page_tokens)
 
-    def _hit(self, gen: Generation) -> int:
+    # -- the scheduler's engine (``scheduler.Engine``) ------------------------------------------
+
+    def cached(self, gen: Generation) -> int:
         """The cached tokens of ``gen``'s sequence so far (its prompt, before any output)."""
         return self._cached_for(gen.prompt + gen.output if gen.output else gen.prompt)
 
-    def _preempted(self, gen: Generation) -> None:
+    def admit(self, gen: Generation) -> None:
+        """The scheduler admitted ``gen`` in the step being planned."""
+        self._admit(gen, self._step_now, gen.admit_hit)
+
+    def release(self, gen: Generation) -> None:
         """A preempted request's KV is freed; what it computed stays in the prefix cache."""
         self.cache.unlock(gen._lock_handle)  # type: ignore[arg-type]
         gen._lock_handle = []
@@ -373,18 +383,17 @@ class EngineModel:
             st.step_tokens += emitted
             st.step_token_model_s += step_s * emitted
 
-    def begin_step(self, now: float) -> tuple[StepPlan, float]:
+    def begin_step(self, now: float) -> tuple[StepPlan[Generation], float]:
         """A step's plan (``Scheduler.plan``), its admissions made at ``now``, and its modelled
         length in seconds: ``(a + b × prefill tokens + c × sequences) / 1000``. The step loop
         sleeps that long and calls ``end_step``; a test drives both on a virtual clock."""
         cfg = self.config
-        plan = self.scheduler.plan(self.waiting, self.running, self._hit, self._preempted)
-        for gen in plan.admitted:
-            self._admit(gen, now, gen.admit_hit)
+        self._step_now = now
+        plan = self.scheduler.plan(self.waiting, self.running, self)
         step_s = cfg.step_base_ms + cfg.prefill_ms_per_token * plan.prefill_tokens + cfg.decode_ms_per_seq * plan.batch
         return plan, step_s / 1000.0
 
-    def end_step(self, plan: StepPlan, now: float) -> int:
+    def end_step(self, plan: StepPlan[Generation], now: float) -> int:
         """The end of a step: each decoding request, and each whose prefill completed, emits its
         next token; finished and cancelled ones leave. Returns the tokens after a first."""
         emitted = 0

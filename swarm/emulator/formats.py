@@ -122,6 +122,7 @@ def emulator_step_metrics(st: EngineStats) -> list[tuple[str, float, str]]:
             st.step_token_model_s,
             "Sum over emitted tokens of their step's modelled duration (the model's ITL x tokens).",
         ),
+        (emulated.PREEMPTIONS, st.preemptions, "Running requests preempted for lack of KV (recomputed later)."),
     ]
 
 

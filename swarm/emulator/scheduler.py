@@ -45,12 +45,43 @@ that the docs state.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Generic, Literal, Protocol, TypeVar
 
-if TYPE_CHECKING:
-    from swarm.emulator.engine_model import Generation
+
+class Request(Protocol):
+    """What the scheduler reads and keeps of a request (``engine_model.R``)."""
+
+    output: list[str]
+    max_new: int
+    #: KV tokens it holds; prompt tokens still to prefill; cache hit at its last admission;
+    #: times preempted
+    kv_tokens: int
+    prefill_left: int
+    admit_hit: int
+    preemptions: int
+
+    @property
+    def prompt_tokens(self) -> int: ...
+
+
+R = TypeVar("R", bound=Request)
+R_contra = TypeVar("R_contra", bound=Request, contravariant=True)
+
+
+class Engine(Protocol[R_contra]):
+    """What the scheduler asks of the engine model it plans for."""
+
+    def cached(self, req: R_contra) -> int:
+        """The tokens of ``req``'s sequence so far (prompt and output) the prefix cache holds."""
+
+    def admit(self, req: R_contra) -> None:
+        """``req`` is admitted: its sequence enters the prefix cache (a request admitted after
+        it in the same step may hit it)."""
+
+    def release(self, req: R_contra) -> None:
+        """``req`` was preempted: its KV goes, what it computed stays in the prefix cache."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,19 +125,19 @@ class SchedulerPolicy:
 
 
 @dataclass
-class StepPlan:
+class StepPlan(Generic[R]):
     """One step: who was preempted, who was admitted, each prefill's chunk, and whether the
     running requests decode (``decoding``: those that emit a token at its end, with
     ``finishing_prefill``)."""
 
-    preempted: list[Generation] = field(default_factory=list)
-    admitted: list[Generation] = field(default_factory=list)
+    preempted: list[R] = field(default_factory=list)
+    admitted: list[R] = field(default_factory=list)
     #: prompt tokens computed this step, per request (in the step's order)
     chunks: dict[int, int] = field(default_factory=dict)
     #: requests that decode a token this step
-    decoding: list[Generation] = field(default_factory=list)
+    decoding: list[R] = field(default_factory=list)
     #: requests whose prefill completes this step: they emit a token at its end
-    finishing_prefill: list[Generation] = field(default_factory=list)
+    finishing_prefill: list[R] = field(default_factory=list)
 
     @property
     def prefill_tokens(self) -> int:
@@ -118,7 +149,7 @@ class StepPlan:
         return len(self.decoding) + len(self.chunks)
 
 
-class Scheduler:
+class Scheduler(Generic[R]):
     """Plans each step under ``policy`` with ``kv_capacity_tokens`` of KV for running requests."""
 
     def __init__(self, policy: SchedulerPolicy, kv_capacity_tokens: int) -> None:
@@ -135,20 +166,20 @@ class Scheduler:
         b = self.policy.block_tokens
         return -(-tokens // b) * b
 
-    def _to_come(self, gen: Generation) -> int:
+    def _to_come(self, gen: R) -> int:
         left = max(gen.max_new - len(gen.output), 0)
         clip = self.policy.reserve_clip_tokens
         return left if clip is None else min(left, clip)
 
-    def reserve(self, gen: Generation) -> int:
+    def reserve(self, gen: R) -> int:
         """What a running request's output to come holds of the KV: the ratio's share."""
         return math.ceil(self.ratio * self._to_come(gen))
 
-    def held(self, gen: Generation) -> int:
+    def held(self, gen: R) -> int:
         """KV a running request holds for the admission check: its tokens and its reserve."""
         return self.blocks(gen.kv_tokens + self.reserve(gen))
 
-    def used(self, running: Sequence[Generation]) -> int:
+    def used(self, running: Sequence[R]) -> int:
         """KV in use (reserves left out): what the engine's usage gauge shows."""
         return sum(self.blocks(g.kv_tokens) for g in running)
 
@@ -156,19 +187,17 @@ class Scheduler:
 
     def plan(
         self,
-        waiting: list[Generation],
-        running: list[Generation],
-        cached: Callable[[Generation], int],
-        release: Callable[[Generation], None],
-    ) -> StepPlan:
+        waiting: list[R],
+        running: list[R],
+        engine: Engine[R],
+    ) -> StepPlan[R]:
         """The next step over ``waiting`` (in arrival order, preempted ones first) and
-        ``running``; ``cached(gen)``: the tokens of its sequence (prompt and output so far) the
-        prefix cache holds; ``release(gen)``: a preempted request's KV goes (called before any
-        admission). Mutates ``waiting`` and ``running`` (preempted ones move back, admitted
-        ones in) and each request's bookkeeping; the caller emits the tokens after the step."""
-        plan = StepPlan()
+        ``running``, for ``engine`` (its cache, told of each admission and preemption as it is
+        decided). Mutates ``waiting`` and ``running`` (preempted ones move back, admitted ones
+        in) and each request's bookkeeping; the caller emits the tokens after the step."""
+        plan: StepPlan[R] = StepPlan()
         p = self.policy
-        self._make_room(running, waiting, plan, release)
+        self._make_room(running, waiting, plan, engine)
         budget = p.step_token_budget if p.step_token_budget is not None else math.inf
         prefilling = [g for g in running if g.prefill_left > 0]
         decoders = [g for g in running if g.prefill_left == 0]
@@ -178,14 +207,14 @@ class Scheduler:
         for gen in prefilling:  # chunks under way go before new prompts
             budget = self._chunk(gen, budget, plan)
         if p.admit_after_preempt or not plan.preempted:
-            budget = self._admit(waiting, running, cached, budget, plan)
+            budget = self._admit(waiting, running, engine, budget, plan)
         if p.prefill_pauses_decode and not plan.chunks:
             plan.decoding = decoders
         if plan.decoding:
             self.ratio = max(p.reserve_floor, self.ratio - p.reserve_decay)
         return plan
 
-    def _chunk(self, gen: Generation, budget: float, plan: StepPlan) -> float:
+    def _chunk(self, gen: R, budget: float, plan: StepPlan[R]) -> float:
         """Prefill what the budget allows of ``gen`` this step: all of what is left, or with
         ``chunked_prefill`` a chunk of it; without, a prompt over the budget runs whole in a
         step of its own (the caller admits it only into an empty step)."""
@@ -202,18 +231,18 @@ class Scheduler:
 
     def _admit(
         self,
-        waiting: list[Generation],
-        running: list[Generation],
-        cached: Callable[[Generation], int],
+        waiting: list[R],
+        running: list[R],
+        engine: Engine[R],
         budget: float,
-        plan: StepPlan,
+        plan: StepPlan[R],
     ) -> float:
         p = self.policy
         held = sum(self.held(g) for g in running)
-        for gen in self._ordered(waiting, cached):
+        for gen in self._ordered(waiting, engine):
             if budget <= 0 or (p.max_running is not None and len(running) >= p.max_running):
                 break
-            hit = cached(gen)
+            hit = engine.cached(gen)
             sequence = gen.prompt_tokens + len(gen.output)
             new = sequence - hit
             need = self.blocks(new + math.ceil(p.admit_reserve * self._to_come(gen)))
@@ -227,18 +256,19 @@ class Scheduler:
             gen.kv_tokens = new
             running.append(gen)
             plan.admitted.append(gen)
+            engine.admit(gen)
             held += need
             budget = self._chunk(gen, budget, plan)
         return budget
 
-    def _ordered(self, waiting: list[Generation], cached: Callable[[Generation], int]) -> list[Generation]:
+    def _ordered(self, waiting: list[R], engine: Engine[R]) -> list[R]:
         p = self.policy
         if p.queue == "fcfs" or (p.lpm_max_waiting is not None and len(waiting) > p.lpm_max_waiting):
             return list(waiting)
-        return sorted(waiting, key=lambda g: -cached(g))  # stable: FCFS among equal matches
+        return sorted(waiting, key=lambda g: -engine.cached(g))  # stable: FCFS among equal matches
 
     def _make_room(
-        self, running: list[Generation], waiting: list[Generation], plan: StepPlan, release: Callable[[Generation], None]
+        self, running: list[R], waiting: list[R], plan: StepPlan[R], engine: Engine[R]
     ) -> None:
         """Preempt while the running requests' next tokens do not fit (a ratio of 1 reserved
         them all at admission: nothing to do)."""
@@ -252,7 +282,7 @@ class Scheduler:
             running.remove(victim)
             victim.prefill_left = victim.kv_tokens = 0
             victim.preemptions += 1
-            release(victim)
+            engine.release(victim)
             plan.preempted.append(victim)
             self.preemptions += 1
         if plan.preempted:
@@ -260,7 +290,7 @@ class Scheduler:
         for gen in reversed(plan.preempted):
             waiting.insert(0, gen)
 
-    def _ratio_after_preemption(self, running: list[Generation]) -> float:
+    def _ratio_after_preemption(self, running: list[R]) -> float:
         """SGLang's: min(1, (Σ output so far + ``retract_decode_steps`` × n) / Σ max tokens) over
         the n requests left running; else the ratio starts again."""
         steps = self.policy.retract_decode_steps
@@ -273,7 +303,7 @@ class Scheduler:
         """Nothing running or waiting: the ratio starts again (SGLang's, when idle)."""
         self.ratio = self.policy.reserve_ratio
 
-    def _victim(self, running: list[Generation]) -> Generation:
+    def _victim(self, running: list[R]) -> R:
         if self.policy.preempt == "newest":
             return running[-1]
         return min(reversed(running), key=lambda g: (len(g.output), -g.prompt_tokens))

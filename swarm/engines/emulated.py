@@ -14,6 +14,8 @@ STEP_SECONDS = "swarm_emulator_step_seconds_total"
 STEP_MODEL_SECONDS = "swarm_emulator_step_model_seconds_total"
 STEP_TOKENS = "swarm_emulator_step_tokens_total"
 STEP_TOKEN_MODEL_SECONDS = "swarm_emulator_step_token_model_seconds_total"
+#: running requests its scheduler preempted for lack of KV (``emulator/scheduler.py``)
+PREEMPTIONS = "swarm_emulator_preemptions_total"
 #: how full its prefix cache is (its KV gauge counts running sequences)
 PREFIX_CACHE_USAGE = "swarm_emulator_prefix_cache_usage"
 #: empties the prefix cache in every profile
