@@ -43,6 +43,10 @@ def emulate(
     data = given.apply({})
     if engines:
         data["engine"] = engines[0]
+    if (calibration := given.get("calibration")) is not None:
+        from swarm.engines.calibration import load_calibration
+
+        data = {**load_calibration(calibration, data.get("engine")).settings(), **data}
     if (tokenizer := data.get("tokenizer")) is not None and not os.path.isfile(tokenizer):
         raise InputError(f"--tokenizer {tokenizer}: no such file")
     serve(validated(EmulatorConfig, data, "swarm emulate", given), exit_with_parent)

@@ -17,8 +17,10 @@ FLAGS: dict[str, FlagDef] = {
     'arrival': FlagDef(decls=('--arrival',), kind='str', help="when agents start: all_at_once | poisson:RATE | constant:RATE | gamma:RATE,CV | ramp:START,END,SECONDS (default poisson:10; the showdown: poisson:4; swarm sweep's: constant:8)", group='Workload', parse='arrival', origin=('WorkloadSpec.arrival',)),
     'auto': FlagDef(decls=('--auto',), kind='bool', help='grow the knob from its one value until a stop rule fires', group='Sweep', default_text='off', negatable=False, origin=('SweepOptions.auto',)),
     'block_tokens': FlagDef(decls=('--block-tokens',), kind='int', help="trtllm and vllm: KV block size in tokens (default: trtllm 32; vllm 128, as vLLM's CPU build)", group='Emulator', origin=('EmulatorConfig.block_tokens',)),
+    'budget': FlagDef(decls=('--budget',), kind='float', help='seconds the probe may take at most; it ends early with what it measured', group='Output', default_text='300', metavar='SECONDS', origin=('CalibrateOptions.budget_s',)),
     'cache_report': FlagDef(decls=('--cache-report',), kind='bool', help='sglang: report cached tokens in OpenAI usage (as --enable-cache-report; --no-cache-report: as without it)', group='Emulator', default_text='on', origin=('EmulatorConfig.cache_report',)),
     'cache_tokens': FlagDef(decls=('--cache-tokens',), kind='int', help='prefix-cache capacity in tokens; 0: unbounded', group='Emulator', default_text='400000', parse='zero_is_none', origin=('EmulatorConfig.cache_capacity_tokens',)),
+    'calibration': FlagDef(decls=('--calibration',), kind='path', help='serve the twin a calibration file describes (swarm calibrate -o FILE): its engine, step model and what the server stated; flags given override it', group='Emulator', metavar='FILE', origin=('EmulateOptions.calibration',)),
     'capacity_scheduler_policy': FlagDef(decls=('--capacity-scheduler-policy',), kind='str', help="trtllm: admission, as TensorRT-LLM's scheduler_config.capacity_scheduler_policy (default GUARANTEED_NO_EVICT: each request's whole output reserved, never preempted; MAX_UTILIZATION: admitted on its prompt, preempted when the KV runs out)", group='Engine scheduler', choices=('GUARANTEED_NO_EVICT', 'MAX_UTILIZATION'), origin=('EmulatorConfig.capacity_scheduler_policy',)),
     'chunked_prefill_size': FlagDef(decls=('--chunked-prefill-size',), kind='int', help="sglang: prompt tokens one prefill step computes, longer prompts split over steps, as SGLang's --chunked-prefill-size (-1: no chunking; default: SGLang's)", group='Engine scheduler', origin=('EmulatorConfig.chunked_prefill_size',)),
     'cliff_fraction': FlagDef(decls=('--cliff-fraction',), kind='float', help='eviction cliff: realised/ideal hit below this share of its low-load value', group='Sweep', default_text='0.5', origin=('SweepSpec.cliff_fraction',)),
@@ -66,8 +68,9 @@ FLAGS: dict[str, FlagDef] = {
     'mode': FlagDef(decls=('--mode',), kind='str', help='timed (recorded offsets, open loop) or dependent (keep the DAG; the default for run folders and agent traces)', group='Replay source', choices=('timed', 'dependent'), origin=('ReplaySourceSpec.mode',)),
     'model': FlagDef(decls=('--model',), kind='str', help="model name to request (default: the server's first)", group='Targets', origin=('TargetSpec.model',)),
     'on_failure': FlagDef(decls=('--on-failure',), kind='str', help="when a call fails for good: abort_branch (the node and its descendants end), or standin (carry on with the node's stand-in output, so the tree keeps its shape)", group='Workload', default_text='abort_branch', choices=('abort_branch', 'standin'), origin=('WorkloadSpec.on_failure',)),
-    'output': FlagDef(decls=('--output', '-o'), kind='str', help="where this command writes what it makes: run and replay, the folder (or URI) run folders are made in (default runs); sweep, the sweep's folder (default sweeps/sweep-<digest>; re-run to resume); export, fit, report, compare, realism and probe, the file (default: standard output; fit: required, the spec .yaml)", group='Output', metavar='PATH', origin=('OutputOptions.output',)),
+    'output': FlagDef(decls=('--output', '-o'), kind='str', help="where this command writes what it makes: run and replay, the folder (or URI) run folders are made in (default runs); sweep, the sweep's folder (default sweeps/sweep-<digest>; re-run to resume); export, fit, report, compare, realism and probe, the file (default: standard output; fit: required, the spec .yaml; calibrate: required, the calibration .yaml)", group='Output', metavar='PATH', origin=('OutputOptions.output',)),
     'port': FlagDef(decls=('--port',), kind='int', help="port (default: the engine's own; 0 picks a free one)", group='Emulator', origin=('EmulatorConfig.port',)),
+    'prefill_ms_per_cached_token': FlagDef(decls=('--prefill-ms-per-cached-token',), kind='float', help='batch timing: cost per cached prompt token of a request prefilled in a step, ms (its new tokens attend to them; 0: cached tokens are free)', group='Emulator', default_text='0', origin=('EmulatorConfig.prefill_ms_per_cached_token',)),
     'prefill_ms_per_token': FlagDef(decls=('--prefill-ms-per-token',), kind='float', help='batch timing: cost per uncached prompt token prefilled in a step, ms', group='Emulator', default_text='0.02', origin=('EmulatorConfig.prefill_ms_per_token',)),
     'profile': FlagDef(decls=('--profile',), kind='str', help='agent profile name or YAML path (the showdown of swarm run and swarm sweep, with no spec, target or profile: tree_of_thought and claude_code)', group='Workload', default_text='math_reasoner', origin=('MixEntry.profile',)),
     'progress': FlagDef(decls=('--progress',), kind='bool', help="show progress while sending (a live view; a sweep's lines per point)", group='Output', default_text='on', origin=('OutputOptions.progress',)),
@@ -203,6 +206,7 @@ _EMULATOR_CONFIG: dict[str, tuple[tuple[str, ...], ...]] = {
     'timing': (('timing',),),
     'step_base_ms': (('step_base_ms',),),
     'prefill_ms_per_token': (('prefill_ms_per_token',),),
+    'prefill_ms_per_cached_token': (('prefill_ms_per_cached_token',),),
     'decode_ms_per_seq': (('decode_ms_per_seq',),),
     'first_token_ms': (('first_token_ms',),),
     'token_ms': (('token_ms',),),
@@ -229,23 +233,37 @@ _EMULATOR_CONFIG: dict[str, tuple[tuple[str, ...], ...]] = {
 _TARGET_SPEC: dict[str, tuple[tuple[str, ...], ...]] = {
     'engine': (('engine',),),
 }
+_EMULATE_OPTIONS: dict[str, tuple[tuple[str, ...], ...]] = {
+    'calibration': (),
+}
 _TARGET_SPEC_2: dict[str, tuple[tuple[str, ...], ...]] = {
+    'engine': (),
+    'model': (),
+    'api_key_env': (),
+}
+_CALIBRATE_OPTIONS: dict[str, tuple[tuple[str, ...], ...]] = {
+    'budget': (),
+}
+_OUTPUT_OPTIONS_3: dict[str, tuple[tuple[str, ...], ...]] = {
+    'output': (),
+}
+_TARGET_SPEC_3: dict[str, tuple[tuple[str, ...], ...]] = {
     'engine': (),
     'model': (),
     'api_key_env': (),
     'api_key_file': (),
 }
-_OUTPUT_OPTIONS_3: dict[str, tuple[tuple[str, ...], ...]] = {
+_OUTPUT_OPTIONS_4: dict[str, tuple[tuple[str, ...], ...]] = {
     'output': (),
     'json_out': (),
 }
-_OUTPUT_OPTIONS_4: dict[str, tuple[tuple[str, ...], ...]] = {
+_OUTPUT_OPTIONS_5: dict[str, tuple[tuple[str, ...], ...]] = {
     'output': (),
     'json_out': (),
     'html': (),
     'slo': (),
 }
-_OUTPUT_OPTIONS_5: dict[str, tuple[tuple[str, ...], ...]] = {
+_OUTPUT_OPTIONS_6: dict[str, tuple[tuple[str, ...], ...]] = {
     'output': (),
     'json_out': (),
     'slo': (),
@@ -253,9 +271,6 @@ _OUTPUT_OPTIONS_5: dict[str, tuple[tuple[str, ...], ...]] = {
 _TRACE_SOURCE_SPEC: dict[str, tuple[tuple[str, ...], ...]] = {
     'format': (),
     'source_target': (),
-}
-_OUTPUT_OPTIONS_6: dict[str, tuple[tuple[str, ...], ...]] = {
-    'output': (),
 }
 _TRACE_SOURCE_SPEC_2: dict[str, tuple[tuple[str, ...], ...]] = {
     'format': (('format',),),
@@ -283,11 +298,12 @@ COMMANDS: dict[str, dict[str, tuple[tuple[str, ...], ...]]] = {
     'run': {**_SEND_SPEC, **_WORKLOAD_SPEC, **_OUTPUT_OPTIONS},
     'replay': {**_SEND_SPEC, **_REPLAY_SOURCE_SPEC, **_OUTPUT_OPTIONS},
     'sweep': {**_SWEEP_OPTIONS, **_SEND_SPEC, **_WORKLOAD_SPEC, **_REPLAY_SOURCE_SPEC, **_SWEEP_SPEC, **_OUTPUT_OPTIONS, **_OUTPUT_OPTIONS_2, 'tokenizer': (('workload', 'tokenizer'), ('replay', 'tokenizer')), 'start_at': (('workload', 'start_at'), ('replay', 'start_at'))},
-    'emulate': {**_EMULATOR_CONFIG, **_TARGET_SPEC},
-    'probe': {**_TARGET_SPEC_2, **_OUTPUT_OPTIONS_3},
-    'report': {**_OUTPUT_OPTIONS_4},
-    'compare': {**_OUTPUT_OPTIONS_5},
-    'export': {**_TRACE_SOURCE_SPEC, **_OUTPUT_OPTIONS_6},
+    'emulate': {**_EMULATOR_CONFIG, **_TARGET_SPEC, **_EMULATE_OPTIONS},
+    'calibrate': {**_TARGET_SPEC_2, **_CALIBRATE_OPTIONS, **_OUTPUT_OPTIONS_3},
+    'probe': {**_TARGET_SPEC_3, **_OUTPUT_OPTIONS_4},
+    'report': {**_OUTPUT_OPTIONS_5},
+    'compare': {**_OUTPUT_OPTIONS_6},
+    'export': {**_TRACE_SOURCE_SPEC, **_OUTPUT_OPTIONS_3},
     'fit': {**_TRACE_SOURCE_SPEC_2, **_OUTPUT_OPTIONS_7},
     'realism': {**_TRACE_SOURCE_SPEC_2, **_OUTPUT_OPTIONS_8},
 }

@@ -24,7 +24,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo, PydanticUndefined
 
 from swarm.cli.flagdef import FlagDef
-from swarm.cli.options import OutputOptions, SweepOptions
+from swarm.cli.options import CalibrateOptions, EmulateOptions, OutputOptions, SweepOptions
 from swarm.emulator.config import EmulatorConfig
 from swarm.replay.source_spec import ReplaySourceSpec, TraceSourceSpec
 from swarm.runtime.specs import SendSpec, TargetSpec
@@ -61,7 +61,14 @@ SOURCES: dict[str, tuple[Source, ...]] = {
         Source(SweepOptions, None), _SEND, _WORKLOAD, _REPLAY, Source(SweepSpec, ("sweep",)), _SENDERS_OUTPUT,
         Source(OutputOptions, None, ("html", "slo")),
     ),
-    "emulate": (Source(EmulatorConfig), Source(TargetSpec, None, ("engine",), bind=(("engine", ("engine",)),))),
+    "emulate": (
+        Source(EmulatorConfig), Source(TargetSpec, None, ("engine",), bind=(("engine", ("engine",)),)),
+        Source(EmulateOptions, None),
+    ),
+    "calibrate": (
+        Source(TargetSpec, None, ("engine", "model", "api_key_env")), Source(CalibrateOptions, None),
+        Source(OutputOptions, None, ("output",)),
+    ),
     "probe": (
         Source(TargetSpec, None, ("engine", "model", "api_key_env", "api_key_file")),
         Source(OutputOptions, None, ("json_out", "output")),

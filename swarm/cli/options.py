@@ -30,7 +30,8 @@ class OutputOptions(BaseModel):
         description="where this command writes what it makes: run and replay, the folder (or URI) run "
         "folders are made in (default runs); sweep, the sweep's folder (default "
         "sweeps/sweep-<digest>; re-run to resume); export, fit, report, compare, realism and probe, "
-        "the file (default: standard output; fit: required, the spec .yaml)",
+        "the file (default: standard output; fit: required, the spec .yaml; calibrate: required, "
+        "the calibration .yaml)",
         json_schema_extra=flag("--output", group="Output", short="-o", metavar="PATH"),
     )
     json_out: bool = Field(
@@ -77,4 +78,29 @@ class SweepOptions(BaseModel):
         description="sweep a replay of this run folder or trace (its reading flags as swarm replay's; "
         "or a --spec with a replay: part)",
         json_schema_extra=flag("--replay", group="Sweep", metavar="SOURCE"),
+    )
+
+
+class CalibrateOptions(BaseModel):
+    """How long ``swarm calibrate`` may probe."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    budget_s: float = Field(
+        default=300.0, gt=0, le=3600,
+        description="seconds the probe may take at most; it ends early with what it measured",
+        json_schema_extra=flag("--budget", group="Output", metavar="SECONDS"),
+    )  # fmt: skip
+
+
+class EmulateOptions(BaseModel):
+    """What ``swarm emulate`` takes besides the emulator's own settings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    calibration: Path | None = Field(
+        default=None,
+        description="serve the twin a calibration file describes (swarm calibrate -o FILE): its "
+        "engine, step model and what the server stated; flags given override it",
+        json_schema_extra=flag("--calibration", group="Emulator", metavar="FILE"),
     )

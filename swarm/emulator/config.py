@@ -64,6 +64,12 @@ class EmulatorConfig(BaseModel):
         default=0.02, ge=0, description="batch timing: cost per uncached prompt token prefilled in a step, ms",
         json_schema_extra=flag("--prefill-ms-per-token", group=_EMU),
     )  # fmt: skip
+    prefill_ms_per_cached_token: float = Field(
+        default=0.0, ge=0,
+        description="batch timing: cost per cached prompt token of a request prefilled in a step, ms "
+        "(its new tokens attend to them; 0: cached tokens are free)",
+        json_schema_extra=flag("--prefill-ms-per-cached-token", group=_EMU),
+    )  # fmt: skip
     decode_ms_per_seq: float = Field(
         default=0.05, ge=0, description="batch timing: cost per running sequence in a step, ms",
         json_schema_extra=flag("--decode-ms-per-seq", group=_EMU),

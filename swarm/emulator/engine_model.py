@@ -14,15 +14,16 @@ whose prompt repeats its parent's output hits those tokens too. (A real engine i
 prompt after its prefill step; the difference only shows for identical prefixes that arrive
 within one step of each other.)
 
-Timing. ``batch`` runs one step loop, as continuous-batching engines do. Each step admits
-waiting requests, first come first served, while their KV reservation (uncached prompt tokens
-plus max tokens) fits ``kv_capacity_tokens``; it lasts
+Timing. ``batch`` runs one step loop, as continuous-batching engines do. What each step runs
+(which waiting requests it admits, how much of each prompt it prefills, whether the running
+ones decode, which it preempts) is the engine's scheduler (``emulator.scheduler``); it lasts
 
-    step_s = (a + b * prefill_tokens_in_step + c * running_sequences) / 1000
+    step_s = (a + b * prefill_tokens_in_step + b_c * cached_tokens_admitted + c * sequences) / 1000
 
-with a, b, c = ``step_base_ms``, ``prefill_ms_per_token``, ``decode_ms_per_seq``, and only
-uncached prompt tokens count as prefill. At the end of a step every admitted request emits
-its first token and every running one its next token. ``fixed`` ignores load: each request
+with a, b, b_c, c = ``step_base_ms``, ``prefill_ms_per_token``, ``prefill_ms_per_cached_token``,
+``decode_ms_per_seq`` (``swarm calibrate`` fits them on a server), and only uncached prompt
+tokens count as prefill. At the end of a step every request whose prefill completed emits its
+first token and every decoding one its next token. ``fixed`` ignores load: each request
 emits its first token ``first_token_ms`` after arrival and one more every ``token_ms``
 (scheduled on absolute times, so delays do not accumulate). ``zero`` emits everything at once.
 
@@ -385,12 +386,18 @@ class EngineModel:
 
     def begin_step(self, now: float) -> tuple[StepPlan[Generation], float]:
         """A step's plan (``Scheduler.plan``), its admissions made at ``now``, and its modelled
-        length in seconds: ``(a + b × prefill tokens + c × sequences) / 1000``. The step loop
+        length in seconds: ``(a + b × prefill tokens + b_c × cached tokens of those admitted + c ×
+        sequences) / 1000``. The step loop
         sleeps that long and calls ``end_step``; a test drives both on a virtual clock."""
         cfg = self.config
         self._step_now = now
         plan = self.scheduler.plan(self.waiting, self.running, self)
-        step_s = cfg.step_base_ms + cfg.prefill_ms_per_token * plan.prefill_tokens + cfg.decode_ms_per_seq * plan.batch
+        step_s = (
+            cfg.step_base_ms
+            + cfg.prefill_ms_per_token * plan.prefill_tokens
+            + cfg.prefill_ms_per_cached_token * plan.cached_tokens
+            + cfg.decode_ms_per_seq * plan.batch
+        )
         return plan, step_s / 1000.0
 
     def end_step(self, plan: StepPlan[Generation], now: float) -> int:

@@ -220,6 +220,7 @@ class _Handlers:
 
     def _info(self) -> dict[str, Any]:
         cfg = self.config
+        policy = self.model.scheduler.policy
         return {
             "version": f"swarm-emulator {__version__}",
             "emulator": True,
@@ -229,10 +230,14 @@ class _Handlers:
             "enable_cache_report": self.behaviour.cache_report(cfg),
             "page_size": self.behaviour.page_tokens(cfg),
             "max_total_num_tokens": cfg.kv_capacity_tokens,
+            "schedule_policy": policy.queue,
+            "chunked_prefill_size": policy.step_token_budget if policy.chunked_prefill else -1,
+            "max_running_requests": policy.max_running,
             "cache_capacity_tokens": cfg.cache_capacity_tokens,
             "timing": cfg.timing,
             "step_base_ms": cfg.step_base_ms,
             "prefill_ms_per_token": cfg.prefill_ms_per_token,
+            "prefill_ms_per_cached_token": cfg.prefill_ms_per_cached_token,
             "decode_ms_per_seq": cfg.decode_ms_per_seq,
             "first_token_ms": cfg.first_token_ms,
             "token_ms": cfg.token_ms,

@@ -139,6 +139,9 @@ class StepPlan(Generic[R]):
     #: requests whose prefill completes this step: they emit a token at its end
     finishing_prefill: list[R] = field(default_factory=list)
 
+    #: cached prompt tokens of the requests admitted this step (their prefill attends to them)
+    cached_tokens: int = 0
+
     @property
     def prefill_tokens(self) -> int:
         return sum(self.chunks.values())
@@ -256,6 +259,7 @@ class Scheduler(Generic[R]):
             gen.kv_tokens = new
             running.append(gen)
             plan.admitted.append(gen)
+            plan.cached_tokens += hit
             engine.admit(gen)
             held += need
             budget = self._chunk(gen, budget, plan)

@@ -1,0 +1,215 @@
+"""``swarm calibrate``: measure a server's step model and write an engine twin's calibration file.
+
+Place in the map (docs/architecture.md, "Clients"): a short probe through swarm's own client
+(``HttpEngineClient``), then the fit of ``engines.calibration``. Three phases, each bounded by
+what is left of the time budget:
+
+1. **stated**: what the server says of itself (``clients.probe``: its engine, model, block
+   size; SGLang's server info: KV tokens, chunked prefill size, schedule policy, running cap);
+2. **prefill**: requests one at a time, cold prompts of ``prompt_words`` words (a fresh
+   nonce first, so nothing is cached) ``repeats`` times each, then each prompt again (served
+   from the cache): prompt and cached tokens as the server reports them, and the TTFT;
+3. **decode**: ``batches`` of streams sent at once, ``decode_tokens`` tokens each (EOS
+   ignored): per stream its mean gap between tokens once all decode (the first ``SKIP_GAPS``
+   and the last gap left out: admission and the stragglers' end; a mean, as a late step the
+   engine makes up in the next would split a median), and the median of those over streams.
+
+A request that fails ends the probe: the file keeps what was measured, ``complete: false``, and
+a note naming the phase and the error. The fit fills what the points cannot give with the
+emulator's defaults, and says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import secrets
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import aiohttp
+
+from swarm.clients.aiohttp_transport import open_http_session
+from swarm.clients.client import HttpEngineClient, normalise_base_url, open_transport, redact_url
+from swarm.clients.probe import ProbeResult, probe
+from swarm.engines.calibration import Calibration, DecodePoint, PrefillPoint, StepModel, fit_step_model
+from swarm.engines.registry import get_engine
+from swarm.errors import InputError
+from swarm.record import RequestRecord
+from swarm.request import ChatMessage, EngineRequest, Timeouts
+
+log = logging.getLogger(__name__)
+
+#: words that most tokenizers keep as one token each
+WORDS = (
+    "the quick brown fox jumps over a lazy dog while seven wise owls watch from an old oak tree "
+    "near the river bank and count every star in the night sky"
+).split()
+#: gaps left out at the start of each stream in the decode phase (admission of the batch)
+SKIP_GAPS = 3
+
+
+@dataclass(frozen=True)
+class ProbePlan:
+    """What the probe sends; the defaults fit in about a minute on a real engine."""
+
+    prompt_words: tuple[int, ...] = (16, 128, 256, 512, 768)
+    repeats: int = 3
+    batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    decode_tokens: int = 40
+    budget_s: float = 300.0
+
+
+class ProbeEnded(Exception):
+    """A request failed, or the time budget ran out: the probe stops with what it has."""
+
+
+def _prompt(words: int, nonce: str) -> tuple[ChatMessage, ...]:
+    body = " ".join(WORDS[i % len(WORDS)] for i in range(words))
+    return (ChatMessage("user", f"probe {nonce} {body}"),)
+
+
+class _Probe:
+    def __init__(self, client: HttpEngineClient, plan: ProbePlan, say: Callable[[str], None]) -> None:
+        self.client = client
+        self.plan = plan
+        self.say = say
+        self.deadline = time.monotonic() + plan.budget_s
+        self.prefill: list[PrefillPoint] = []
+        self.decode: list[DecodePoint] = []
+
+    async def send(self, messages: tuple[ChatMessage, ...], max_tokens: int) -> RequestRecord:
+        if time.monotonic() > self.deadline:
+            raise ProbeEnded(f"the time budget of {self.plan.budget_s:g} s ran out")
+        record = await self.client.send(EngineRequest(messages=messages, max_tokens=max_tokens, ignore_eos=True))
+        if not record.ok or record.ttft_ns is None:
+            raise ProbeEnded(f"a request failed ({record.status.value}: {record.error or record.http_status})")
+        return record
+
+    async def run_prefill(self) -> None:
+        self.say(f"prefill: {len(self.plan.prompt_words)} prompt lengths x {self.plan.repeats}, cold then cached")
+        for words in self.plan.prompt_words:
+            for _ in range(self.plan.repeats):
+                messages = _prompt(words, secrets.token_hex(4))
+                for _again in range(2):  # cold, then the same prompt from the cache
+                    record = await self.send(messages, 1)
+                    self.prefill.append(
+                        PrefillPoint(
+                            prompt_tokens=record.prompt_tokens or 0, cached_tokens=record.cached_tokens or 0,
+                            ttft_ms=(record.ttft_ns or 0) / 1e6,
+                        )
+                    )  # fmt: skip
+
+    async def run_decode(self) -> None:
+        self.say(f"decode: batches of {', '.join(map(str, self.plan.batches))} streams of {self.plan.decode_tokens} tokens")
+        for batch in self.plan.batches:
+            records = await asyncio.gather(
+                *(self.send(_prompt(8, secrets.token_hex(4)), self.plan.decode_tokens) for _ in range(batch))
+            )
+            means, gaps = [], 0
+            for r in records:
+                steady = r.chunk_ns[SKIP_GAPS:-1]  # after admission, before the last token
+                if len(steady) >= 2:
+                    means.append((steady[-1] - steady[0]) / (len(steady) - 1) / 1e6)
+                    gaps += len(steady) - 1
+            if means:
+                self.decode.append(DecodePoint(batch=batch, itl_ms=statistics.median(means), gaps=gaps))
+
+
+async def calibrate(
+    url: str,
+    *,
+    engine: str | None = None,
+    model: str | None = None,
+    api_key_env: str | None = None,
+    plan: ProbePlan | None = None,
+    fallback: StepModel,
+    on_progress: Callable[[str], None] | None = None,
+) -> Calibration:
+    """Probe the server at ``url`` and fit its step model (see the module docstring);
+    ``fallback``: the values of what the points cannot give (the emulator's defaults)."""
+    plan = plan or ProbePlan()
+    say = on_progress or (lambda text: None)
+    found = await probe(url, engine=engine, model=model, api_key_env=api_key_env, send_requests=False)
+    if found.engine is None:
+        raise InputError(f"{redact_url(url)}: cannot tell which engine serves it; name it with --engine")
+    stated, notes = await _stated(url, found)
+    say(f"{found.engine} at {found.url}: stated {stated or 'nothing'}")
+    base = normalise_base_url(url)
+    complete = True
+    async with open_transport(base) as transport:
+        client = HttpEngineClient(
+            transport, base, get_engine(found.engine), model=model or found.model or "default",
+            api_key_env=api_key_env, timeouts=Timeouts(first_token_s=60.0, total_s=120.0, idle_s=30.0),
+        )  # fmt: skip
+        run = _Probe(client, plan, say)
+        for phase in (run.run_prefill, run.run_decode):
+            try:
+                await phase()
+            except ProbeEnded as exc:
+                complete = False
+                notes.append(
+                    f"the probe ended early in {phase.__name__.removeprefix('run_')} ({exc}): "
+                    f"{len(run.prefill)} prefill and {len(run.decode)} decode points measured"
+                )
+                say(notes[-1])
+                break
+    return _calibration(found, stated, run, complete, notes, fallback)
+
+
+def _calibration(
+    found: ProbeResult, stated: dict[str, object], run: _Probe, complete: bool, notes: list[str], fallback: StepModel
+) -> Calibration:
+    model, prefill_fit, decode_fit, overhead = fit_step_model(run.prefill, run.decode, fallback, notes)
+    assert found.engine is not None
+    return Calibration(
+        engine=found.engine, url=found.url, model=found.model,
+        measured_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), complete=complete,
+        parameters=model, stated=stated, prefill_points=run.prefill, decode_points=run.decode,
+        prefill_fit=prefill_fit, decode_fit=decode_fit, client_overhead_ms=overhead, notes=notes,
+    )  # fmt: skip
+
+
+#: SGLang's server-info fields, and the emulator settings they are
+SGLANG_STATED = {
+    "max_total_num_tokens": "kv_capacity_tokens", "chunked_prefill_size": "chunked_prefill_size",
+    "max_running_requests": "max_running_requests", "schedule_policy": "schedule_policy",
+}  # fmt: skip
+
+
+async def _stated(url: str, found: ProbeResult) -> tuple[dict[str, object], list[str]]:
+    """What the server states of itself, as emulator settings, and notes on what it does not."""
+    stated: dict[str, object] = {}
+    notes: list[str] = []
+    if found.block_tokens is not None and found.engine in ("trtllm", "vllm"):
+        stated["block_tokens"] = found.block_tokens
+    if found.engine == "sglang":
+        info = await _server_info(url, found)
+        for field, setting in SGLANG_STATED.items():
+            value = info.get(field)
+            if value is None or (field == "schedule_policy" and value not in ("lpm", "fcfs")):
+                continue
+            stated[setting] = value
+    if "kv_capacity_tokens" not in stated:
+        notes.append("the server states no KV capacity: the twin keeps the emulator's (--kv-capacity-tokens)")
+    return stated, notes
+
+
+async def _server_info(url: str, found: ProbeResult) -> dict[str, object]:
+    from swarm.engines.sglang import ENGINE_INFO_PATHS
+
+    base = normalise_base_url(url)
+    async with open_http_session(max_connections=2, connect_timeout_s=5.0) as session:
+        for path in ENGINE_INFO_PATHS:
+            try:
+                async with session.get(base + path) as response:
+                    if response.status == 200:
+                        body = await response.json(content_type=None)
+                        if isinstance(body, dict):
+                            return body
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError, ValueError) as exc:
+                log.debug("calibrate: %s%s: %s", found.url, path, exc)
+    return {}

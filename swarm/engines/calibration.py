@@ -1,0 +1,194 @@
+"""A calibration file: an engine twin's step model as ``swarm calibrate`` measured it on a server.
+
+Place in the map (docs/architecture.md, "Engines"): written by ``clients.calibrate`` (the probe
+and the fit), read by ``swarm emulate --calibration FILE`` (``settings`` become the
+emulator's ``EmulatorConfig`` fields, flags given on the command line over them). The file is
+YAML; ``format`` and ``version`` say what it is, and a reader refuses another version rather
+than guess. Besides the fitted parameters it keeps every measured point and each fit's
+residuals, so a user can see how well the straight lines hold.
+
+The step model it fits is the emulator's (``emulator/engine_model.py``): one batch step lasts
+``step_base_ms + prefill_ms_per_token × uncached prompt tokens + prefill_ms_per_cached_token ×
+cached prompt tokens + decode_ms_per_seq × sequences`` (ms).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from swarm.errors import InputError
+
+#: what ``format`` says, and the version of the layout this swarm writes and reads
+FORMAT: Literal["swarm-calibration"] = "swarm-calibration"
+VERSION: Literal[1] = 1
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StepModel(_Strict):
+    """The fitted step model, in the emulator's own setting names (ms)."""
+
+    step_base_ms: float = Field(ge=0, description="fixed cost of one step")
+    prefill_ms_per_token: float = Field(ge=0, description="cost per uncached prompt token prefilled")
+    prefill_ms_per_cached_token: float = Field(ge=0, description="cost per cached prompt token of a prefill")
+    decode_ms_per_seq: float = Field(ge=0, description="cost per sequence in a step")
+
+
+class PrefillPoint(_Strict):
+    """One request alone on the server: its prompt, what the server reported cached, its TTFT."""
+
+    prompt_tokens: int = Field(ge=0)
+    cached_tokens: int = Field(ge=0)
+    ttft_ms: float = Field(ge=0)
+
+
+class DecodePoint(_Strict):
+    """``batch`` streams at once: the gap between their tokens once all decode (each stream's
+    mean, the median over streams)."""
+
+    batch: int = Field(ge=1)
+    itl_ms: float = Field(ge=0)
+    gaps: int = Field(ge=0, description="token gaps the median is over")
+
+
+class Fit(_Strict):
+    """A least-squares line: its points' residuals (measured minus fitted, ms) and their RMS."""
+
+    residuals_ms: list[float]
+    rms_ms: float = Field(ge=0)
+
+
+class Calibration(_Strict):
+    """A calibration file (see the module docstring)."""
+
+    format: Literal["swarm-calibration"] = FORMAT
+    version: Literal[1] = VERSION
+    engine: str = Field(description="the engine measured (its swarm name: sglang, trtllm, vllm, llamacpp)")
+    url: str = Field(description="the server measured (credentials left out)")
+    model: str | None = None
+    measured_at: str = Field(description="UTC, ISO 8601")
+    complete: bool = Field(description="false: the probe ended early (see notes) and the fit uses what it had")
+    parameters: StepModel
+    #: what the server states of itself, under the emulator's setting names (the KV for running
+    #: requests, the block size, the scheduler's knobs under the engine's names)
+    stated: dict[str, Any] = Field(default_factory=dict)
+    prefill_points: list[PrefillPoint] = Field(default_factory=list)
+    decode_points: list[DecodePoint] = Field(default_factory=list)
+    prefill_fit: Fit | None = None
+    decode_fit: Fit | None = None
+    #: the client's own time in every TTFT: the cold prefill line's intercept less one step of
+    #: one sequence (not a server cost; the twin leaves it out)
+    client_overhead_ms: float | None = None
+    notes: list[str] = Field(default_factory=list)
+
+    def settings(self) -> dict[str, Any]:
+        """The emulator's settings for this twin: its engine, the fitted step model, what the
+        server stated."""
+        return {"engine": self.engine, **self.parameters.model_dump(), **self.stated}
+
+
+def line_fit(xs: list[float], ys: list[float]) -> tuple[float, float, Fit]:
+    """Least squares ``y = intercept + slope × x``: (intercept, slope, its residuals). Needs two
+    distinct ``xs``."""
+    import numpy as np
+
+    x, y = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    if np.unique(x).size < 2:
+        raise ValueError("a line needs two distinct points")
+    slope, intercept = np.polyfit(x, y, 1)
+    residuals = y - (intercept + slope * x)
+    return float(intercept), float(slope), Fit(
+        residuals_ms=[round(float(r), 4) for r in residuals], rms_ms=float(np.sqrt(np.mean(residuals**2)))
+    )
+
+
+def fit_step_model(
+    prefill: list[PrefillPoint], decode: list[DecodePoint], fallback: StepModel, notes: list[str]
+) -> tuple[StepModel, Fit | None, Fit | None, float | None]:
+    """The step model from the measured points (``fallback``'s value, with a line in ``notes``,
+    for what they cannot give):
+
+    - decode: the mean token gap of ``B`` streams at once is one step of ``B`` sequences,
+      ``itl = step_base_ms + decode_ms_per_seq × B`` (a line over the batch sizes);
+    - prefill: a request alone takes one step of one sequence, plus the client's own overhead
+      ``o``: ``ttft = (step_base_ms + decode_ms_per_seq + o) + prefill_ms_per_token × uncached
+      + prefill_ms_per_cached_token × cached`` (least squares over cold and cached points).
+
+    Returns the model, the two fits and ``o`` (None where there was no fit to read it from).
+    """
+    base, per_seq, decode_fit = fallback.step_base_ms, fallback.decode_ms_per_seq, None
+    try:
+        base, per_seq, decode_fit = line_fit([p.batch for p in decode], [p.itl_ms for p in decode])
+    except ValueError:
+        notes.append("decode: fewer than two batch sizes measured; step_base_ms and decode_ms_per_seq are the defaults")
+    base, per_seq = max(base, 0.0), max(per_seq, 0.0)
+    per_token, per_cached = fallback.prefill_ms_per_token, fallback.prefill_ms_per_cached_token
+    prefill_fit, overhead = None, None
+    try:
+        intercept, per_token, per_cached, prefill_fit = _prefill_fit(prefill)
+        overhead = intercept - base - per_seq
+    except ValueError as exc:
+        notes.append(f"prefill: {exc}; prefill_ms_per_token and prefill_ms_per_cached_token are the defaults")
+    model = StepModel(
+        step_base_ms=base, prefill_ms_per_token=max(per_token, 0.0),
+        prefill_ms_per_cached_token=max(per_cached, 0.0), decode_ms_per_seq=per_seq,
+    )  # fmt: skip
+    return model, prefill_fit, decode_fit, overhead
+
+
+def _prefill_fit(points: list[PrefillPoint]) -> tuple[float, float, float, Fit]:
+    """Least squares ``ttft = k + b × uncached + b_c × cached``: (k, b, b_c, residuals)."""
+    import numpy as np
+
+    uncached = np.array([p.prompt_tokens - p.cached_tokens for p in points], dtype=float)
+    cached = np.array([p.cached_tokens for p in points], dtype=float)
+    ttft = np.array([p.ttft_ms for p in points], dtype=float)
+    if np.unique(uncached).size < 2:
+        raise ValueError("fewer than two prompt lengths measured")
+    columns = [np.ones_like(ttft), uncached] + ([cached] if np.unique(cached).size > 1 else [])
+    design = np.column_stack(columns)
+    solution, *_ = np.linalg.lstsq(design, ttft, rcond=None)
+    residuals = ttft - design @ solution
+    k, b = float(solution[0]), float(solution[1])
+    b_c = float(solution[2]) if len(solution) > 2 else 0.0
+    fit = Fit(residuals_ms=[round(float(r), 4) for r in residuals], rms_ms=float(np.sqrt(np.mean(residuals**2))))
+    return k, b, b_c, fit
+
+
+def load_calibration(path: str | os.PathLike[str], engine: str | None = None) -> Calibration:
+    """The calibration in ``path``; an ``InputError`` naming the file and the field when it is not
+    YAML, not a calibration, of another version, malformed, or of another engine than ``engine``."""
+    import yaml
+    from pydantic import ValidationError
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise InputError(f"{path}: not YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise InputError(f"{path}: format: {found!r}; a calibration file says format: {FORMAT}")
+    if data.get("version") != VERSION:
+        raise InputError(f"{path}: version: {data.get('version')!r}; this swarm reads version {VERSION}")
+    try:
+        calibration = Calibration.model_validate(data)
+    except ValidationError as exc:
+        problems = [
+            f"{path}: {'.'.join(str(p) for p in e['loc']) or '(top level)'}: "
+            + ("unknown key" if e["type"] == "extra_forbidden" else e["msg"])
+            for e in exc.errors()
+        ]
+        raise InputError("\n".join(problems)) from None
+    if engine is not None and calibration.engine != engine:
+        raise InputError(f"{path}: engine: {calibration.engine}, not {engine} (the engine asked for)")
+    return calibration

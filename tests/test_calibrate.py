@@ -1,0 +1,124 @@
+"""``swarm calibrate``: a probe of a running server recovers its step model; the file it writes
+serves a twin (``swarm emulate --calibration``) and is refused, naming the field, when it is not
+one; a server that stops answering mid-probe leaves what was measured, said so.
+
+The server measured is ``swarm emulate`` in its own process (so the probe's client and the
+server do not share an interpreter) with step parameters set away from the defaults.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from swarm.clients.calibrate import ProbePlan, calibrate
+from swarm.emulator.config import EmulatorConfig
+from swarm.emulator.http_server import EmulatorThread
+from swarm.engines.calibration import Calibration, StepModel, load_calibration
+from swarm.errors import InputError
+
+SWARM = [sys.executable, "-m", "swarm.cli"]
+#: the step model the server runs (ms): none of them the default
+KNOWN = {"step_base_ms": 6.0, "prefill_ms_per_token": 0.03, "decode_ms_per_seq": 0.4}
+FALLBACK = StepModel(step_base_ms=4.0, prefill_ms_per_token=0.02, prefill_ms_per_cached_token=0.0, decode_ms_per_seq=0.05)
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Calibration, Path]:
+    """The sglang twin of a server with ``KNOWN`` steps and 200,000 tokens of KV, measured once
+    through the command line."""
+    from swarm.emulator.process import EmulatorProcess
+
+    args = [f"--{k.replace('_', '-')}={v}" for k, v in KNOWN.items()]
+    with EmulatorProcess(["--engine", "sglang", "--kv-capacity-tokens", "200000", *args]) as server:
+        out = tmp_path_factory.mktemp("cal") / "sglang.yaml"
+        done = subprocess.run(
+            [*SWARM, "calibrate", str(server.url), "-o", str(out), "--budget", "120"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "decode: batches of" in done.stderr  # progress, phase by phase
+    return load_calibration(out), out
+
+
+def test_a_probe_recovers_the_servers_step_model_within_ten_percent(measured: tuple[Calibration, Path]) -> None:
+    calibration, _ = measured
+    assert calibration.complete and calibration.engine == "sglang"
+    got = calibration.parameters
+    for name, value in KNOWN.items():
+        assert getattr(got, name) == pytest.approx(value, rel=0.10), (name, got)
+    # every measured point and each fit's residuals are kept beside the parameters
+    assert len(calibration.decode_points) == len(ProbePlan().batches)
+    assert {p.cached_tokens > 0 for p in calibration.prefill_points} == {True, False}  # cold and cached
+    assert calibration.decode_fit is not None and calibration.decode_fit.rms_ms < 1.0
+    assert calibration.prefill_fit is not None and len(calibration.prefill_fit.residuals_ms) == len(
+        calibration.prefill_points
+    )
+    # what the server states of itself (SGLang's server info) is the twin's too
+    assert calibration.stated["kv_capacity_tokens"] == 200_000
+    assert calibration.stated["chunked_prefill_size"] == 8192
+
+
+def test_the_file_serves_its_twin_and_flags_override_it(measured: tuple[Calibration, Path]) -> None:
+    calibration, path = measured
+    twin = EmulatorConfig(**calibration.settings())
+    assert twin.engine == "sglang" and twin.kv_capacity_tokens == 200_000
+    assert twin.step_base_ms == calibration.parameters.step_base_ms
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    refused = subprocess.run(
+        [*SWARM, "emulate", "--calibration", str(path), "--engine", "trtllm"], capture_output=True, text=True, env=env
+    )
+    assert refused.returncode == 2 and "engine: sglang, not trtllm" in refused.stderr
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "cal.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_a_file_that_is_not_a_calibration_is_refused_naming_the_field(
+    measured: tuple[Calibration, Path], tmp_path: Path
+) -> None:
+    _, good = measured
+    data = yaml.safe_load(good.read_text())
+    cases = {
+        "format: [unclosed\n": "not YAML at line",
+        yaml.safe_dump({**data, "format": "something-else"}): "format: 'something-else'",
+        yaml.safe_dump({**data, "version": 2}): "version: 2; this swarm reads version 1",
+        yaml.safe_dump({**data, "parameters": {**data["parameters"], "decode_ms_per_seq": -1}}): (
+            "parameters.decode_ms_per_seq: Input should be greater than or equal to 0"
+        ),
+        yaml.safe_dump({**data, "surprise": 1}): "surprise: unknown key",
+    }
+    for text, message in cases.items():
+        with pytest.raises(InputError, match="cal.yaml: " + message.replace("[", r"\[").replace("(", r"\(")):
+            load_calibration(_write(tmp_path, text))
+    with pytest.raises(InputError, match="engine: sglang, not vllm"):
+        load_calibration(good, "vllm")
+
+
+def test_a_server_that_stops_mid_probe_leaves_what_was_measured(emulator: Callable[..., EmulatorThread]) -> None:
+    server = emulator(engine="trtllm", **KNOWN)
+    said: list[str] = []
+
+    def progress(text: str) -> None:
+        said.append(text)
+        if text.startswith("decode"):
+            server.stop()  # the server goes as the decode phase begins
+
+    plan = ProbePlan(prompt_words=(16, 256), repeats=1, batches=(1, 4))
+    result = asyncio.run(calibrate(server.url, plan=plan, fallback=FALLBACK, on_progress=progress))
+    assert not result.complete
+    assert len(result.prefill_points) == 4 and result.decode_points == []
+    assert any("ended early in decode" in n and "4 prefill and 0 decode points" in n for n in result.notes)
+    assert result.parameters.decode_ms_per_seq == FALLBACK.decode_ms_per_seq  # nothing to fit: the default
+    assert any("decode: fewer than two batch sizes" in n for n in result.notes)
+    assert any("ended early in decode" in s for s in said)  # said as it happened
