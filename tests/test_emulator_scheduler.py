@@ -16,7 +16,7 @@ import pytest
 from pydantic import ValidationError
 
 from swarm.emulator.config import EmulatorConfig
-from swarm.emulator.engine_model import EngineModel, Generation
+from swarm.emulator.engine_model import EngineModel, Generation, PromptTooLong
 from swarm.emulator.scheduler import Scheduler, SchedulerPolicy
 
 STEP_MS = 4.0
@@ -192,15 +192,17 @@ def test_trtllm_guaranteed_no_evict_never_pauses_and_max_utilization_packs_more(
     assert simulate(_long_outputs(), **common).preemptions == 0
 
 
-def test_trtllm_max_num_tokens_holds_a_long_prompt_whole_without_chunked_prefill() -> None:
-    """Without chunked prefill (TensorRT-LLM's default) a prompt is computed in one step, however
-    long; with it, ``max_num_tokens`` splits it and its first token comes with the last chunk."""
+def test_trtllm_refuses_a_prompt_over_max_num_tokens_unless_chunked_prefill_splits_it() -> None:
+    """TensorRT-LLM's LLM API refuses a prompt longer than ``max_num_tokens`` when chunked
+    prefill is off (its default): "The sum of prompt length ... should not exceed
+    max_num_tokens"; with it on, the prompt is split over steps and its first token comes with
+    the last chunk."""
     arrivals = [Arrival(0.0, tokens("long", 3000), 2)]
-    whole = simulate(arrivals, engine="trtllm", max_num_tokens=1024)
+    with pytest.raises(PromptTooLong, match="3000 tokens exceeds the 1024 tokens one step computes"):
+        simulate(arrivals, engine="trtllm", max_num_tokens=1024)
     chunked = simulate(arrivals, engine="trtllm", max_num_tokens=1024, enable_chunked_prefill=True)
-    step_s = STEP_MS / 1000
-    assert whole.ttft_s(0) == pytest.approx(step_s)
-    assert chunked.ttft_s(0) == pytest.approx(3 * step_s)  # 1024 + 1024 + 952
+    assert chunked.ttft_s(0) == pytest.approx(3 * STEP_MS / 1000)  # 1024 + 1024 + 952
+    assert simulate(arrivals, engine="trtllm", max_num_tokens=4096).ttft_s(0) == pytest.approx(STEP_MS / 1000)
 
 
 # --- vLLM --------------------------------------------------------------------------------------

@@ -186,8 +186,8 @@ class TrtllmBehaviour(EngineBehaviour):
     def scheduler_policy(self, config: EmulatorConfig) -> SchedulerPolicy:
         """In-flight batching, first come first served: ``GUARANTEED_NO_EVICT`` reserves each
         request's whole output (never preempts), ``MAX_UTILIZATION`` admits on the prompt and
-        pauses the newest when blocks run out; ``max_num_tokens`` per step, prompts whole
-        unless chunked prefill is on."""
+        pauses the newest when blocks run out; ``max_num_tokens`` per step; without chunked
+        prefill (the default) a prompt over it is refused."""
         guaranteed = (config.capacity_scheduler_policy or trtllm.CAPACITY_SCHEDULER_POLICY) == "GUARANTEED_NO_EVICT"
         ratio = 1.0 if guaranteed else 0.0
         chunked = trtllm.ENABLE_CHUNKED_PREFILL if config.enable_chunked_prefill is None else config.enable_chunked_prefill
@@ -195,7 +195,8 @@ class TrtllmBehaviour(EngineBehaviour):
             queue="fcfs", reserve_ratio=ratio, reserve_floor=ratio, admit_reserve=ratio, preempt="newest",
             max_running=config.max_batch_size or trtllm.MAX_BATCH_SIZE,
             step_token_budget=config.max_num_tokens or trtllm.MAX_NUM_TOKENS,
-            chunked_prefill=chunked, prefill_pauses_decode=False, block_tokens=self.block_tokens(config),
+            chunked_prefill=chunked, refuse_over_budget=True, prefill_pauses_decode=False,
+            block_tokens=self.block_tokens(config),
         )  # fmt: skip
 
 

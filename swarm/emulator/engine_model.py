@@ -282,6 +282,13 @@ class EngineModel:
             raise PromptTooLong(
                 f"prompt has {len(prompt)} tokens, more than the maximum {self.config.max_prompt_tokens}"
             )
+        policy = self.scheduler.policy
+        budget = policy.step_token_budget
+        if policy.refuse_over_budget and not policy.chunked_prefill and budget is not None and len(prompt) > budget:
+            raise PromptTooLong(
+                f"prompt of {len(prompt)} tokens exceeds the {budget} tokens one step computes "
+                "(max_num_tokens) and chunked prefill is off"
+            )
         now = time.monotonic() if now_s is None else now_s
         gen = Generation(self, prompt, max_new or self.config.default_max_tokens, now)
         self.stats.requests_total += 1

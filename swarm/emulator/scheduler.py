@@ -114,6 +114,9 @@ class SchedulerPolicy:
     step_token_budget: int | None = None
     #: split a prompt over steps when the budget is short
     chunked_prefill: bool = True
+    #: without chunked prefill, a prompt over the step budget is refused (TensorRT-LLM), not run
+    #: in a step of its own
+    refuse_over_budget: bool = False
     #: a step that prefills does not decode (SGLang), else decodes go first
     prefill_pauses_decode: bool = False
     #: KV is held in blocks of this many tokens

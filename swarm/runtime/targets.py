@@ -67,6 +67,12 @@ def resolve_targets(specs: Sequence[TargetSpec]) -> list[ResolvedTarget]:
     return [resolve_target(t) for t in specs]
 
 
+#: what each embedded emulator is started with before ``--emulator-arg``'s: the twins serve as a
+#: deployment for agents must. TensorRT-LLM refuses a prompt longer than ``max_num_tokens``
+#: (8192) without chunked prefill, and agents' prompts run to 150k tokens (docs/emulator.md).
+EMBEDDED_ARGS: dict[str, tuple[str, ...]] = {"trtllm": ("--enable-chunked-prefill",)}
+
+
 @contextlib.contextmanager
 def embedded_targets(extra_args: list[str]) -> Iterator[list[TargetSpec]]:
     """The emulator in both profiles, each its own process on a free loopback port."""
@@ -75,7 +81,7 @@ def embedded_targets(extra_args: list[str]) -> Iterator[list[TargetSpec]]:
     procs: list[EmulatorProcess] = []
     try:
         for engine in EMBEDDED_ENGINES:
-            procs.append(EmulatorProcess(["--engine", engine, *extra_args]))
+            procs.append(EmulatorProcess(["--engine", engine, *EMBEDDED_ARGS.get(engine, ()), *extra_args]))
         yield [
             TargetSpec(name=f"emulator-{engine}", url=p.url, engine=engine)
             for engine, p in zip(EMBEDDED_ENGINES, procs, strict=True)
