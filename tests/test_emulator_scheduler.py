@@ -38,6 +38,8 @@ class Sim:
     token_s: dict[int, list[float]] = field(default_factory=dict)
     peak_running: int = 0
     preemptions: int = 0
+    host_loaded_tokens: int = 0
+    end_s: float = 0.0
 
     def ttft_s(self, i: int) -> float:
         return self.token_s[i][0] - self.arrived_s[i]
@@ -74,6 +76,8 @@ def simulate(arrivals: list[Arrival], **config: Any) -> Sim:
         for i, g in enumerate(sim.gens):
             sim.token_s.setdefault(i, []).extend([now] * (len(g.output) - before[i]))
     sim.preemptions = model.stats.preemptions
+    sim.host_loaded_tokens = model.stats.host_loaded_tokens
+    sim.end_s = now
     assert all(g.finished and len(g.output) == g.max_new for g in sim.gens)  # every request ran whole
     return sim
 
@@ -168,6 +172,32 @@ def test_the_preempted_request_is_the_engines_choice(preempt: str, victim: int) 
 
     plan = Scheduler[Generation](policy, kv_capacity_tokens=300).plan(waiting, running, Stub())
     assert plan.preempted == released == [gens[victim]] and waiting == [gens[victim]]  # one goes, to the front
+
+
+# --- host tiers --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("engine", "tier"),
+    [("sglang", {"enable_hierarchical_cache": True}), ("trtllm", {"host_cache_tokens": 600})],
+)
+def test_a_host_tier_keeps_what_the_device_evicts_and_a_hit_there_costs_its_transfer(
+    engine: str, tier: dict[str, Any]
+) -> None:
+    """SGLang's HiCache (a host pool of ``--hicache-ratio``, 2, times the device's) and
+    TensorRT-LLM's host offload keep in host memory what the GPU evicts, and load it back on
+    reuse, at a transfer's cost: where FCFS over a one-family cache hit nothing, every request
+    but the two first now hits its family's prefix, and each hit adds its tokens' load time."""
+    one_at_a_time = {"sglang": "max_running_requests", "trtllm": "max_batch_size"}[engine]
+    common = {"engine": engine, "cache_capacity_tokens": 300, one_at_a_time: 1}
+    device_only = simulate(_two_families(), **common)
+    tiered = simulate(_two_families(), **common, **tier, host_load_ms_per_token=0.01)
+    hits = [g.cached_tokens for g in tiered.gens]
+    assert hits[:2] == [0, 0] and min(hits[2:]) >= 192  # 200 tokens (six 32-token blocks for trtllm)
+    # the device alone kept nothing (radix) or a block or two of each prefix (blocks)
+    assert max(g.cached_tokens for g in device_only.gens) <= 64
+    assert tiered.host_loaded_tokens >= sum(hits) - 64 * len(hits)  # the rest came back from the host
+    assert tiered.end_s - device_only.end_s == pytest.approx(0.01 / 1000 * tiered.host_loaded_tokens)
 
 
 # --- TensorRT-LLM ------------------------------------------------------------------------------

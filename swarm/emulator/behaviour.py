@@ -97,6 +97,17 @@ class EngineBehaviour:
         """KV block size in tokens (the config's, else the engine's own)."""
         return config.block_tokens or 1
 
+    def host_cache_tokens(self, config: EmulatorConfig) -> int | None:
+        """The host tier's size in tokens (None: no host tier)."""
+        return config.host_cache_tokens
+
+    def make_host_cache(self, config: EmulatorConfig) -> RadixCache | BlockCache | None:
+        """The prefix cache's host tier, of the device cache's kind (None: none)."""
+        tokens = self.host_cache_tokens(config)
+        if tokens is None:
+            return None
+        return self.make_cache(config.model_copy(update={"cache_capacity_tokens": tokens}))
+
     def info_lines(self, config: EmulatorConfig, labels: str) -> list[str]:
         """Extra Prometheus lines (an info gauge), after the counters and gauges."""
         return []
@@ -139,6 +150,14 @@ class SGLangBehaviour(EngineBehaviour):
 
     def cache_report(self, config: EmulatorConfig) -> bool:
         return config.cache_report
+
+    def host_cache_tokens(self, config: EmulatorConfig) -> int | None:
+        """``--host-cache-tokens``, else HiCache's ``--hicache-ratio`` x the device cache."""
+        if config.host_cache_tokens is not None or not config.enable_hierarchical_cache:
+            return config.host_cache_tokens
+        if config.cache_capacity_tokens is None:
+            return None  # an unbounded device cache evicts nothing
+        return int((config.hicache_ratio or sglang.HICACHE_RATIO) * config.cache_capacity_tokens)
 
     def scheduler_policy(self, config: EmulatorConfig) -> SchedulerPolicy:
         """FCFS or LPM (as FCFS past ``LPM_MAX_WAITING`` waiting), a new request's output

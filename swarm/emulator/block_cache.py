@@ -5,13 +5,14 @@ A prompt is cut into blocks of ``block_tokens`` (32 by default); block *i* is id
 its tokens and the identity of block *i-1*, so a block matches only when the whole prefix up
 to it matches. Cached tokens are ``matched_full_blocks * block_tokens``; a trailing partial
 block is never reused. When more than ``capacity_tokens // block_tokens`` blocks are stored,
-unreferenced leaf blocks (no stored child) are evicted, least recently used first.
+unreferenced leaf blocks (no stored child) are evicted, least recently used first;
+``on_evict`` hears the tokens up to each evicted block (the engine model's host tier keeps them).
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 _ROOT = 0
 
@@ -43,6 +44,8 @@ class BlockCache:
         self.evicted_tokens = 0
         # evictable leaf blocks by last access, with lazy deletion (see RadixCache's docstring)
         self._heap: list[tuple[int, int]] = []
+        #: called with the tokens from the first block to each evicted one (a host tier keeps them)
+        self.on_evict: Callable[[list[str]], object] | None = None
 
     def _touch(self, bid: int) -> None:
         self._tick += 1
@@ -128,6 +131,8 @@ class BlockCache:
             stamp, bid = heapq.heappop(heap)
             if not self._evictable(stamp, bid):
                 continue
+            if self.on_evict is not None:
+                self.on_evict(self._path(bid))
             blk = self._blocks.pop(bid)
             del self._ids[blk.key]
             freed += 1
@@ -138,6 +143,15 @@ class BlockCache:
                     self._push(blk.parent)
         self.evicted_tokens += freed * self.block_tokens
         return freed * self.block_tokens
+
+    def _path(self, bid: int) -> list[str]:
+        """The tokens of the blocks from the first to ``bid``."""
+        keys: list[tuple[str, ...]] = []
+        while bid != _ROOT:
+            block = self._blocks[bid]
+            keys.append(block.key[1])
+            bid = block.parent
+        return [t for key in reversed(keys) for t in key]
 
     def reset(self) -> None:
         self._blocks.clear()

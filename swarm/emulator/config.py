@@ -23,7 +23,8 @@ _EMU = "Emulator"
 _SCHED = "Engine scheduler"
 #: the scheduler knobs and the engine whose name each carries
 SCHEDULER_KNOBS = {
-    "schedule_policy": "sglang", "chunked_prefill_size": "sglang", "enable_mixed_chunk": "sglang", "max_running_requests": "sglang",
+    "schedule_policy": "sglang", "chunked_prefill_size": "sglang", "enable_mixed_chunk": "sglang",
+    "enable_hierarchical_cache": "sglang", "hicache_ratio": "sglang", "max_running_requests": "sglang",
     "capacity_scheduler_policy": "trtllm", "max_batch_size": "trtllm", "max_num_tokens": "trtllm",
     "enable_chunked_prefill": "trtllm", "max_num_seqs": "vllm", "max_num_batched_tokens": "vllm",
 }  # fmt: skip
@@ -98,6 +99,19 @@ class EmulatorConfig(BaseModel):
             help="prefix-cache capacity in tokens; 0: unbounded",
         ),
     )  # fmt: skip
+    host_cache_tokens: int | None = Field(
+        default=None, ge=1,
+        description="a second tier of the prefix cache in host memory, in tokens (TensorRT-LLM's "
+        "kv_cache_config.host_cache_size over the model's KV bytes per token; SGLang's HiCache): what "
+        "the device cache evicts is kept there, and a hit there costs --host-load-ms-per-token (default: none)",
+        json_schema_extra=flag("--host-cache-tokens", group=_EMU),
+    )  # fmt: skip
+    host_load_ms_per_token: float = Field(
+        default=0.003, ge=0,
+        description="batch timing: cost per token loaded from the host tier into a step, ms (the default: "
+        "an 8B model's 128 KiB of KV a token over 40 GB/s of PCIe)",
+        json_schema_extra=flag("--host-load-ms-per-token", group=_EMU),
+    )  # fmt: skip
     block_tokens: int | None = Field(
         default=None,
         ge=1,
@@ -121,6 +135,18 @@ class EmulatorConfig(BaseModel):
         description="sglang: a prefill step also decodes the running requests, as SGLang's "
         "--enable-mixed-chunk (default: off, a prefill step pauses decoding)",
         json_schema_extra=flag("--enable-mixed-chunk", group=_SCHED),
+    )
+    enable_hierarchical_cache: bool | None = Field(
+        default=None,
+        description="sglang: HiCache, a host tier of --hicache-ratio times the device prefix cache, "
+        "as SGLang's --enable-hierarchical-cache (default: off)",
+        json_schema_extra=flag("--enable-hierarchical-cache", group=_SCHED),
+    )
+    hicache_ratio: float | None = Field(
+        default=None, gt=1,
+        description="sglang: the host tier's size over the device prefix cache's, as SGLang's --hicache-ratio "
+        "(default 2.0)",
+        json_schema_extra=flag("--hicache-ratio", group=_SCHED),
     )
     max_running_requests: int | None = Field(
         default=None, ge=1, description="sglang: requests running at most, as SGLang's --max-running-requests "

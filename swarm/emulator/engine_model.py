@@ -117,6 +117,8 @@ class EngineStats:
     step_token_model_s: float = 0.0
     #: running requests preempted for lack of KV (``emulator.scheduler``)
     preemptions: int = 0
+    #: cached tokens loaded from the host tier
+    host_loaded_tokens: int = 0
 
 
 class Generation:
@@ -209,6 +211,12 @@ class EngineModel:
         #: what differs between the emulated engines (cache kind, rounding of cached tokens)
         self.behaviour: EngineBehaviour = engine_behaviour(config)
         self.cache: RadixCache | BlockCache = self.behaviour.make_cache(config)
+        #: the host tier (``--host-cache-tokens``, HiCache): keeps what the device cache evicts
+        self.host: RadixCache | BlockCache | None = self.behaviour.make_host_cache(config)
+        if self.host is not None:
+            self.cache.on_evict = self.host.insert
+        #: tokens loaded from the host tier by the admissions of the step being planned
+        self._step_host_tokens = 0
         self._page_tokens = self.behaviour.page_tokens(config)
         self.stats = EngineStats()
         #: the step's policy (the engine's scheduler, ``emulator.scheduler``)
@@ -248,7 +256,18 @@ class EngineModel:
         return self.scheduler.used(self.running)
 
     def _cached_for(self, prompt: Sequence[str]) -> int:
-        return self.behaviour.cached_tokens(self.cache.match(prompt), len(prompt), self._page_tokens)
+        """Cached tokens of ``prompt``: the device cache's match, or the host tier's if longer."""
+        matched = self.cache.match(prompt)
+        if self.host is not None:
+            matched = max(matched, self.host.match(prompt))
+        return self.behaviour.cached_tokens(matched, len(prompt), self._page_tokens)
+
+    def _from_host(self, sequence: Sequence[str], hit: int) -> int:
+        """Of ``hit`` cached tokens, those beyond the device cache's match (loaded from the host)."""
+        if self.host is None:
+            return 0
+        device = self.behaviour.cached_tokens(self.cache.match(sequence), len(sequence), self._page_tokens)
+        return max(hit - device, 0)
 
     # -- the scheduler's engine (``scheduler.Engine``) ------------------------------------------
 
@@ -257,7 +276,11 @@ class EngineModel:
         return self._cached_for(gen.prompt + gen.output if gen.output else gen.prompt)
 
     def admit(self, gen: Generation) -> None:
-        """The scheduler admitted ``gen`` in the step being planned."""
+        """The scheduler admitted ``gen`` in the step being planned (what it hits in the host
+        tier is loaded in this step)."""
+        loaded = self._from_host(gen.prompt + gen.output if gen.output else gen.prompt, gen.admit_hit)
+        self._step_host_tokens += loaded
+        self.stats.host_loaded_tokens += loaded
         self._admit(gen, self._step_now, gen.admit_hit)
 
     def release(self, gen: Generation) -> None:
@@ -272,6 +295,8 @@ class EngineModel:
         if self.running or self.waiting:
             return False
         self.cache.reset()
+        if self.host is not None:
+            self.host.reset()
         return True
 
     # -- requests ------------------------------------------------------------------------------
@@ -393,16 +418,17 @@ class EngineModel:
 
     def begin_step(self, now: float) -> tuple[StepPlan[Generation], float]:
         """A step's plan (``Scheduler.plan``), its admissions made at ``now``, and its modelled
-        length in seconds: ``(a + b × prefill tokens + b_c × cached tokens of those admitted + c ×
-        sequences) / 1000``. The step loop
+        length in seconds: ``(a + b × prefill tokens + b_c × cached tokens of those admitted + h ×
+        tokens they load from the host tier + c × sequences) / 1000``. The step loop
         sleeps that long and calls ``end_step``; a test drives both on a virtual clock."""
         cfg = self.config
-        self._step_now = now
+        self._step_now, self._step_host_tokens = now, 0
         plan = self.scheduler.plan(self.waiting, self.running, self)
         step_s = (
             cfg.step_base_ms
             + cfg.prefill_ms_per_token * plan.prefill_tokens
             + cfg.prefill_ms_per_cached_token * plan.cached_tokens
+            + cfg.host_load_ms_per_token * self._step_host_tokens
             + cfg.decode_ms_per_seq * plan.batch
         )
         return plan, step_s / 1000.0

@@ -6,7 +6,8 @@ cached tokens are the length of the longest path from the root that matches its 
 token granularity. Inserting a sequence adds only the tokens not already present. When the
 tree holds more than ``capacity_tokens``, leaves that no running request references are
 evicted, least recently used first, until it fits (a leaf's parent may then become a leaf
-and be evicted in turn). ``capacity_tokens=None`` means unbounded.
+and be evicted in turn). ``capacity_tokens=None`` means unbounded. ``on_evict`` hears each
+evicted leaf's whole token path (the engine model's host tier keeps it).
 
 Access times come from a logical counter, so eviction order is deterministic. Evictable
 leaves sit in a heap keyed by last access, with lazy deletion: an entry is pushed whenever a
@@ -17,7 +18,7 @@ popped, so eviction costs O(log n) per leaf instead of a walk over the whole tre
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 
 class _Node:
@@ -57,6 +58,8 @@ class RadixCache:
         self._tick = 0
         self._heap: list[tuple[int, int, _Node]] = []
         self._nodes = 0
+        #: called with the whole token path of each evicted leaf (a host tier keeps it)
+        self.on_evict: Callable[[list[str]], object] | None = None
 
     def _touch(self, node: _Node) -> None:
         self._tick += 1
@@ -156,6 +159,8 @@ class RadixCache:
                 continue
             parent = leaf.parent
             assert parent is not None
+            if self.on_evict is not None:
+                self.on_evict(self._path(leaf))
             del parent.children[leaf.key[0]]
             leaf.parent = None
             self._nodes -= 1
@@ -165,6 +170,16 @@ class RadixCache:
         self.size_tokens -= freed
         self.evicted_tokens += freed
         return freed
+
+    @staticmethod
+    def _path(node: _Node) -> list[str]:
+        """The tokens from the root to the end of ``node``."""
+        keys: list[list[str]] = []
+        at: _Node | None = node
+        while at is not None and at.parent is not None:
+            keys.append(at.key)
+            at = at.parent
+        return [t for key in reversed(keys) for t in key]
 
     def reset(self) -> None:
         """Drop everything (``/flush_cache``)."""

@@ -16,6 +16,8 @@ STEP_TOKENS = "swarm_emulator_step_tokens_total"
 STEP_TOKEN_MODEL_SECONDS = "swarm_emulator_step_token_model_seconds_total"
 #: running requests its scheduler preempted for lack of KV (``emulator/scheduler.py``)
 PREEMPTIONS = "swarm_emulator_preemptions_total"
+#: cached tokens loaded from its host tier (``--host-cache-tokens``, HiCache)
+HOST_LOADED_TOKENS = "swarm_emulator_host_loaded_tokens_total"
 #: how full its prefix cache is (its KV gauge counts running sequences)
 PREFIX_CACHE_USAGE = "swarm_emulator_prefix_cache_usage"
 #: empties the prefix cache in every profile

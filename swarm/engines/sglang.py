@@ -45,6 +45,8 @@ NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
 CLIP_MAX_NEW_TOKENS = 4096
 #: after a retraction the ratio is set with this many further decode steps per request
 RETRACT_DECODE_STEPS = 20
+#: ``--hicache-ratio``: HiCache's host pool over the device pool (0.5.3)
+HICACHE_RATIO = 2.0
 
 ENGINE = Engine(
     name="sglang",
