@@ -40,6 +40,8 @@ class Sim:
     preemptions: int = 0
     host_loaded_tokens: int = 0
     end_s: float = 0.0
+    #: prompt tokens each request was charged in prefill chunks, over all its admissions
+    prefilled: dict[int, int] = field(default_factory=dict)
 
     def ttft_s(self, i: int) -> float:
         return self.token_s[i][0] - self.arrived_s[i]
@@ -70,8 +72,12 @@ def simulate(arrivals: list[Arrival], **config: Any) -> Sim:
             continue
         before = [len(g.output) for g in sim.gens]
         plan, step_s = model.begin_step(now)
+        for i, g in enumerate(sim.gens):
+            sim.prefilled[i] = sim.prefilled.get(i, 0) + plan.chunks.get(id(g), 0)
         now += step_s
         model.end_step(plan, now)
+        # the KV in use never passes the capacity (but for one request alone, admitted whatever it needs)
+        assert model.kv_used <= model.config.kv_capacity_tokens or len(model.running) <= 1
         sim.peak_running = max(sim.peak_running, plan.batch)
         for i, g in enumerate(sim.gens):
             sim.token_s.setdefault(i, []).extend([now] * (len(g.output) - before[i]))
@@ -249,6 +255,20 @@ def test_vllm_chunked_prefill_keeps_decodes_going_and_max_num_seqs_caps_the_batc
     assert sim.ttft_s(1) == pytest.approx(4 * step_s)  # 1023 + 1023 + 1023 + 931, beside the decode
     many = [Arrival(0.0, tokens(f"r{i}-", 16), 8) for i in range(12)]
     assert simulate(many, engine="vllm", max_num_seqs=5).peak_running == 5
+
+
+def test_a_request_preempted_mid_prefill_computes_the_rest_of_its_prompt_when_it_returns() -> None:
+    """vLLM preempts the newest request, often one still prefilling: when it comes back it
+    reuses what it had computed, never more, so every prompt token is computed once at least."""
+    arrivals = [Arrival(0.0, tokens(f"d{i}-", 100), 60) for i in range(8)]
+    arrivals.append(Arrival(0.001, tokens("long", 1024), 2))
+    sim = simulate(
+        arrivals, engine="vllm", max_num_batched_tokens=72, kv_capacity_tokens=1900, block_tokens=1,
+        cache_capacity_tokens=None,
+    )  # fmt: skip
+    long = len(arrivals) - 1
+    assert sim.gens[long].preemptions >= 1  # preempted while its 1,024 tokens came in 64 a step
+    assert sim.prefilled[long] >= 1024
 
 
 # --- the knobs ---------------------------------------------------------------------------------

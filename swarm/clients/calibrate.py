@@ -50,6 +50,8 @@ WORDS = (
 ).split()
 #: gaps left out at the start of each stream in the decode phase (admission of the batch)
 SKIP_GAPS = 3
+#: the engines ``swarm emulate`` has a twin of
+EMULATED = ("sglang", "trtllm", "vllm")
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,8 @@ class _Probe:
         self.deadline = time.monotonic() + plan.budget_s
         self.prefill: list[PrefillPoint] = []
         self.decode: list[DecodePoint] = []
+        #: the server reported no cached tokens for a send it served from its cache
+        self.unreported = False
 
     async def send(self, messages: tuple[ChatMessage, ...], max_tokens: int) -> RequestRecord:
         if time.monotonic() > self.deadline:
@@ -94,8 +98,11 @@ class _Probe:
         for words in self.plan.prompt_words:
             for _ in range(self.plan.repeats):
                 messages = _prompt(words, secrets.token_hex(4))
-                for _again in range(2):  # cold, then the same prompt from the cache
+                for again in range(2):  # cold, then the same prompt from the cache
                     record = await self.send(messages, 1)
+                    if again and record.cached_tokens is None:
+                        self.unreported = True  # a cached send's TTFT without its count: not a point
+                        continue
                     self.prefill.append(
                         PrefillPoint(
                             prompt_tokens=record.prompt_tokens or 0, cached_tokens=record.cached_tokens or 0,
@@ -157,6 +164,14 @@ async def calibrate(
                 )
                 say(notes[-1])
                 break
+    if run.unreported:
+        notes.append(
+            "the server reports no cached tokens (SGLang: --enable-cache-report; vLLM: "
+            "--enable-prompt-tokens-details): the repeated prompts are left out, and "
+            "prefill_ms_per_cached_token is the default"
+        )
+    if found.engine not in EMULATED:
+        notes.append(f"the emulator has no {found.engine} twin yet: swarm emulate cannot serve this file")
     return _calibration(found, stated, run, complete, notes, fallback)
 
 

@@ -175,6 +175,7 @@ class SGLangBehaviour(EngineBehaviour):
             reserve_clip_tokens=sglang.CLIP_MAX_NEW_TOKENS,
             retract_decode_steps=sglang.RETRACT_DECODE_STEPS,
             preempt="fewest_output",
+            requeue_front=False,
             max_running=config.max_running_requests,
             step_token_budget=None if chunk == -1 else chunk,
             chunked_prefill=chunk != -1,

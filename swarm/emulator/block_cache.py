@@ -127,12 +127,13 @@ class BlockCache:
         blocks_needed = -(-tokens_needed // self.block_tokens)
         freed = 0
         heap = self._heap
+        told: set[int] = set()  # blocks under one already told of: their path is in its path
         while heap and freed < blocks_needed:
             stamp, bid = heapq.heappop(heap)
             if not self._evictable(stamp, bid):
                 continue
-            if self.on_evict is not None:
-                self.on_evict(self._path(bid))
+            if self.on_evict is not None and bid not in told:
+                self.on_evict(self._path(bid, told))
             blk = self._blocks.pop(bid)
             del self._ids[blk.key]
             freed += 1
@@ -144,12 +145,13 @@ class BlockCache:
         self.evicted_tokens += freed * self.block_tokens
         return freed * self.block_tokens
 
-    def _path(self, bid: int) -> list[str]:
-        """The tokens of the blocks from the first to ``bid``."""
+    def _path(self, bid: int, told: set[int]) -> list[str]:
+        """The tokens of the blocks from the first to ``bid``; each of them joins ``told``."""
         keys: list[tuple[str, ...]] = []
         while bid != _ROOT:
             block = self._blocks[bid]
             keys.append(block.key[1])
+            told.add(bid)
             bid = block.parent
         return [t for key in reversed(keys) for t in key]
 

@@ -135,6 +135,7 @@ class Generation:
         "arrived_s",
         "cached_tokens",
         "cancelled",
+        "computed",
         "finished",
         "first_token_s",
         "kv_tokens",
@@ -164,6 +165,7 @@ class Generation:
         self.prefill_left = 0
         self.admit_hit = 0
         self.preemptions = 0
+        self.computed: int | None = None
         self._lock_handle: object = None
         self._words = output_words(prompt, max_new)
 
@@ -272,7 +274,8 @@ class EngineModel:
     # -- the scheduler's engine (``scheduler.Engine``) ------------------------------------------
 
     def cached(self, gen: Generation) -> int:
-        """The cached tokens of ``gen``'s sequence so far (its prompt, before any output)."""
+        """The cached tokens of ``gen``'s sequence so far (its prompt, and its output after a
+        preemption)."""
         return self._cached_for(gen.prompt + gen.output if gen.output else gen.prompt)
 
     def admit(self, gen: Generation) -> None:
@@ -287,7 +290,8 @@ class EngineModel:
         """A preempted request's KV is freed; what it computed stays in the prefix cache."""
         self.cache.unlock(gen._lock_handle)  # type: ignore[arg-type]
         gen._lock_handle = []
-        self.cache.insert(gen.prompt + gen.output)
+        sequence = gen.prompt + gen.output
+        self.cache.insert(sequence[: gen.computed] if gen.computed is not None else sequence)
         self.stats.preemptions += 1
 
     def flush_cache(self) -> bool:
@@ -393,8 +397,7 @@ class EngineModel:
         planned_end: float | None = None
         while True:
             if self.cancelled_waiting:
-                self.cancelled_waiting = False
-                self.waiting = [g for g in self.waiting if not g.cancelled]
+                self._drop_cancelled(time.monotonic())
             if not self.running and not self.waiting:
                 self.scheduler.idle()
                 self._wake.clear()
@@ -415,6 +418,15 @@ class EngineModel:
             st.step_actual_s += clock() - step_start
             st.step_tokens += emitted
             st.step_token_model_s += step_s * emitted
+
+    def _drop_cancelled(self, now: float) -> None:
+        """Requests whose client went while they waited leave the queue; one preempted after
+        its admission is finished (its counts close as a cancelled request's do)."""
+        self.cancelled_waiting = False
+        for gen in self.waiting:
+            if gen.cancelled and gen.admitted_s is not None and not gen.finished:
+                self._release(gen, now)
+        self.waiting = [g for g in self.waiting if not g.cancelled]
 
     def begin_step(self, now: float) -> tuple[StepPlan[Generation], float]:
         """A step's plan (``Scheduler.plan``), its admissions made at ``now``, and its modelled

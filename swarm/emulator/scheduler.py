@@ -11,23 +11,26 @@ default's source is in docs/emulator.md, "Engine policies".
 The model, per step:
 
 1. **Room to decode.** Every decoding request needs one more token of KV. While the KV held
-   (``held``) would pass ``kv_capacity_tokens``, a running request is preempted: its KV
-   freed, it goes back to the front of the waiting queue and later computes its prompt and
-   output so far again (recompute; the prefix cache may hold most of it). Which one goes:
-   ``newest`` (the last admitted: vLLM, TensorRT-LLM) or ``fewest_output`` (the one with the
-   fewest output tokens, then the longest prompt: SGLang's retraction).
+   would pass ``kv_capacity_tokens``, a running request is preempted: its KV freed, it goes
+   back to the waiting queue (its front: vLLM; its end: SGLang) and later computes its prompt
+   and output so far again (recompute; the prefix cache may hold what it had computed, never
+   more). Which one goes: ``newest`` (the last admitted: vLLM, TensorRT-LLM) or
+   ``fewest_output`` (the one with the fewest output tokens, then the longest prompt: SGLang's
+   retraction). With ``prefill_pauses_decode`` (SGLang) this happens only in a step that
+   decodes: one that forms a prefill batch preempts nothing.
 2. **Order of the waiting queue.** ``fcfs``, or ``lpm``: longest cached prefix first (SGLang's
    default with the radix cache on), as FCFS when more than ``lpm_max_waiting`` wait.
 3. **Admission**, in that order, while ``max_running`` and the step's token budget allow and
-   the KV fits: what the running requests hold (their tokens, plus ``ratio`` x their output
-   still to come) plus the candidate's uncached prompt plus ``admit_reserve`` x its output;
+   the KV fits: what the running requests hold (their tokens and this step's one, plus
+   ``ratio`` x their output still to come) plus the candidate's uncached prompt, its first
+   token and ``admit_reserve`` x its output;
    outputs to come count at most ``reserve_clip_tokens``. TensorRT-LLM's
    ``GUARANTEED_NO_EVICT`` reserves whole outputs (ratios 1: it never preempts); vLLM and
    ``MAX_UTILIZATION`` admit on the prompt alone (0); SGLang reserves a new request's output
    whole (clipped at 4,096) and the running ones' at its ``new_token_ratio``, which starts at
    ``reserve_ratio``, falls by ``reserve_decay`` a decode step down to ``reserve_floor``, is set
-   from the requests left after a preemption (``retract_decode_steps``) and starts again when
-   the engine is idle. vLLM admits nothing in a step that preempted. A step with nothing
+   from the requests left after a preemption (``retract_decode_steps``; no decay in that step)
+   and starts again when the engine is idle. vLLM admits nothing in a step that preempted. A step with nothing
    running admits its first candidate whatever it needs (no request waits for ever; ``submit``
    refuses one that cannot fit at all).
 4. **The step's tokens.** ``step_token_budget`` bounds the tokens one step computes: a decoding
@@ -61,6 +64,8 @@ class Request(Protocol):
     prefill_left: int
     admit_hit: int
     preemptions: int
+    #: after a preemption: the tokens of its sequence it had computed (None: never preempted)
+    computed: int | None
 
     @property
     def prompt_tokens(self) -> int: ...
@@ -106,6 +111,8 @@ class SchedulerPolicy:
     retract_decode_steps: int | None = None
     #: a step that preempted may still admit waiting requests (vLLM's does not)
     admit_after_preempt: bool = True
+    #: a preempted request goes back to the front of the queue (vLLM), else to its end (SGLang)
+    requeue_front: bool = True
     #: which running request a lack of KV preempts
     preempt: Literal["newest", "fewest_output"] = "newest"
     #: requests running at most (None: as many as the KV holds)
@@ -182,8 +189,9 @@ class Scheduler(Generic[R]):
         return math.ceil(self.ratio * self._to_come(gen))
 
     def held(self, gen: R) -> int:
-        """KV a running request holds for the admission check: its tokens and its reserve."""
-        return self.blocks(gen.kv_tokens + self.reserve(gen))
+        """KV a running request holds for the admission check: its tokens, the one this step
+        may add, and its reserve."""
+        return self.blocks(gen.kv_tokens + 1 + self.reserve(gen))
 
     def used(self, running: Sequence[R]) -> int:
         """KV in use (reserves left out): what the engine's usage gauge shows."""
@@ -203,20 +211,23 @@ class Scheduler(Generic[R]):
         in) and each request's bookkeeping; the caller emits the tokens after the step."""
         plan: StepPlan[R] = StepPlan()
         p = self.policy
-        self._make_room(running, waiting, plan, engine)
         budget = p.step_token_budget if p.step_token_budget is not None else math.inf
-        prefilling = [g for g in running if g.prefill_left > 0]
-        decoders = [g for g in running if g.prefill_left == 0]
-        if not p.prefill_pauses_decode:
-            plan.decoding = decoders
-            budget -= len(decoders)
-        for gen in prefilling:  # chunks under way go before new prompts
-            budget = self._chunk(gen, budget, plan)
-        if p.admit_after_preempt or not plan.preempted:
-            budget = self._admit(waiting, running, engine, budget, plan)
-        if p.prefill_pauses_decode and not plan.chunks:
-            plan.decoding = decoders
-        if plan.decoding:
+        if p.prefill_pauses_decode:  # SGLang: a prefill batch if one forms, else decode
+            for gen in [g for g in running if g.prefill_left > 0]:
+                budget = self._chunk(gen, budget, plan)
+            self._admit(waiting, running, engine, budget, plan)
+            if not plan.chunks:
+                self._make_room(running, waiting, plan, engine)
+                plan.decoding = [g for g in running if g.prefill_left == 0]
+        else:  # decodes first, then chunks under way, then new prompts in what is left
+            self._make_room(running, waiting, plan, engine)
+            plan.decoding = [g for g in running if g.prefill_left == 0]
+            budget -= len(plan.decoding)
+            for gen in [g for g in running if g.prefill_left > 0]:
+                budget = self._chunk(gen, budget, plan)
+            if p.admit_after_preempt or not plan.preempted:
+                self._admit(waiting, running, engine, budget, plan)
+        if plan.decoding and not plan.preempted:
             self.ratio = max(p.reserve_floor, self.ratio - p.reserve_decay)
         return plan
 
@@ -249,9 +260,11 @@ class Scheduler(Generic[R]):
             if budget <= 0 or (p.max_running is not None and len(running) >= p.max_running):
                 break
             hit = engine.cached(gen)
+            if gen.computed is not None:  # back after a preemption: at most what it had computed
+                hit = min(hit, gen.computed)
             sequence = gen.prompt_tokens + len(gen.output)
             new = sequence - hit
-            need = self.blocks(new + math.ceil(p.admit_reserve * self._to_come(gen)))
+            need = self.blocks(new + 1 + math.ceil(p.admit_reserve * self._to_come(gen)))
             if running and held + need > self.capacity:
                 break
             if not p.chunked_prefill and new > budget and plan.batch:
@@ -287,6 +300,7 @@ class Scheduler(Generic[R]):
             victim = self._victim(running)
             need -= self.blocks(victim.kv_tokens + (victim in grow))
             running.remove(victim)
+            victim.computed = victim.prompt_tokens + len(victim.output) - victim.prefill_left
             victim.prefill_left = victim.kv_tokens = 0
             victim.preemptions += 1
             engine.release(victim)
@@ -294,8 +308,10 @@ class Scheduler(Generic[R]):
             self.preemptions += 1
         if plan.preempted:
             self.ratio = self._ratio_after_preemption(running)
-        for gen in reversed(plan.preempted):
-            waiting.insert(0, gen)
+        if self.policy.requeue_front:
+            waiting[:0] = plan.preempted
+        else:
+            waiting.extend(plan.preempted)
 
     def _ratio_after_preemption(self, running: list[R]) -> float:
         """SGLang's: min(1, (Σ output so far + ``retract_decode_steps`` × n) / Σ max tokens) over
