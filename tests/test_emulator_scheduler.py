@@ -263,7 +263,7 @@ def test_a_request_preempted_mid_prefill_computes_the_rest_of_its_prompt_when_it
     arrivals = [Arrival(0.0, tokens(f"d{i}-", 100), 60) for i in range(8)]
     arrivals.append(Arrival(0.001, tokens("long", 1024), 2))
     sim = simulate(
-        arrivals, engine="vllm", max_num_batched_tokens=72, kv_capacity_tokens=1900, block_tokens=1,
+        arrivals, engine="vllm", max_num_batched_tokens=72, max_num_seqs=16, kv_capacity_tokens=1900, block_tokens=1,
         cache_capacity_tokens=None,
     )  # fmt: skip
     long = len(arrivals) - 1
@@ -279,3 +279,5 @@ def test_a_knob_of_another_engine_is_refused_naming_it() -> None:
         EmulatorConfig(engine="trtllm", max_num_seqs=4)
     with pytest.raises(ValidationError, match="schedule_policy is sglang's"):
         EmulatorConfig(engine="vllm", schedule_policy="fcfs")
+    with pytest.raises(ValidationError, match=r"max_num_batched_tokens \(64\) must be at least max_num_seqs \(128\)"):
+        EmulatorConfig(engine="vllm", max_num_batched_tokens=64)

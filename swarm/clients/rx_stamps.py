@@ -96,6 +96,7 @@ class StampKeeper:
             self.held = self._probe(wait_s)
         except OSError as exc:
             log.warning("cannot check that the kernel stamps reads: %s", exc)
+            return False
         if not self.held:
             log.warning("the kernel did not stamp a loopback read within %.2f s", wait_s)
         return self.held
