@@ -25,8 +25,9 @@ from swarm.engines.calibration import Calibration, StepModel, load_calibration
 from swarm.errors import InputError
 
 SWARM = [sys.executable, "-m", "swarm.cli"]
-#: the step model the server runs (ms): none of them the default
-KNOWN = {"step_base_ms": 6.0, "prefill_ms_per_token": 0.03, "decode_ms_per_seq": 0.4}
+#: the step model the server runs (ms): none of them the default, and steps long enough that
+#: a busy machine's late wake-ups (a millisecond or so) stay small beside them
+KNOWN = {"step_base_ms": 20.0, "prefill_ms_per_token": 0.05, "decode_ms_per_seq": 1.0}
 FALLBACK = StepModel(step_base_ms=4.0, prefill_ms_per_token=0.02, prefill_ms_per_cached_token=0.0, decode_ms_per_seq=0.05)
 
 

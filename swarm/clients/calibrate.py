@@ -35,8 +35,10 @@ import aiohttp
 from swarm.clients.aiohttp_transport import open_http_session
 from swarm.clients.client import HttpEngineClient, normalise_base_url, open_transport, redact_url
 from swarm.clients.probe import ProbeResult, probe
+from swarm.engines import emulated
 from swarm.engines.calibration import Calibration, DecodePoint, PrefillPoint, StepModel, fit_step_model
 from swarm.engines.registry import get_engine
+from swarm.engines.sglang import STATED_POLICIES
 from swarm.errors import InputError
 from swarm.record import RequestRecord
 from swarm.request import ChatMessage, EngineRequest, Timeouts
@@ -50,8 +52,6 @@ WORDS = (
 ).split()
 #: gaps left out at the start of each stream in the decode phase (admission of the batch)
 SKIP_GAPS = 3
-#: the engines ``swarm emulate`` has a twin of
-EMULATED = ("sglang", "trtllm", "vllm")
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,7 @@ async def calibrate(
             "--enable-prompt-tokens-details): the repeated prompts are left out, and "
             "prefill_ms_per_cached_token is the default"
         )
-    if found.engine not in EMULATED:
+    if found.engine not in emulated.TWINS:
         notes.append(f"the emulator has no {found.engine} twin yet: swarm emulate cannot serve this file")
     return _calibration(found, stated, run, complete, notes, fallback)
 
@@ -188,37 +188,28 @@ def _calibration(
     )  # fmt: skip
 
 
-#: SGLang's server-info fields, and the emulator settings they are
-SGLANG_STATED = {
-    "max_total_num_tokens": "kv_capacity_tokens", "chunked_prefill_size": "chunked_prefill_size",
-    "max_running_requests": "max_running_requests", "schedule_policy": "schedule_policy",
-}  # fmt: skip
-
-
 async def _stated(url: str, found: ProbeResult) -> tuple[dict[str, object], list[str]]:
     """What the server states of itself, as emulator settings, and notes on what it does not."""
     stated: dict[str, object] = {}
     notes: list[str] = []
-    if found.block_tokens is not None and found.engine in ("trtllm", "vllm"):
+    if found.block_tokens is not None:  # vLLM's cache_config_info
         stated["block_tokens"] = found.block_tokens
-    if found.engine == "sglang":
-        info = await _server_info(url, found)
-        for field, setting in SGLANG_STATED.items():
-            value = info.get(field)
-            if value is None or (field == "schedule_policy" and value not in ("lpm", "fcfs")):
-                continue
-            stated[setting] = value
+    paths, fields = emulated.STATED_INFO.get(found.engine or "", ((), {}))
+    info = await _server_info(url, found, paths) if paths else {}
+    for field, setting in fields.items():
+        value = info.get(field)
+        if value is None or (setting == "schedule_policy" and value not in STATED_POLICIES):
+            continue
+        stated[setting] = value
     if "kv_capacity_tokens" not in stated:
         notes.append("the server states no KV capacity: the twin keeps the emulator's (--kv-capacity-tokens)")
     return stated, notes
 
 
-async def _server_info(url: str, found: ProbeResult) -> dict[str, object]:
-    from swarm.engines.sglang import ENGINE_INFO_PATHS
-
+async def _server_info(url: str, found: ProbeResult, paths: tuple[str, ...]) -> dict[str, object]:
     base = normalise_base_url(url)
     async with open_http_session(max_connections=2, connect_timeout_s=5.0) as session:
-        for path in ENGINE_INFO_PATHS:
+        for path in paths:
             try:
                 async with session.get(base + path) as response:
                     if response.status == 200:

@@ -229,17 +229,11 @@ class EmulatorConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
-    def _vllm_budget_holds_its_sequences(self) -> EmulatorConfig:
+    def _budget_holds_the_running_cap(self) -> EmulatorConfig:
         """vLLM refuses a step budget smaller than its running cap (no room for prefill)."""
-        if self.engine == "vllm":
-            from swarm.engines import vllm
-
-            seqs = self.max_num_seqs or vllm.MAX_NUM_SEQS
-            budget = self.max_num_batched_tokens or vllm.MAX_NUM_BATCHED_TOKENS
-            if budget < seqs:
-                raise ValueError(
-                    f"max_num_batched_tokens ({budget}) must be at least max_num_seqs ({seqs}), as vLLM requires"
-                )
+        budget, seqs = self.max_num_batched_tokens, self.max_num_seqs
+        if budget is not None and seqs is not None and budget < seqs:
+            raise ValueError(f"max_num_batched_tokens ({budget}) must be at least max_num_seqs ({seqs}), as vLLM requires")
         return self
 
     @model_validator(mode="after")

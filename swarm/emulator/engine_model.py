@@ -313,7 +313,8 @@ class EngineModel:
             )
         policy = self.scheduler.policy
         budget = policy.step_token_budget
-        if policy.refuse_over_budget and not policy.chunked_prefill and budget is not None and len(prompt) > budget:
+        refuses = policy.refuse_over_budget and not policy.chunked_prefill and self.config.timing == "batch"
+        if refuses and budget is not None and len(prompt) > budget:
             raise PromptTooLong(
                 f"prompt of {len(prompt)} tokens exceeds the {budget} tokens one step computes "
                 "(max_num_tokens) and chunked prefill is off"

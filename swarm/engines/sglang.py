@@ -27,6 +27,13 @@ def identify(served: Served) -> Identified | None:
 
 
 ENGINE_INFO_PATHS = ("/get_server_info", "/server_info")
+#: what the server info states of the server, and the emulator setting each is
+#: (``swarm calibrate``; a schedule policy other than these two is not the twin's)
+STATED_SETTINGS = {
+    "max_total_num_tokens": "kv_capacity_tokens", "chunked_prefill_size": "chunked_prefill_size",
+    "max_running_requests": "max_running_requests", "schedule_policy": "schedule_policy",
+}  # fmt: skip
+STATED_POLICIES = ("lpm", "fcfs")
 
 # The scheduler (``emulator.scheduler`` models it; sources in docs/emulator.md, "Engine policies")
 #: ``--schedule-policy``'s default (``srt/server_args.py``, 0.5.3 and 0.5.23)
