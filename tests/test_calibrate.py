@@ -58,7 +58,8 @@ def test_a_probe_recovers_the_servers_step_model_within_ten_percent(measured: tu
     # every measured point and each fit's residuals are kept beside the parameters
     assert len(calibration.decode_points) == len(ProbePlan().batches)
     assert {p.cached_tokens > 0 for p in calibration.prefill_points} == {True, False}  # cold and cached
-    assert calibration.decode_fit is not None and calibration.decode_fit.rms_ms < 1.0
+    itl = [p.itl_ms for p in calibration.decode_points]
+    assert calibration.decode_fit is not None and calibration.decode_fit.rms_ms < 0.1 * sum(itl) / len(itl)
     assert calibration.prefill_fit is not None and len(calibration.prefill_fit.residuals_ms) == len(
         calibration.prefill_points
     )
