@@ -27,8 +27,11 @@ from swarm.errors import InputError
 SWARM = [sys.executable, "-m", "swarm.cli"]
 #: the step model the server runs (ms): none of them the default, and steps long enough that
 #: a busy machine's late wake-ups (a millisecond or so) stay small beside them
-KNOWN = {"step_base_ms": 20.0, "prefill_ms_per_token": 0.05, "decode_ms_per_seq": 1.0}
-FALLBACK = StepModel(step_base_ms=4.0, prefill_ms_per_token=0.02, prefill_ms_per_cached_token=0.0, decode_ms_per_seq=0.05)
+KNOWN = {"step_base_ms": 20.0, "prefill_ms_per_token": 0.05, "decode_ms_per_seq": 1.0, "decode_ms_per_context_token": 0.002}
+FALLBACK = StepModel(
+    step_base_ms=4.0, prefill_ms_per_token=0.02, prefill_ms_per_cached_token=0.0, decode_ms_per_seq=0.05,
+    decode_ms_per_context_token=0.0,
+)
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +59,8 @@ def test_a_probe_recovers_the_servers_step_model_within_ten_percent(measured: tu
     for name, value in KNOWN.items():
         assert getattr(got, name) == pytest.approx(value, rel=0.10), (name, got)
     # every measured point and each fit's residuals are kept beside the parameters
-    assert len(calibration.decode_points) == len(ProbePlan().batches)
+    plan = ProbePlan()
+    assert len(calibration.decode_points) == len(plan.batches) + len(plan.context_words)  # short, then long contexts
     assert {p.cached_tokens > 0 for p in calibration.prefill_points} == {True, False}  # cold and cached
     itl = [p.itl_ms for p in calibration.decode_points]
     assert calibration.decode_fit is not None and calibration.decode_fit.rms_ms < 0.1 * sum(itl) / len(itl)

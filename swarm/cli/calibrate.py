@@ -45,6 +45,7 @@ def calibrate(
     fallback = StepModel(
         step_base_ms=defaults.step_base_ms, prefill_ms_per_token=defaults.prefill_ms_per_token,
         prefill_ms_per_cached_token=defaults.prefill_ms_per_cached_token, decode_ms_per_seq=defaults.decode_ms_per_seq,
+        decode_ms_per_context_token=defaults.decode_ms_per_context_token,
     )  # fmt: skip
     result = asyncio.run(
         run_calibration(

@@ -13,7 +13,8 @@ what is left of the time budget:
    ignored): per stream its mean gap between tokens once all decode (the first ``SKIP_GAPS``
    and the last gap left out: admission and the stragglers' end; a mean, as a late step the
    engine makes up in the next would split a median), and the median of those over streams;
-   ``decode_rounds`` times for each batch size, keeping the quickest (noise only adds time).
+   ``decode_rounds`` times for each batch size, keeping the quickest (noise only adds time);
+   then ``context_batch`` streams with long prompts (``context_words``), for the cost of context.
 
 A request that fails ends the probe: the file keeps what was measured, ``complete: false``, and
 a note naming the phase and the error. The fit fills what the points cannot give with the
@@ -62,6 +63,10 @@ class ProbePlan:
     prompt_words: tuple[int, ...] = (16, 128, 256, 512, 768)
     repeats: int = 3
     batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    #: the decode phase again at ``context_batch`` streams with prompts this long (words): the
+    #: cost of context
+    context_words: tuple[int, ...] = (512, 1024)
+    context_batch: int = 4
     decode_tokens: int = 40
     #: each batch size is sent this many times, and the quickest kept
     decode_rounds: int = 2
@@ -114,24 +119,33 @@ class _Probe:
                     )  # fmt: skip
 
     async def run_decode(self) -> None:
-        self.say(f"decode: batches of {', '.join(map(str, self.plan.batches))} streams of {self.plan.decode_tokens} tokens")
-        for batch in self.plan.batches:
-            rounds = [await self._decode_round(batch) for _ in range(self.plan.decode_rounds)]
+        self.say(
+            f"decode: batches of {', '.join(map(str, self.plan.batches))} streams of {self.plan.decode_tokens} tokens, "
+            f"then {self.plan.context_batch} with prompts of {', '.join(map(str, self.plan.context_words))} words"
+        )
+        shapes = [(b, 8) for b in self.plan.batches] + [(self.plan.context_batch, w) for w in self.plan.context_words]
+        for batch, words in shapes:
+            rounds = [await self._decode_round(batch, words) for _ in range(self.plan.decode_rounds)]
             measured = [r for r in rounds if r is not None]
             if measured:  # the quickest round: a busy machine only ever adds time
                 self.decode.append(min(measured, key=lambda p: p.itl_ms))
 
-    async def _decode_round(self, batch: int) -> DecodePoint | None:
+    async def _decode_round(self, batch: int, words: int) -> DecodePoint | None:
+        tokens = self.plan.decode_tokens
         records = await asyncio.gather(
-            *(self.send(_prompt(8, secrets.token_hex(4)), self.plan.decode_tokens) for _ in range(batch))
+            *(self.send(_prompt(words, secrets.token_hex(4)), tokens) for _ in range(batch))
         )
-        means, gaps = [], 0
+        means, gaps, contexts = [], 0, []
         for r in records:
             steady = r.chunk_ns[SKIP_GAPS:-1]  # after admission, before the last token
             if len(steady) >= 2:
                 means.append((steady[-1] - steady[0]) / (len(steady) - 1) / 1e6)
                 gaps += len(steady) - 1
-        return DecodePoint(batch=batch, itl_ms=statistics.median(means), gaps=gaps) if means else None
+                contexts.append((r.prompt_tokens or 0) + tokens // 2)
+        if not means:
+            return None
+        context = round(sum(contexts) / len(contexts))
+        return DecodePoint(batch=batch, context_tokens=context, itl_ms=statistics.median(means), gaps=gaps)
 
 
 async def calibrate(

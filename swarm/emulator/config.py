@@ -75,6 +75,12 @@ class EmulatorConfig(BaseModel):
         default=0.05, ge=0, description="batch timing: cost per running sequence in a step, ms",
         json_schema_extra=flag("--decode-ms-per-seq", group=_EMU),
     )  # fmt: skip
+    decode_ms_per_context_token: float = Field(
+        default=0.0, ge=0,
+        description="batch timing: cost per token of context (prompt and output so far) of each "
+        "sequence decoding in a step, ms (attention over a long context; 0: context is free)",
+        json_schema_extra=flag("--decode-ms-per-context-token", group=_EMU),
+    )  # fmt: skip
     first_token_ms: float = Field(
         default=50.0, ge=0, description="fixed timing: time to first token, ms",
         json_schema_extra=flag("--first-token-ms", group=_EMU),

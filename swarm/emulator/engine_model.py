@@ -18,11 +18,13 @@ Timing. ``batch`` runs one step loop, as continuous-batching engines do. What ea
 (which waiting requests it admits, how much of each prompt it prefills, whether the running
 ones decode, which it preempts) is the engine's scheduler (``emulator.scheduler``); it lasts
 
-    step_s = (a + b * prefill_tokens_in_step + b_c * cached_tokens_admitted + c * sequences) / 1000
+    step_s = (a + b * prefill_tokens_in_step + b_c * cached_tokens_admitted + h * host_loaded
+              + c * sequences + d * context_of_decoding_sequences) / 1000
 
-with a, b, b_c, c = ``step_base_ms``, ``prefill_ms_per_token``, ``prefill_ms_per_cached_token``,
-``decode_ms_per_seq`` (``swarm calibrate`` fits them on a server), and only uncached prompt
-tokens count as prefill. At the end of a step every request whose prefill completed emits its
+with a, b, b_c, h, c, d = ``step_base_ms``, ``prefill_ms_per_token``,
+``prefill_ms_per_cached_token``, ``host_load_ms_per_token``, ``decode_ms_per_seq``,
+``decode_ms_per_context_token`` (``swarm calibrate`` fits all but h on a server), and only
+uncached prompt tokens count as prefill. At the end of a step every request whose prefill completed emits its
 first token and every decoding one its next token. ``fixed`` ignores load: each request
 emits its first token ``first_token_ms`` after arrival and one more every ``token_ms``
 (scheduled on absolute times, so delays do not accumulate). ``zero`` emits everything at once.
@@ -432,7 +434,8 @@ class EngineModel:
     def begin_step(self, now: float) -> tuple[StepPlan[Generation], float]:
         """A step's plan (``Scheduler.plan``), its admissions made at ``now``, and its modelled
         length in seconds: ``(a + b × prefill tokens + b_c × cached tokens of those admitted + h ×
-        tokens they load from the host tier + c × sequences) / 1000``. The step loop
+        tokens they load from the host tier + c × sequences + d × context of those decoding) /
+        1000``. The step loop
         sleeps that long and calls ``end_step``; a test drives both on a virtual clock."""
         cfg = self.config
         self._step_now, self._step_host_tokens = now, 0
@@ -443,6 +446,7 @@ class EngineModel:
             + cfg.prefill_ms_per_cached_token * plan.cached_tokens
             + cfg.host_load_ms_per_token * self._step_host_tokens
             + cfg.decode_ms_per_seq * plan.batch
+            + cfg.decode_ms_per_context_token * sum(g.prompt_tokens + len(g.output) for g in plan.decoding)
         )
         return plan, step_s / 1000.0
 

@@ -239,6 +239,7 @@ class _Handlers:
             "prefill_ms_per_token": cfg.prefill_ms_per_token,
             "prefill_ms_per_cached_token": cfg.prefill_ms_per_cached_token,
             "decode_ms_per_seq": cfg.decode_ms_per_seq,
+            "decode_ms_per_context_token": cfg.decode_ms_per_context_token,
             "first_token_ms": cfg.first_token_ms,
             "token_ms": cfg.token_ms,
         }

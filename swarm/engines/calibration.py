@@ -9,7 +9,8 @@ residuals, so a user can see how well the straight lines hold.
 
 The step model it fits is the emulator's (``emulator/engine_model.py``): one batch step lasts
 ``step_base_ms + prefill_ms_per_token × uncached prompt tokens + prefill_ms_per_cached_token ×
-cached prompt tokens + decode_ms_per_seq × sequences`` (ms).
+cached prompt tokens + decode_ms_per_seq × sequences + decode_ms_per_context_token × the
+decoding sequences' context tokens`` (ms).
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ class StepModel(_Strict):
     prefill_ms_per_token: float = Field(ge=0, description="cost per uncached prompt token prefilled")
     prefill_ms_per_cached_token: float = Field(ge=0, description="cost per cached prompt token of a prefill")
     decode_ms_per_seq: float = Field(ge=0, description="cost per sequence in a step")
+    decode_ms_per_context_token: float = Field(
+        ge=0, description="cost per token of context of each decoding sequence in a step"
+    )
 
 
 class PrefillPoint(_Strict):
@@ -49,10 +53,12 @@ class PrefillPoint(_Strict):
 
 
 class DecodePoint(_Strict):
-    """``batch`` streams at once: the gap between their tokens once all decode (each stream's
-    mean, the median over streams)."""
+    """``batch`` streams at once, each with about ``context_tokens`` of context while it
+    decodes: the gap between their tokens once all decode (each stream's mean, the median over
+    streams)."""
 
     batch: int = Field(ge=1)
+    context_tokens: int = Field(ge=0, description="a stream's prompt plus half its output, the mean over streams")
     itl_ms: float = Field(ge=0)
     gaps: int = Field(ge=0, description="token gaps the median is over")
 
@@ -114,20 +120,23 @@ def fit_step_model(
     """The step model from the measured points (``fallback``'s value, with a line in ``notes``,
     for what they cannot give):
 
-    - decode: the mean token gap of ``B`` streams at once is one step of ``B`` sequences,
-      ``itl = step_base_ms + decode_ms_per_seq × B`` (a line over the batch sizes);
+    - decode: the mean token gap of ``B`` streams at once, each with ``x`` tokens of context, is
+      one step of ``B`` sequences, ``itl = step_base_ms + decode_ms_per_seq × B +
+      decode_ms_per_context_token × B × x`` (least squares over short and long contexts; with
+      one context length only, no context term);
     - prefill: a request alone takes one step of one sequence, plus the client's own overhead
       ``o``: ``ttft = (step_base_ms + decode_ms_per_seq + o) + prefill_ms_per_token × uncached
       + prefill_ms_per_cached_token × cached`` (least squares over cold and cached points).
 
     Returns the model, the two fits and ``o`` (None where there was no fit to read it from).
     """
-    base, per_seq, decode_fit = fallback.step_base_ms, fallback.decode_ms_per_seq, None
+    base, per_seq, per_context = fallback.step_base_ms, fallback.decode_ms_per_seq, fallback.decode_ms_per_context_token
+    decode_fit = None
     try:
-        base, per_seq, decode_fit = line_fit([p.batch for p in decode], [p.itl_ms for p in decode])
+        base, per_seq, per_context, decode_fit = _decode_fit(decode)
     except ValueError:
         notes.append("decode: fewer than two batch sizes measured; step_base_ms and decode_ms_per_seq are the defaults")
-    base, per_seq = max(base, 0.0), max(per_seq, 0.0)
+    base, per_seq, per_context = max(base, 0.0), max(per_seq, 0.0), max(per_context, 0.0)
     per_token, per_cached = fallback.prefill_ms_per_token, fallback.prefill_ms_per_cached_token
     prefill_fit, overhead = None, None
     try:
@@ -138,8 +147,28 @@ def fit_step_model(
     model = StepModel(
         step_base_ms=base, prefill_ms_per_token=max(per_token, 0.0),
         prefill_ms_per_cached_token=max(per_cached, 0.0), decode_ms_per_seq=per_seq,
+        decode_ms_per_context_token=per_context,
     )  # fmt: skip
     return model, prefill_fit, decode_fit, overhead
+
+
+def _decode_fit(points: list[DecodePoint]) -> tuple[float, float, float, Fit]:
+    """Least squares ``itl = a + c × B + d × B × x``: (a, c, d, residuals); no ``d`` column
+    when every point has the same context."""
+    import numpy as np
+
+    batch = np.array([p.batch for p in points], dtype=float)
+    context = np.array([p.batch * p.context_tokens for p in points], dtype=float)
+    itl = np.array([p.itl_ms for p in points], dtype=float)
+    if np.unique(batch).size < 2:
+        raise ValueError("fewer than two batch sizes")
+    varied = np.unique(context / batch).size > 1
+    design = np.column_stack([np.ones_like(itl), batch] + ([context] if varied else []))
+    solution, *_ = np.linalg.lstsq(design, itl, rcond=None)
+    residuals = itl - design @ solution
+    d = float(solution[2]) if varied else 0.0
+    fit = Fit(residuals_ms=[round(float(r), 4) for r in residuals], rms_ms=float(np.sqrt(np.mean(residuals**2))))
+    return float(solution[0]), float(solution[1]), d, fit
 
 
 def _prefill_fit(points: list[PrefillPoint]) -> tuple[float, float, float, Fit]:
