@@ -161,6 +161,31 @@ def test_metrics_use_engine_names_and_endpoints_exist(emulator: Factory) -> None
     assert asyncio.run(get(trt.url + "/generate"))[0] in (404, 405)
 
 
+def test_trtllm_perf_metrics_state_each_requests_reused_and_missed_blocks(emulator: Factory) -> None:
+    """TensorRT-LLM's ``/perf_metrics``: each request finished since the last read, with its
+    KV blocks (total, new, reused from the cache, missed) and its times; drained on read."""
+    trt = emulator(engine="trtllm")
+    first, second = asyncio.run(send_pair(trt.url, "trtllm", "openai-chat", 64))
+
+    async def get(url: str) -> tuple[int, object]:
+        async with aiohttp.ClientSession() as s, s.get(url) as r:
+            return r.status, await r.json(content_type=None) if r.status == 200 else None
+
+    status, entries = asyncio.run(get(trt.url + "/perf_metrics"))
+    assert status == 200 and isinstance(entries, list) and len(entries) == 2
+    kv = [e["perf_metrics"]["kv_cache_metrics"] for e in entries]
+    for record, blocks in zip((first, second), kv, strict=True):
+        assert record.cached_tokens is not None and record.prompt_tokens is not None
+        assert blocks["num_reused_blocks"] == record.cached_tokens // 32
+        assert blocks["num_reused_blocks"] + blocks["num_missed_blocks"] == -(-record.prompt_tokens // 32)
+        assert blocks["num_new_allocated_blocks"] == blocks["num_total_allocated_blocks"] - blocks["num_reused_blocks"]
+    assert kv[0]["num_reused_blocks"] == 0 and kv[1]["num_reused_blocks"] == 2  # the shared 64 tokens
+    times = entries[1]["perf_metrics"]["timing_metrics"]
+    assert times["arrival_time"] <= times["first_scheduled_time"] <= times["first_token_time"] <= times["last_token_time"]
+    assert asyncio.run(get(trt.url + "/perf_metrics")) == (200, [])  # drained
+    assert asyncio.run(get(emulator(engine="sglang").url + "/perf_metrics"))[0] == 404
+
+
 def test_flush_cache_drops_the_prefix(emulator: Factory) -> None:
     sg = emulator(engine="sglang")
     asyncio.run(send_pair(sg.url, "sglang", "openai-chat", 40))

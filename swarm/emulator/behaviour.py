@@ -19,7 +19,8 @@ module compares ``config.engine``. The objects hold no state: each profile has o
   ``/prometheus/metrics``; vLLM serves ``vllm:`` names at ``/metrics``, with the
   ``vllm:cache_config_info`` gauge naming its block size.
 - endpoints: SGLang's native ``/generate``, ``/flush_cache`` and info endpoints; TensorRT-LLM's
-  ``/version``; vLLM's ``/version`` and ``/reset_prefix_cache``.
+  ``/version`` and ``/perf_metrics`` (each finished request's timing and KV-block reuse, drained
+  on read); vLLM's ``/version`` and ``/reset_prefix_cache``.
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ class EngineBehaviour:
     reports_zero_cached: bool
     #: its own endpoints (after ``COMMON_ROUTES``)
     routes: tuple[Route, ...]
+    #: finished requests' metrics kept for ``/perf_metrics`` (TensorRT-LLM's; 0: none)
+    perf_metrics_kept: int = 0
 
     @property
     def owned_by(self) -> str:
@@ -276,7 +279,9 @@ TRTLLM = TrtllmBehaviour(
         Route("GET", "/version", "version"),
         Route("GET", "/metrics", "iteration_stats"),
         Route("GET", "/prometheus/metrics", "prometheus"),
+        Route("GET", trtllm.PERF_METRICS_PATH, "perf_metrics"),
     ),
+    perf_metrics_kept=trtllm.PERF_METRICS_MAX_REQUESTS,
 )
 
 VLLM = VllmBehaviour(

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import collections
 import logging
 import time
 from collections.abc import AsyncGenerator, Sequence
@@ -229,6 +230,11 @@ class EngineModel:
         )
         #: the time of the step being planned (admissions are dated by it)
         self._step_now = 0.0
+        #: finished requests' per-request metrics (TensorRT-LLM's ``/perf_metrics``), drained on read
+        self.perf_log: collections.deque[dict[str, object]] = collections.deque(
+            maxlen=self.behaviour.perf_metrics_kept or 1
+        )
+        self._finished_ids = 0
         #: requests not yet admitted (preempted ones back at the front), and those admitted
         self.waiting: list[Generation] = []
         self.running: list[Generation] = []
@@ -360,11 +366,41 @@ class EngineModel:
         st = self.stats
         st.requests_finished += 1
         st.generation_tokens_total += len(gen.output)
+        if self.behaviour.perf_metrics_kept:
+            self._log_perf(gen, now_s)
         if gen.first_token_s is not None:
             st.ttft.observe(gen.first_token_s - gen.arrived_s)
             if len(gen.output) > 1:
                 st.tpot.observe((now_s - gen.first_token_s) / (len(gen.output) - 1))
         st.e2e.observe(now_s - gen.arrived_s)
+
+    def _log_perf(self, gen: Generation, now_s: float) -> None:
+        """One finished request as TensorRT-LLM's ``/perf_metrics`` states it: its times
+        (seconds on the server's clock) and its KV blocks, those reused from the cache and those
+        it missed."""
+        block = self._page_tokens
+        reused = gen.cached_tokens // block
+        total = -(-(gen.prompt_tokens + len(gen.output)) // block)
+        self._finished_ids += 1
+        self.perf_log.append({
+            "request_id": self._finished_ids,
+            "perf_metrics": {
+                "timing_metrics": {
+                    "arrival_time": gen.arrived_s, "first_scheduled_time": gen.admitted_s,
+                    "first_token_time": gen.first_token_s, "last_token_time": now_s,
+                },
+                "kv_cache_metrics": {
+                    "num_total_allocated_blocks": total, "num_new_allocated_blocks": total - reused,
+                    "num_reused_blocks": reused, "num_missed_blocks": -(-gen.prompt_tokens // block) - reused,
+                },
+            },
+        })  # fmt: skip
+
+    def drain_perf_metrics(self) -> list[dict[str, object]]:
+        """The finished requests' metrics since the last call (``/perf_metrics`` drains them)."""
+        out = list(self.perf_log)
+        self.perf_log.clear()
+        return out
 
     async def _timed_tokens(self, gen: Generation) -> AsyncGenerator[list[str], None]:
         """Token stream of the ``fixed`` and ``zero`` timings (no shared step loop)."""

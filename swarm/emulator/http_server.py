@@ -282,6 +282,10 @@ class _Handlers:
         """TensorRT-LLM's JSON ``/metrics``."""
         return json_response(trtllm_iteration_stats(self.config, self.model))
 
+    async def perf_metrics(self, request: web.Request) -> web.Response:
+        """TensorRT-LLM's ``/perf_metrics``: each request finished since the last read."""
+        return json_response(self.model.drain_perf_metrics())
+
     async def prometheus(self, request: web.Request) -> web.Response:
         """Prometheus text with the engine's metric names (SGLang's ``/metrics``, TensorRT-LLM's
         ``/prometheus/metrics``)."""

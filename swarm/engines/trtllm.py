@@ -41,6 +41,10 @@ MAX_BATCH_SIZE = 2048
 MAX_NUM_TOKENS = 8192
 #: ``enable_chunked_prefill``'s default
 ENABLE_CHUNKED_PREFILL = False
+#: ``GET /perf_metrics`` (with ``return_perf_metrics``): the finished requests' metrics since the
+#: last read, at most ``perf_metrics_max_requests`` of them
+PERF_METRICS_PATH = "/perf_metrics"
+PERF_METRICS_MAX_REQUESTS = 1000
 
 
 def identify(served: Served) -> Identified | None:
