@@ -21,7 +21,7 @@ import yaml
 from swarm.clients.calibrate import ProbePlan, calibrate
 from swarm.emulator.config import EmulatorConfig
 from swarm.emulator.http_server import EmulatorThread
-from swarm.engines.calibration import Calibration, StepModel, load_calibration
+from swarm.engines.calibration import Calibration, DecodePoint, StepModel, fit_step_model, load_calibration
 from swarm.errors import InputError
 
 SWARM = [sys.executable, "-m", "swarm.cli"]
@@ -109,6 +109,23 @@ def test_a_file_that_is_not_a_calibration_is_refused_naming_the_field(
             load_calibration(_write(tmp_path, text))
     with pytest.raises(InputError, match="engine: sglang, not vllm"):
         load_calibration(good, "vllm")
+    # a file written before the context term loads, the term 0 (the emulator's default)
+    del data["parameters"]["decode_ms_per_context_token"]
+    for point in data["decode_points"]:
+        del point["context_tokens"]
+    assert load_calibration(_write(tmp_path, yaml.safe_dump(data))).parameters.decode_ms_per_context_token == 0.0
+
+
+def test_without_long_contexts_the_decode_line_has_no_context_term() -> None:
+    """Short prompts whose contexts differ by a token or two (a nonce's tokenization) cannot
+    tell a context cost from a sequence cost: the line keeps the sequence cost, the context
+    term keeps the fallback's, and a note says so."""
+    points = [DecodePoint(batch=b, context_tokens=30 + b % 2, itl_ms=20.0 + 1.0 * b, gaps=100) for b in (1, 2, 4, 8, 16, 32)]
+    notes: list[str] = []
+    model, _, fit, _ = fit_step_model([], points, FALLBACK, notes)
+    assert model.decode_ms_per_seq == pytest.approx(1.0) and model.step_base_ms == pytest.approx(20.0)
+    assert model.decode_ms_per_context_token == FALLBACK.decode_ms_per_context_token
+    assert fit is not None and any("no long contexts measured" in n for n in notes)
 
 
 def test_a_server_that_stops_mid_probe_leaves_what_was_measured(emulator: Callable[..., EmulatorThread]) -> None:

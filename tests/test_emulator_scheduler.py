@@ -280,4 +280,7 @@ def test_a_knob_of_another_engine_is_refused_naming_it() -> None:
     with pytest.raises(ValidationError, match="schedule_policy is sglang's"):
         EmulatorConfig(engine="vllm", schedule_policy="fcfs")
     with pytest.raises(ValidationError, match=r"max_num_batched_tokens \(64\) must be at least max_num_seqs \(128\)"):
-        EmulatorConfig(engine="vllm", max_num_batched_tokens=64, max_num_seqs=128)
+        EmulatorConfig(engine="vllm", max_num_batched_tokens=64)  # the default cap, 128
+    # a cap given over the default budget raises the budget to it, as vLLM does
+    policy = EngineModel(EmulatorConfig(engine="vllm", max_num_seqs=4096)).scheduler.policy
+    assert (policy.max_running, policy.step_token_budget) == (4096, 4096)

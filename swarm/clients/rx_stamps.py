@@ -96,6 +96,9 @@ class StampKeeper:
             self.held = self._probe(wait_s)
         except OSError as exc:
             log.warning("cannot check that the kernel stamps reads: %s", exc)
+            if self.sock is not None:
+                self.sock.close()
+                self.sock = None
             return False
         if not self.held:
             log.warning("the kernel did not stamp a loopback read within %.2f s", wait_s)

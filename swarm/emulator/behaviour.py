@@ -237,7 +237,8 @@ class VllmBehaviour(TrtllmBehaviour):
             queue="fcfs", reserve_ratio=0.0, reserve_floor=0.0, admit_reserve=0.0, preempt="newest",
             admit_after_preempt=False,
             max_running=config.max_num_seqs or vllm.MAX_NUM_SEQS,
-            step_token_budget=config.max_num_batched_tokens or vllm.MAX_NUM_BATCHED_TOKENS,
+            step_token_budget=config.max_num_batched_tokens
+            or max(vllm.MAX_NUM_BATCHED_TOKENS, config.max_num_seqs or 0),
             chunked_prefill=True, prefill_pauses_decode=False, block_tokens=self.block_tokens(config),
         )  # fmt: skip
 

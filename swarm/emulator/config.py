@@ -236,10 +236,15 @@ class EmulatorConfig(BaseModel):
 
     @model_validator(mode="after")
     def _budget_holds_the_running_cap(self) -> EmulatorConfig:
-        """vLLM refuses a step budget smaller than its running cap (no room for prefill)."""
+        """vLLM refuses a step budget given smaller than its running cap (no room for prefill);
+        a cap given over the default budget raises the budget to it, as vLLM does."""
+        from swarm.engines.vllm import MAX_NUM_SEQS
+
         budget, seqs = self.max_num_batched_tokens, self.max_num_seqs
-        if budget is not None and seqs is not None and budget < seqs:
-            raise ValueError(f"max_num_batched_tokens ({budget}) must be at least max_num_seqs ({seqs}), as vLLM requires")
+        if budget is not None and budget < (seqs or MAX_NUM_SEQS):
+            raise ValueError(
+                f"max_num_batched_tokens ({budget}) must be at least max_num_seqs ({seqs or MAX_NUM_SEQS}), as vLLM requires"
+            )
         return self
 
     @model_validator(mode="after")

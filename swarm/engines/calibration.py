@@ -40,7 +40,7 @@ class StepModel(_Strict):
     prefill_ms_per_cached_token: float = Field(ge=0, description="cost per cached prompt token of a prefill")
     decode_ms_per_seq: float = Field(ge=0, description="cost per sequence in a step")
     decode_ms_per_context_token: float = Field(
-        ge=0, description="cost per token of context of each decoding sequence in a step"
+        default=0.0, ge=0, description="cost per token of context of each decoding sequence in a step"
     )
 
 
@@ -58,7 +58,7 @@ class DecodePoint(_Strict):
     streams)."""
 
     batch: int = Field(ge=1)
-    context_tokens: int = Field(ge=0, description="a stream's prompt plus half its output, the mean over streams")
+    context_tokens: int = Field(default=0, ge=0, description="a stream's prompt plus half its output, the mean over streams")
     itl_ms: float = Field(ge=0)
     gaps: int = Field(ge=0, description="token gaps the median is over")
 
@@ -123,7 +123,7 @@ def fit_step_model(
     - decode: the mean token gap of ``B`` streams at once, each with ``x`` tokens of context, is
       one step of ``B`` sequences, ``itl = step_base_ms + decode_ms_per_seq × B +
       decode_ms_per_context_token × B × x`` (least squares over short and long contexts; with
-      one context length only, no context term);
+      no long context measured, no context term and the fallback's, with a note);
     - prefill: a request alone takes one step of one sequence, plus the client's own overhead
       ``o``: ``ttft = (step_base_ms + decode_ms_per_seq + o) + prefill_ms_per_token × uncached
       + prefill_ms_per_cached_token × cached`` (least squares over cold and cached points).
@@ -133,9 +133,16 @@ def fit_step_model(
     base, per_seq, per_context = fallback.step_base_ms, fallback.decode_ms_per_seq, fallback.decode_ms_per_context_token
     decode_fit = None
     try:
-        base, per_seq, per_context, decode_fit = _decode_fit(decode)
+        base, per_seq, fitted, decode_fit = _decode_fit(decode)
+        if fitted is None:
+            notes.append("decode: no long contexts measured; decode_ms_per_context_token is the default")
+        else:
+            per_context = fitted
     except ValueError:
-        notes.append("decode: fewer than two batch sizes measured; step_base_ms and decode_ms_per_seq are the defaults")
+        notes.append(
+            "decode: fewer than two batch sizes measured; step_base_ms, decode_ms_per_seq and "
+            "decode_ms_per_context_token are the defaults"
+        )
     base, per_seq, per_context = max(base, 0.0), max(per_seq, 0.0), max(per_context, 0.0)
     per_token, per_cached = fallback.prefill_ms_per_token, fallback.prefill_ms_per_cached_token
     prefill_fit, overhead = None, None
@@ -152,23 +159,31 @@ def fit_step_model(
     return model, prefill_fit, decode_fit, overhead
 
 
-def _decode_fit(points: list[DecodePoint]) -> tuple[float, float, float, Fit]:
-    """Least squares ``itl = a + c × B + d × B × x``: (a, c, d, residuals); no ``d`` column
-    when every point has the same context."""
+#: contexts count as spread (a context term can be fitted) when the longest is at least this
+#: many tokens and twice the shortest
+CONTEXT_SPREAD_TOKENS = 256
+
+
+def _decode_fit(points: list[DecodePoint]) -> tuple[float, float, float | None, Fit]:
+    """Least squares ``itl = a + c × B + d × B × x``: (a, c, d, residuals). With contexts not
+    spread (``CONTEXT_SPREAD_TOKENS``), d is None and the line is fitted on the shortest
+    context's points alone (a long-context point would lift it)."""
     import numpy as np
 
+    shortest = min(p.context_tokens for p in points)
+    spread = max(p.context_tokens for p in points) >= max(2 * shortest, CONTEXT_SPREAD_TOKENS)
+    if not spread:
+        points = [p for p in points if p.context_tokens < max(2 * shortest, CONTEXT_SPREAD_TOKENS)]
     batch = np.array([p.batch for p in points], dtype=float)
     context = np.array([p.batch * p.context_tokens for p in points], dtype=float)
     itl = np.array([p.itl_ms for p in points], dtype=float)
     if np.unique(batch).size < 2:
         raise ValueError("fewer than two batch sizes")
-    varied = np.unique(context / batch).size > 1
-    design = np.column_stack([np.ones_like(itl), batch] + ([context] if varied else []))
+    design = np.column_stack([np.ones_like(itl), batch] + ([context] if spread else []))
     solution, *_ = np.linalg.lstsq(design, itl, rcond=None)
     residuals = itl - design @ solution
-    d = float(solution[2]) if varied else 0.0
     fit = Fit(residuals_ms=[round(float(r), 4) for r in residuals], rms_ms=float(np.sqrt(np.mean(residuals**2))))
-    return float(solution[0]), float(solution[1]), d, fit
+    return float(solution[0]), float(solution[1]), float(solution[2]) if spread else None, fit
 
 
 def _prefill_fit(points: list[PrefillPoint]) -> tuple[float, float, float, Fit]:
