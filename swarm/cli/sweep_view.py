@@ -164,7 +164,7 @@ def print_sweep_comparison(folders: list[str], as_json: bool, output: str | None
     if as_json:
         write_or_print(json.dumps(result, indent=2, default=str), output)
         return
-    console = Console(width=None if sys.stdout.isatty() else 200)
+    console = Console(width=None if sys.stdout.isatty() else 200, emoji=False)
     for warning in result["warnings"]:
         console.print(f"[bold red]warning:[/] {warning}", soft_wrap=True, highlight=False)
     verdicts = Table(title=f"sweeps compared (knob {result['knob']})")
@@ -204,6 +204,9 @@ def print_sweep_comparison(folders: list[str], as_json: bool, output: str | None
             )
         by_load.add_row(fmt(row["load"], "g"), *cells)
     console.print(by_load)
+    errors = result.get("errors") or {}
+    for key, e in (errors.get("series") or {}).items():
+        console.print(_error_table(errors["reference"], key, e, errors["bound"]))
     for label, ratio in result["capacity_ratios"].items():
         console.print(f"capacity ratio {label}: {ratio:.2f}x", highlight=False)
     for c in result["crossovers"]:
@@ -211,3 +214,27 @@ def print_sweep_comparison(folders: list[str], as_json: bool, output: str | None
             f"crossover on {c['figure']} at ~{c['load']:.3g}: {c['leader_after']} overtakes {c['leader_before']}",
             highlight=False,
         )
+
+
+def _error_table(reference: str, key: str, errors: dict[str, Any], bound: float) -> Table:
+    """One series' relative errors against the reference's, per load (``sweep.compare``)."""
+    from swarm.sweep.compare import ERROR_FIGURES
+
+    names = {"ttft_ms.p50": "TTFT p50", "ttft_ms.p99": "TTFT p99", "output_tokens_per_s": "out tok/s",
+             "e2e_ms.p50": "E2E p50", "hit_ratio": "hit"}  # fmt: skip
+    steps = errors["cliff_steps"]
+    cliff = "no cliff in either" if steps is None and errors["cliffs"] == [None, None] else (
+        f"cliff {fmt(errors['cliffs'][1], '.3g')} vs {fmt(errors['cliffs'][0], '.3g')}"
+        + (f" ({steps:+.2f} ladder steps)" if steps is not None else "")
+    )  # fmt: skip
+    verdict = "within" if errors["within"] else "NOT within"
+    table = Table(
+        title=f"{key} against {reference}: (series - reference) / reference; {cliff}; "
+        f"worst {errors['worst']:.1%}, {verdict} ±{bound:.0%} and one ladder step"
+    )
+    table.add_column("load", justify="right")
+    for f in ERROR_FIGURES:
+        table.add_column(names.get(f, f), justify="right")
+    for row in errors["by_load"]:
+        table.add_row(fmt(row["load"], "g"), *(fmt(row[f], "+.1%") for f in ERROR_FIGURES))
+    return table

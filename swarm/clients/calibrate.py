@@ -37,7 +37,7 @@ import aiohttp
 from swarm.clients.aiohttp_transport import open_http_session
 from swarm.clients.client import HttpEngineClient, normalise_base_url, open_transport, redact_url
 from swarm.clients.probe import ProbeResult, probe
-from swarm.engines import emulated
+from swarm.engines import emulated, llamacpp
 from swarm.engines.calibration import Calibration, DecodePoint, PrefillPoint, StepModel, fit_step_model
 from swarm.engines.registry import get_engine
 from swarm.engines.sglang import STATED_POLICIES
@@ -92,6 +92,9 @@ class _Probe:
         self.decode: list[DecodePoint] = []
         #: the server reported no cached tokens for a send it served from its cache
         self.unreported = False
+        #: requests the server runs at once, where it states it (llama.cpp's slots): the decode
+        #: phase sends no larger batches (the rest would wait, not decode)
+        self.slots: int | None = None
 
     async def send(self, messages: tuple[ChatMessage, ...], max_tokens: int) -> RequestRecord:
         if time.monotonic() > self.deadline:
@@ -123,7 +126,10 @@ class _Probe:
             f"decode: batches of {', '.join(map(str, self.plan.batches))} streams of {self.plan.decode_tokens} tokens, "
             f"then {self.plan.context_batch} with prompts of {', '.join(map(str, self.plan.context_words))} words"
         )
-        shapes = [(b, 8) for b in self.plan.batches] + [(self.plan.context_batch, w) for w in self.plan.context_words]
+        slots = self.slots or max(self.plan.batches)
+        batches = [b for b in self.plan.batches if b <= slots] or [1]
+        context_batch = min(self.plan.context_batch, slots)
+        shapes = [(b, 8) for b in batches] + [(context_batch, w) for w in self.plan.context_words]
         for batch, words in shapes:
             rounds = [await self._decode_round(batch, words) for _ in range(self.plan.decode_rounds)]
             measured = [r for r in rounds if r is not None]
@@ -177,6 +183,8 @@ async def calibrate(
             api_key_env=api_key_env, timeouts=Timeouts(first_token_s=60.0, total_s=120.0, idle_s=30.0),
         )  # fmt: skip
         run = _Probe(client, plan, say)
+        slots = stated.get("parallel")
+        run.slots = slots if isinstance(slots, int) and slots > 0 else None
         for phase in (run.run_prefill, run.run_decode):
             try:
                 await phase()
@@ -194,15 +202,42 @@ async def calibrate(
             "--enable-prompt-tokens-details): the repeated prompts are left out, and "
             "prefill_ms_per_cached_token is the default"
         )
+    tail_breaks = _swa_tail(found, run, stated, notes)
     if found.engine not in emulated.TWINS:
         notes.append(f"the emulator has no {found.engine} twin yet: swarm emulate cannot serve this file")
-    return _calibration(found, stated, run, complete, notes, fallback)
+    return _calibration(found, stated, run, complete, notes, fallback, tail_breaks)
+
+
+def _swa_tail(found: ProbeResult, run: _Probe, stated: dict[str, object], notes: list[str]) -> tuple[int, ...]:
+    """llama.cpp serving a sliding-window model: every repeated short prompt reuses all but its
+    last ``SWA_REPEAT_RECOMPUTED`` tokens. Then the twin takes its checkpoints (``swa_tokens``,
+    the window assumed) and the fit cuts each prompt's tail into steps of its own."""
+    if found.engine != "llamacpp":
+        return ()
+    short = [  # the repeated prompts (served from the cache), shorter than the window
+        p for p in run.prefill if 2 * p.cached_tokens > p.prompt_tokens and p.prompt_tokens <= llamacpp.SWA_TOKENS_ASSUMED
+    ]
+    if not short or any(p.prompt_tokens - p.cached_tokens != llamacpp.SWA_REPEAT_RECOMPUTED for p in short):
+        return ()
+    stated["swa_tokens"] = llamacpp.SWA_TOKENS_ASSUMED
+    notes.append(
+        f"a repeated prompt reuses all but its last {llamacpp.SWA_REPEAT_RECOMPUTED} tokens: a sliding-window "
+        f"model's context checkpoints; the window is not stated, {llamacpp.SWA_TOKENS_ASSUMED} assumed (Gemma 3's; "
+        "--swa-tokens sets another)"
+    )
+    return (llamacpp.CHECKPOINT_TAIL + llamacpp.UBATCH_SIZE, llamacpp.CHECKPOINT_TAIL)
 
 
 def _calibration(
-    found: ProbeResult, stated: dict[str, object], run: _Probe, complete: bool, notes: list[str], fallback: StepModel
+    found: ProbeResult,
+    stated: dict[str, object],
+    run: _Probe,
+    complete: bool,
+    notes: list[str],
+    fallback: StepModel,
+    tail_breaks: tuple[int, ...] = (),
 ) -> Calibration:
-    model, prefill_fit, decode_fit, overhead = fit_step_model(run.prefill, run.decode, fallback, notes)
+    model, prefill_fit, decode_fit, overhead = fit_step_model(run.prefill, run.decode, fallback, notes, tail_breaks)
     assert found.engine is not None
     return Calibration(
         engine=found.engine, url=found.url, model=found.model,

@@ -32,7 +32,8 @@ from swarm.emulator.block_cache import BlockCache
 from swarm.emulator.config import EmulatorConfig
 from swarm.emulator.radix_cache import RadixCache
 from swarm.emulator.scheduler import SchedulerPolicy
-from swarm.engines import sglang, trtllm, vllm
+from swarm.emulator.slot_cache import SlotCache
+from swarm.engines import llamacpp, sglang, trtllm, vllm
 from swarm.engines.engine import Engine, Histogram, Metric
 
 
@@ -63,7 +64,7 @@ class EngineBehaviour:
     """Everything that differs between the emulated engines (subclassed once per engine)."""
 
     #: the profile's name, as ``EmulatorConfig.engine``
-    name: Literal["sglang", "trtllm", "vllm"]
+    name: Literal["sglang", "trtllm", "vllm", "llamacpp"]
     #: the engine's module: its metric names, port, cache granularity (``swarm/engines/``)
     engine: Engine
     #: body of ``/health`` (and SGLang's ``/health_generate``)
@@ -92,9 +93,13 @@ class EngineBehaviour:
     def histograms(self) -> tuple[Histogram, ...]:
         return self.engine.histograms
 
-    def make_cache(self, config: EmulatorConfig) -> RadixCache | BlockCache:
+    def make_cache(self, config: EmulatorConfig) -> RadixCache | BlockCache | SlotCache:
         """The prefix cache of a new engine model."""
         raise NotImplementedError
+
+    def refuse(self, config: EmulatorConfig, prompt_tokens: int) -> str | None:
+        """Why a prompt this long is refused (HTTP 400) beyond ``max_prompt_tokens``; None: it is not."""
+        return None
 
     def block_tokens(self, config: EmulatorConfig) -> int:
         """KV block size in tokens (the config's, else the engine's own)."""
@@ -104,7 +109,7 @@ class EngineBehaviour:
         """The host tier's size in tokens (None: no host tier)."""
         return config.host_cache_tokens
 
-    def make_host_cache(self, config: EmulatorConfig) -> RadixCache | BlockCache | None:
+    def make_host_cache(self, config: EmulatorConfig) -> RadixCache | BlockCache | SlotCache | None:
         """The prefix cache's host tier, of the device cache's kind (None: none)."""
         tokens = self.host_cache_tokens(config)
         if tokens is None:
@@ -145,7 +150,7 @@ class EngineBehaviour:
 class SGLangBehaviour(EngineBehaviour):
     """SGLang: token-level radix cache, reporting as ``--enable-cache-report`` says."""
 
-    def make_cache(self, config: EmulatorConfig) -> RadixCache | BlockCache:
+    def make_cache(self, config: EmulatorConfig) -> RadixCache | BlockCache | SlotCache:
         return RadixCache(config.cache_capacity_tokens)
 
     def page_tokens(self, config: EmulatorConfig) -> int:
@@ -194,7 +199,7 @@ class TrtllmBehaviour(EngineBehaviour):
     #: the block size when the config sets none
     default_block_tokens: int = trtllm.TOKENS_PER_BLOCK
 
-    def make_cache(self, config: EmulatorConfig) -> RadixCache | BlockCache:
+    def make_cache(self, config: EmulatorConfig) -> RadixCache | BlockCache | SlotCache:
         return BlockCache(config.cache_capacity_tokens, self.block_tokens(config))
 
     def block_tokens(self, config: EmulatorConfig) -> int:
@@ -211,9 +216,15 @@ class TrtllmBehaviour(EngineBehaviour):
         request's whole output (never preempts), ``MAX_UTILIZATION`` admits on the prompt and
         pauses the newest when blocks run out; ``max_num_tokens`` per step; without chunked
         prefill (the default) a prompt over it is refused."""
-        guaranteed = (config.capacity_scheduler_policy or trtllm.CAPACITY_SCHEDULER_POLICY) == "GUARANTEED_NO_EVICT"
+        guaranteed = (
+            config.capacity_scheduler_policy or trtllm.CAPACITY_SCHEDULER_POLICY
+        ) == "GUARANTEED_NO_EVICT"
         ratio = 1.0 if guaranteed else 0.0
-        chunked = trtllm.ENABLE_CHUNKED_PREFILL if config.enable_chunked_prefill is None else config.enable_chunked_prefill
+        chunked = (
+            trtllm.ENABLE_CHUNKED_PREFILL
+            if config.enable_chunked_prefill is None
+            else config.enable_chunked_prefill
+        )
         return SchedulerPolicy(
             queue="fcfs", reserve_ratio=ratio, reserve_floor=ratio, admit_reserve=ratio, preempt="newest",
             max_running=config.max_batch_size or trtllm.MAX_BATCH_SIZE,
@@ -249,6 +260,84 @@ class VllmBehaviour(TrtllmBehaviour):
             f'vllm:cache_config_info{{block_size="{self.block_tokens(config)}",enable_prefix_caching="True",'
             f"{labels}}} 1.0",
         ]
+
+
+@dataclass(frozen=True, slots=True)
+class LlamacppBehaviour(EngineBehaviour):
+    """llama.cpp's ``llama-server``: slots that keep one prompt each and a prompt cache in host RAM
+    (``emulator.slot_cache``); one step decodes every generating slot and fills the rest of
+    ``--batch-size`` with prompt chunks; requests beyond the slots wait, first come first served."""
+
+    def slots(self, config: EmulatorConfig) -> int:
+        return config.parallel or llamacpp.AUTO_PARALLEL
+
+    def unified(self, config: EmulatorConfig) -> bool:
+        """One KV pool: as asked, else only with the auto ``--parallel`` (``tools/server/server.cpp``)."""
+        return config.kv_unified if config.kv_unified is not None else config.parallel is None
+
+    def ram_tokens(self, config: EmulatorConfig) -> int | None:
+        """``--cache-ram`` in tokens: MiB over the state bytes a token, at least the context
+        (llama.cpp's token limit); -1: the context's tokens; 0: none."""
+        mib = llamacpp.CACHE_RAM_MIB if config.cache_ram is None else config.cache_ram
+        if mib == 0:
+            return None
+        ctx = config.ctx_size or config.max_prompt_tokens
+        if mib < 0:
+            return ctx
+        per_token = config.state_bytes_per_token or llamacpp.STATE_BYTES_PER_TOKEN
+        return max(ctx, mib * 2**20 // per_token)
+
+    def slot_context(self, config: EmulatorConfig) -> int | None:
+        """A slot's context: ``ctx_size`` (unified), else ``pad256(ctx_size / parallel)``."""
+        if config.ctx_size is None:
+            return None
+        if self.unified(config):
+            return config.ctx_size
+        return -(-(config.ctx_size // self.slots(config)) // 256) * 256
+
+    def make_cache(self, config: EmulatorConfig) -> RadixCache | BlockCache | SlotCache:
+        ram = self.ram_tokens(config)
+        return SlotCache(
+            self.slots(config),
+            similarity=llamacpp.SLOT_PROMPT_SIMILARITY
+            if config.slot_prompt_similarity is None else config.slot_prompt_similarity,
+            ram_tokens=ram,
+            cache_idle_slots=config.cache_idle_slots if config.cache_idle_slots is not None else ram is not None,
+            kv_unified=self.unified(config),
+            swa_tokens=config.swa_tokens or 0,
+            ubatch_tokens=config.ubatch_size or llamacpp.UBATCH_SIZE,
+        )  # fmt: skip
+
+    def make_host_cache(self, config: EmulatorConfig) -> RadixCache | BlockCache | SlotCache | None:
+        """None: the RAM prompt cache is the slot cache's own."""
+        return None
+
+    def refuse(self, config: EmulatorConfig, prompt_tokens: int) -> str | None:
+        ctx = self.slot_context(config)
+        if ctx is not None and prompt_tokens >= ctx:
+            return (
+                f"request ({prompt_tokens} tokens) exceeds the available context size ({ctx} tokens), "
+                "try increasing it"
+            )
+        return None
+
+    def page_tokens(self, config: EmulatorConfig) -> int:
+        return 1
+
+    def cache_report(self, config: EmulatorConfig) -> bool:
+        return True
+
+    def scheduler_policy(self, config: EmulatorConfig) -> SchedulerPolicy:
+        """FCFS over the slots; decodes first, prompt chunks in the rest of ``--batch-size``; no
+        reserve and no preemption (each slot has its own context); with a sliding-window
+        model, a prompt's last ``4 + ubatch`` and last 4 tokens in steps of their own."""
+        ubatch = config.ubatch_size or llamacpp.UBATCH_SIZE
+        breaks = (llamacpp.CHECKPOINT_TAIL + ubatch, llamacpp.CHECKPOINT_TAIL) if config.swa_tokens else ()
+        return SchedulerPolicy(
+            queue="fcfs", reserve_ratio=0.0, reserve_floor=0.0, admit_reserve=0.0, preempt="newest",
+            max_running=self.slots(config), step_token_budget=config.batch_size or llamacpp.BATCH_SIZE,
+            chunked_prefill=True, prefill_pauses_decode=False, prefill_tail_breaks=breaks,
+        )  # fmt: skip
 
 
 SGLANG = SGLangBehaviour(
@@ -301,7 +390,22 @@ VLLM = VllmBehaviour(
     default_block_tokens=vllm.CPU_BLOCK_TOKENS,
 )
 
-BEHAVIOURS: dict[str, EngineBehaviour] = {b.name: b for b in (SGLANG, TRTLLM, VLLM)}
+LLAMACPP = LlamacppBehaviour(
+    name="llamacpp",
+    engine=llamacpp.ENGINE,
+    health_text='{"status":"ok"}',
+    chat_fields=None,
+    completion_fields=None,
+    reports_zero_cached=True,
+    routes=(
+        Route("GET", "/props", "props"),
+        Route("GET", "/slots", "slots"),
+        Route("POST", "/slots/{id_slot}", "slot_action"),
+        Route("GET", "/metrics", "prometheus"),
+    ),
+)
+
+BEHAVIOURS: dict[str, EngineBehaviour] = {b.name: b for b in (SGLANG, TRTLLM, VLLM, LLAMACPP)}
 
 
 def engine_behaviour(config: EmulatorConfig) -> EngineBehaviour:

@@ -27,14 +27,18 @@ SCHEDULER_KNOBS = {
     "enable_hierarchical_cache": "sglang", "hicache_ratio": "sglang", "max_running_requests": "sglang",
     "capacity_scheduler_policy": "trtllm", "max_batch_size": "trtllm", "max_num_tokens": "trtllm",
     "enable_chunked_prefill": "trtllm", "max_num_seqs": "vllm", "max_num_batched_tokens": "vllm",
+    "parallel": "llamacpp", "slot_prompt_similarity": "llamacpp", "cache_ram": "llamacpp",
+    "cache_idle_slots": "llamacpp", "kv_unified": "llamacpp", "ctx_size": "llamacpp", "batch_size": "llamacpp",
+    "ubatch_size": "llamacpp", "swa_tokens": "llamacpp", "state_bytes_per_token": "llamacpp",
 }  # fmt: skip
 
 
 class EmulatorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    engine: Literal["sglang", "trtllm", "vllm"] = Field(
-        default="sglang", description="which engine's cache model, API and metrics to emulate (flag: --engine)"
+    engine: Literal["sglang", "trtllm", "vllm", "llamacpp"] = Field(
+        default="sglang",
+        description="which engine's cache model, API and metrics to emulate (flag: --engine)",
     )
     host: str = Field(
         default="127.0.0.1", description="address to bind (loopback by default)",
@@ -81,6 +85,20 @@ class EmulatorConfig(BaseModel):
         "sequence decoding in a step, ms (attention over a long context; 0: context is free)",
         json_schema_extra=flag("--decode-ms-per-context-token", group=_EMU),
     )  # fmt: skip
+    step_emit_ms: float = Field(
+        default=0.0, ge=0,
+        description="batch timing: the part of --step-base-ms that only a step emitting a token pays (the output "
+        "layer over the vocabulary, sampling); a step that only computes prompt chunks costs the rest",
+        json_schema_extra=flag("--step-emit-ms", group=_EMU),
+    )
+    step_overlap: bool = Field(
+        default=False,
+        description="batch timing: a step lasts the larger of its fixed and per-sequence cost (a + c x sequences "
+        "+ d x context) and its prompt compute (b x prefill tokens + b_c x cached + h x loaded), not their sum: "
+        "an engine whose prefill is compute-bound while its decode step is bound by reading the weights "
+        "(llama.cpp and vLLM on a CPU; swarm calibrate picks it when it fits better)",
+        json_schema_extra=flag("--step-overlap", group=_EMU),
+    )
     first_token_ms: float = Field(
         default=50.0, ge=0, description="fixed timing: time to first token, ms",
         json_schema_extra=flag("--first-token-ms", group=_EMU),
@@ -149,7 +167,8 @@ class EmulatorConfig(BaseModel):
         json_schema_extra=flag("--enable-hierarchical-cache", group=_SCHED),
     )
     hicache_ratio: float | None = Field(
-        default=None, gt=1,
+        default=None,
+        gt=1,
         description="sglang: the host tier's size over the device prefix cache's, as SGLang's --hicache-ratio "
         "(default 2.0)",
         json_schema_extra=flag("--hicache-ratio", group=_SCHED),
@@ -189,6 +208,66 @@ class EmulatorConfig(BaseModel):
         description="vllm: tokens one step computes at most (decodes first, prefill chunks in the rest), "
         "as vLLM's --max-num-batched-tokens",
         json_schema_extra=flag("--max-num-batched-tokens", group=_SCHED),
+    )  # fmt: skip
+    parallel: int | None = Field(
+        default=None, ge=1,
+        description="llamacpp: server slots, each keeping one prompt, as llama-server's -np/--parallel "
+        "(default: its auto, 4 slots over a unified KV)",
+        json_schema_extra=flag("--parallel", group=_SCHED),
+    )  # fmt: skip
+    slot_prompt_similarity: float | None = Field(
+        default=None, ge=0, le=1,
+        description="llamacpp: share of a prompt an idle slot must hold to be chosen for it, else the least "
+        "recently used slot, as llama-server's --slot-prompt-similarity (default 0.1; 0: always LRU)",
+        json_schema_extra=flag("--slot-prompt-similarity", group=_SCHED),
+    )  # fmt: skip
+    cache_ram: int | None = Field(
+        default=None, ge=-1,
+        description="llamacpp: the prompt cache in host RAM, MiB, as llama-server's --cache-ram (default 8192; "
+        "0: off; -1: no byte limit, at most --ctx-size tokens)",
+        json_schema_extra=flag("--cache-ram", group=_SCHED),
+    )  # fmt: skip
+    cache_idle_slots: bool | None = Field(
+        default=None,
+        description="llamacpp: save every idle slot to the RAM prompt cache whenever a request starts, as "
+        "llama-server's --cache-idle-slots (default: on when --cache-ram is)",
+        json_schema_extra=flag("--cache-idle-slots", group=_SCHED),
+    )
+    kv_unified: bool | None = Field(
+        default=None,
+        description="llamacpp: one KV pool for all slots, as llama-server's --kv-unified: idle slots are "
+        "emptied once saved to RAM (default: on only with the auto --parallel)",
+        json_schema_extra=flag("--kv-unified", group=_SCHED),
+    )
+    ctx_size: int | None = Field(
+        default=None, ge=1,
+        description="llamacpp: context tokens, as llama-server's -c/--ctx-size; a slot gets ctx_size / parallel "
+        "(all of it with --kv-unified) and a longer prompt is refused (default: no limit)",
+        json_schema_extra=flag("--ctx-size", group=_SCHED),
+    )  # fmt: skip
+    batch_size: int | None = Field(
+        default=None, ge=1,
+        description="llamacpp: tokens one step computes at most (decodes first, prompt chunks in the rest), as "
+        "llama-server's -b/--batch-size (default 2048)",
+        json_schema_extra=flag("--batch-size", group=_SCHED),
+    )  # fmt: skip
+    ubatch_size: int | None = Field(
+        default=None, ge=1,
+        description="llamacpp: llama-server's -ub/--ubatch-size (default 512): with --swa-tokens, a prompt's "
+        "last 4 + ubatch and last 4 tokens are computed in steps of their own (its context checkpoints)",
+        json_schema_extra=flag("--ubatch-size", group=_SCHED),
+    )  # fmt: skip
+    swa_tokens: int | None = Field(
+        default=None, ge=0,
+        description="llamacpp: the model's sliding-window attention span (Gemma 3: 512; default 0, none): a "
+        "slot reuses a prefix the window cache no longer covers only from a context checkpoint",
+        json_schema_extra=flag("--swa-tokens", group=_SCHED),
+    )  # fmt: skip
+    state_bytes_per_token: int | None = Field(
+        default=None, ge=1,
+        description="llamacpp: bytes of a slot's saved state per token, to size --cache-ram in tokens "
+        "(default 18432: Gemma 3 270M's f16 KV, 18 layers x 1 KV head x 256 x 2 x 2 bytes)",
+        json_schema_extra=flag("--state-bytes-per-token", group=_SCHED),
     )  # fmt: skip
     tokenizer: TokenizerPath = None
     default_max_tokens: int = Field(

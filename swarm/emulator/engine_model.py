@@ -21,7 +21,9 @@ ones decode, which it preempts) is the engine's scheduler (``emulator.scheduler`
     step_s = (a + b * prefill_tokens_in_step + b_c * cached_tokens_admitted + h * host_loaded
               + c * sequences + d * context_of_decoding_sequences) / 1000
 
-with a, b, b_c, h, c, d = ``step_base_ms``, ``prefill_ms_per_token``,
+(with ``step_overlap``: the larger of ``a + c * sequences + d * context`` and the prompt
+compute ``b * prefill + b_c * cached + h * host_loaded``, for engines whose prefill is
+compute-bound while a decode step is bound by reading the weights) with a, b, b_c, h, c, d = ``step_base_ms``, ``prefill_ms_per_token``,
 ``prefill_ms_per_cached_token``, ``host_load_ms_per_token``, ``decode_ms_per_seq``,
 ``decode_ms_per_context_token`` (``swarm calibrate`` fits all but h on a server), and only
 uncached prompt tokens count as prefill. At the end of a step every request whose prefill completed emits its
@@ -51,6 +53,7 @@ from swarm.emulator.block_cache import BlockCache
 from swarm.emulator.config import EmulatorConfig
 from swarm.emulator.radix_cache import RadixCache
 from swarm.emulator.scheduler import Scheduler, StepPlan
+from swarm.emulator.slot_cache import SlotCache
 from swarm.emulator.tokens import output_words
 
 log = logging.getLogger(__name__)
@@ -215,9 +218,10 @@ class EngineModel:
         self.config = config
         #: what differs between the emulated engines (cache kind, rounding of cached tokens)
         self.behaviour: EngineBehaviour = engine_behaviour(config)
-        self.cache: RadixCache | BlockCache = self.behaviour.make_cache(config)
+        self.cache: RadixCache | BlockCache | SlotCache = self.behaviour.make_cache(config)
         #: the host tier (``--host-cache-tokens``, HiCache): keeps what the device cache evicts
-        self.host: RadixCache | BlockCache | None = self.behaviour.make_host_cache(config)
+        #: (llama.cpp's RAM prompt cache is its slot cache's own)
+        self.host: RadixCache | BlockCache | SlotCache | None = self.behaviour.make_host_cache(config)
         if self.host is not None:
             self.cache.on_evict = self.host.insert
         #: tokens loaded from the host tier by the admissions of the step being planned
@@ -290,9 +294,12 @@ class EngineModel:
         """The scheduler admitted ``gen`` in the step being planned (what it hits in the host
         tier is loaded in this step)."""
         loaded = self._from_host(gen.prompt + gen.output if gen.output else gen.prompt, gen.admit_hit)
+        restored = self.cache.loaded_tokens if isinstance(self.cache, SlotCache) else 0
+        self._admit(gen, self._step_now, gen.admit_hit)
+        if isinstance(self.cache, SlotCache):  # what it restored from its RAM prompt cache
+            loaded += self.cache.loaded_tokens - restored
         self._step_host_tokens += loaded
         self.stats.host_loaded_tokens += loaded
-        self._admit(gen, self._step_now, gen.admit_hit)
 
     def release(self, gen: Generation) -> None:
         """A preempted request's KV is freed; what it computed stays in the prefix cache."""
@@ -319,6 +326,9 @@ class EngineModel:
             raise PromptTooLong(
                 f"prompt has {len(prompt)} tokens, more than the maximum {self.config.max_prompt_tokens}"
             )
+        refused = self.behaviour.refuse(self.config, len(prompt))
+        if refused is not None:
+            raise PromptTooLong(refused)
         policy = self.scheduler.policy
         budget = policy.step_token_budget
         refuses = policy.refuse_over_budget and not policy.chunked_prefill and self.config.timing == "batch"
@@ -350,7 +360,8 @@ class EngineModel:
             gen._lock_handle = self.cache.lock(sequence)
             return
         gen.cached_tokens = self._cached_for(gen.prompt) if cached is None else cached
-        self.cache.insert(gen.prompt)
+        if not isinstance(self.cache, SlotCache):  # a slot takes the prompt when it is locked
+            self.cache.insert(gen.prompt)
         gen._lock_handle = self.cache.lock(gen.prompt)
         gen.admitted_s = now_s
         st = self.stats
@@ -471,20 +482,27 @@ class EngineModel:
         """A step's plan (``Scheduler.plan``), its admissions made at ``now``, and its modelled
         length in seconds: ``(a + b × prefill tokens + b_c × cached tokens of those admitted + h ×
         tokens they load from the host tier + c × sequences + d × context of those decoding) /
-        1000``. The step loop
+        1000``; with ``step_overlap``, the larger of the fixed part (a, c, d) and the compute part
+        (b, b_c, h) instead of their sum; a step in which no request emits a token costs
+        ``step_emit_ms`` less. The step loop
         sleeps that long and calls ``end_step``; a test drives both on a virtual clock."""
         cfg = self.config
         self._step_now, self._step_host_tokens = now, 0
         plan = self.scheduler.plan(self.waiting, self.running, self)
-        step_s = (
+        emits = bool(plan.decoding or plan.finishing_prefill)
+        fixed = (
             cfg.step_base_ms
-            + cfg.prefill_ms_per_token * plan.prefill_tokens
-            + cfg.prefill_ms_per_cached_token * plan.cached_tokens
-            + cfg.host_load_ms_per_token * self._step_host_tokens
+            - (0.0 if emits else min(cfg.step_emit_ms, cfg.step_base_ms))
             + cfg.decode_ms_per_seq * plan.batch
             + cfg.decode_ms_per_context_token * sum(g.prompt_tokens + len(g.output) for g in plan.decoding)
         )
-        return plan, step_s / 1000.0
+        compute = (
+            cfg.prefill_ms_per_token * plan.prefill_tokens
+            + cfg.prefill_ms_per_cached_token * plan.cached_tokens
+            + cfg.host_load_ms_per_token * self._step_host_tokens
+        )
+        step_ms = max(fixed, compute) if cfg.step_overlap else fixed + compute
+        return plan, step_ms / 1000.0
 
     def end_step(self, plan: StepPlan[Generation], now: float) -> int:
         """The end of a step: each decoding request, and each whose prefill completed, emits its

@@ -46,6 +46,7 @@ from swarm.emulator.responses import (
     stream_answer,
     whole_answer,
 )
+from swarm.emulator.slot_cache import SlotCache
 from swarm.emulator.tokens import PromptTokenizer
 from swarm.errors import InputError
 from swarm.jsoncodec import loads
@@ -278,6 +279,64 @@ class _Handlers:
         blocks (the caller may retry)."""
         return json_response({"success": self.model.flush_cache()})
 
+    async def props(self, request: web.Request) -> web.Response:
+        """llama.cpp's ``/props``: its slots, a slot's context, the model (and that it is swarm's emulator)."""
+        cache = self.model.cache
+        slots = len(cache.slots) if isinstance(cache, SlotCache) else 1
+        ctx = (
+            getattr(self.behaviour, "slot_context", lambda _c: None)(self.config)
+            or self.config.max_prompt_tokens
+        )
+        return json_response(
+            {
+                "default_generation_settings": {"n_ctx": ctx, "params": {}},
+                "total_slots": slots,
+                "model_alias": self.config.model,
+                "model_path": self.config.model,
+                "build_info": f"swarm-emulator {__version__}",
+                "emulator": True,
+                "endpoint_slots": True,
+                "endpoint_metrics": True,
+            }
+        )
+
+    async def slots(self, request: web.Request) -> web.Response:
+        """llama.cpp's ``GET /slots``: each slot's id, context and whether a request holds it."""
+        cache = self.model.cache
+        if not isinstance(cache, SlotCache):
+            return _bad("no slots", 404)
+        ctx = (
+            getattr(self.behaviour, "slot_context", lambda _c: None)(self.config)
+            or self.config.max_prompt_tokens
+        )
+        return json_response(
+            [
+                {"id": s.index, "n_ctx": ctx, "speculative": False, "is_processing": s.busy,
+                 "n_prompt_tokens": len(s.tokens)}
+                for s in cache.slots
+            ]
+        )  # fmt: skip
+
+    async def slot_action(self, request: web.Request) -> web.Response:
+        """llama.cpp's ``POST /slots/<id>?action=erase``: empty an idle slot (the save and restore
+        actions are not emulated)."""
+        cache = self.model.cache
+        action = request.query.get("action")
+        try:
+            index = int(request.match_info["id_slot"])
+        except ValueError:
+            return _bad("invalid slot id")
+        if not isinstance(cache, SlotCache) or not 0 <= index < len(cache.slots):
+            return _bad(f"invalid slot id {index}")
+        if action != "erase":
+            return _bad(f"action {action!r} is not emulated (erase is)", 501)
+        slot = cache.slots[index]
+        if slot.busy:
+            return _bad("slot is processing a task", 400)
+        erased = len(slot.tokens)
+        slot.tokens, slot.checkpoints = [], []
+        return json_response({"id_slot": index, "n_erased": erased})
+
     async def iteration_stats(self, request: web.Request) -> web.Response:
         """TensorRT-LLM's JSON ``/metrics``."""
         return json_response(trtllm_iteration_stats(self.config, self.model))
@@ -389,7 +448,9 @@ async def start_emulator(config: EmulatorConfig) -> RunningEmulator:
         await runner.cleanup()
         if exc.errno == errno.EADDRINUSE:
             raise InputError(f"port {config.listen_port} on {config.host} is already in use") from None
-        raise InputError(f"cannot listen on {config.host}:{config.listen_port}: {exc.strerror or exc}") from None
+        raise InputError(
+            f"cannot listen on {config.host}:{config.listen_port}: {exc.strerror or exc}"
+        ) from None
     port = config.listen_port
     for address in runner.addresses:  # the bound (host, port), also when port 0 was asked
         port = int(address[1])

@@ -38,7 +38,9 @@ The model, per step:
    left is split over steps (its first token comes with its last chunk); without, it waits for
    a step with room (or runs alone). ``prefill_pauses_decode`` (SGLang): a step that prefills
    does not decode, so running streams stall while new prompts come in; otherwise (vLLM,
-   TensorRT-LLM's in-flight batching) decodes go first and prefills take the rest.
+   TensorRT-LLM's in-flight batching, llama.cpp) decodes go first and prefills take the rest.
+   ``prefill_tail_breaks`` (llama.cpp with a sliding-window model) ends a prompt's chunk where
+   that many of its tokens are left, so its tail is computed in steps of its own.
 
 KV is held in whole blocks of ``block_tokens``. The prefix cache is the engine model's own
 pool (``cache_capacity_tokens``), apart from this KV of running requests: a simplification
@@ -128,6 +130,9 @@ class SchedulerPolicy:
     prefill_pauses_decode: bool = False
     #: KV is held in blocks of this many tokens
     block_tokens: int = 1
+    #: a prompt's chunks end where this many of its tokens are left (llama.cpp with a
+    #: sliding-window model: ``(4 + n_ubatch, 4)``, its context checkpoints), largest first
+    prefill_tail_breaks: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not all(0 <= r <= 1 for r in (self.reserve_floor, self.reserve_ratio, self.admit_reserve)):
@@ -238,6 +243,10 @@ class Scheduler(Generic[R]):
         if budget <= 0:
             return budget
         chunk = gen.prefill_left
+        for left in self.policy.prefill_tail_breaks:
+            if chunk > left:
+                chunk -= left
+                break
         if chunk > budget and self.policy.chunked_prefill:
             chunk = int(budget)
         plan.chunks[id(gen)] = chunk
@@ -287,9 +296,7 @@ class Scheduler(Generic[R]):
             return list(waiting)
         return sorted(waiting, key=lambda g: -engine.cached(g))  # stable: FCFS among equal matches
 
-    def _make_room(
-        self, running: list[R], waiting: list[R], plan: StepPlan[R], engine: Engine[R]
-    ) -> None:
+    def _make_room(self, running: list[R], waiting: list[R], plan: StepPlan[R], engine: Engine[R]) -> None:
         """Preempt while the running requests' next tokens do not fit (a ratio of 1 reserved
         them all at admission: nothing to do)."""
         if self.policy.reserve_floor >= 1 and self.policy.reserve_ratio >= 1:

@@ -16,6 +16,7 @@ decoding sequences' context tokens`` (ms).
 from __future__ import annotations
 
 import os
+import statistics
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,6 +42,12 @@ class StepModel(_Strict):
     decode_ms_per_seq: float = Field(ge=0, description="cost per sequence in a step")
     decode_ms_per_context_token: float = Field(
         default=0.0, ge=0, description="cost per token of context of each decoding sequence in a step"
+    )
+    step_emit_ms: float = Field(
+        default=0.0, ge=0, description="the part of step_base_ms only a step that emits a token pays"
+    )
+    step_overlap: bool = Field(
+        default=False, description="a step lasts the larger of its fixed and its prompt compute cost, not their sum"
     )
 
 
@@ -115,7 +122,11 @@ def line_fit(xs: list[float], ys: list[float]) -> tuple[float, float, Fit]:
 
 
 def fit_step_model(
-    prefill: list[PrefillPoint], decode: list[DecodePoint], fallback: StepModel, notes: list[str]
+    prefill: list[PrefillPoint],
+    decode: list[DecodePoint],
+    fallback: StepModel,
+    notes: list[str],
+    tail_breaks: tuple[int, ...] = (),
 ) -> tuple[StepModel, Fit | None, Fit | None, float | None]:
     """The step model from the measured points (``fallback``'s value, with a line in ``notes``,
     for what they cannot give):
@@ -124,9 +135,18 @@ def fit_step_model(
       one step of ``B`` sequences, ``itl = step_base_ms + decode_ms_per_seq × B +
       decode_ms_per_context_token × B × x`` (least squares over short and long contexts; with
       no long context measured, no context term and the fallback's, with a note);
-    - prefill: a request alone takes one step of one sequence, plus the client's own overhead
-      ``o``: ``ttft = (step_base_ms + decode_ms_per_seq + o) + prefill_ms_per_token × uncached
-      + prefill_ms_per_cached_token × cached`` (least squares over cold and cached points).
+    - prefill: a request alone takes the steps its prompt is cut into (one, or more where the
+      engine computes a prompt's tail apart: ``tail_breaks``, as the scheduler's
+      ``prefill_tail_breaks``), each of one sequence, plus the client's own overhead ``o``.
+      Two step models are fitted and the overlap kept when its median absolute residual is
+      under ``OVERLAP_BETTER`` of the sum's: the sum, ``ttft = o +
+      Σ (step_base_ms + decode_ms_per_seq) + prefill_ms_per_token × uncached +
+      prefill_ms_per_cached_token × cached`` (least squares; through ``o = 0`` where it would
+      be negative), and the overlap (``step_overlap``),
+      ``ttft = o + Σ max(step_base_ms + decode_ms_per_seq, prefill_ms_per_token × chunk)``
+      (``prefill_ms_per_token`` searched, ``o`` the mean residual, cached tokens free). Where the
+      prompts are cut into more than one step, a step before the last emits no token and costs
+      ``step_emit_ms`` less (fitted in both).
 
     Returns the model, the two fits and ``o`` (None where there was no fit to read it from).
     """
@@ -145,18 +165,49 @@ def fit_step_model(
         )
     base, per_seq, per_context = max(base, 0.0), max(per_seq, 0.0), max(per_context, 0.0)
     per_token, per_cached = fallback.prefill_ms_per_token, fallback.prefill_ms_per_cached_token
-    prefill_fit, overhead = None, None
+    prefill_fit, overhead, overlap, emit = None, None, False, 0.0
     try:
-        intercept, per_token, per_cached, prefill_fit = _prefill_fit(prefill)
-        overhead = intercept - base - per_seq
+        overhead, emit, per_token, per_cached, prefill_fit = _prefill_fit(prefill, base + per_seq, tail_breaks)
+        o_over, e_over, b_over, fit_over = _overlap_fit(prefill, base + per_seq, tail_breaks, per_token)
+        if _typical(fit_over) < OVERLAP_BETTER * _typical(prefill_fit):
+            notes.append(
+                f"prefill: a step's fixed cost overlaps its prompt compute (median residual {_typical(fit_over):.1f} ms "
+                f"against {_typical(prefill_fit):.1f} ms for their sum): the twin runs with step_overlap"
+            )
+            overhead, emit, per_token, per_cached, prefill_fit, overlap = o_over, e_over, b_over, 0.0, fit_over, True
     except ValueError as exc:
         notes.append(f"prefill: {exc}; prefill_ms_per_token and prefill_ms_per_cached_token are the defaults")
     model = StepModel(
         step_base_ms=base, prefill_ms_per_token=max(per_token, 0.0),
         prefill_ms_per_cached_token=max(per_cached, 0.0), decode_ms_per_seq=per_seq,
-        decode_ms_per_context_token=per_context,
+        decode_ms_per_context_token=per_context, step_emit_ms=emit, step_overlap=overlap,
     )  # fmt: skip
     return model, prefill_fit, decode_fit, overhead
+
+
+#: the overlap model is kept when its median absolute residual is under this share of the sum's
+OVERLAP_BETTER = 0.8
+
+
+def _typical(fit: Fit) -> float:
+    """A fit's median absolute residual (a busy machine's few slow points move it little)."""
+    return float(statistics.median(abs(r) for r in fit.residuals_ms)) if fit.residuals_ms else 0.0
+
+
+def prompt_chunks(uncached: int, tail_breaks: tuple[int, ...] = ()) -> list[int]:
+    """The chunks a lone prompt of ``uncached`` new tokens is computed in (one step each): one,
+    or cut where ``tail_breaks`` tokens are left (``scheduler.SchedulerPolicy.prefill_tail_breaks``)."""
+    chunks: list[int] = []
+    left = max(uncached, 1)
+    while left > 0:
+        chunk = left
+        for tail in tail_breaks:
+            if chunk > tail:
+                chunk -= tail
+                break
+        chunks.append(chunk)
+        left -= chunk
+    return chunks
 
 
 #: contexts count as spread (a context term can be fitted) when the longest is at least this
@@ -186,23 +237,65 @@ def _decode_fit(points: list[DecodePoint]) -> tuple[float, float, float | None, 
     return float(solution[0]), float(solution[1]), float(solution[2]) if spread else None, fit
 
 
-def _prefill_fit(points: list[PrefillPoint]) -> tuple[float, float, float, Fit]:
-    """Least squares ``ttft = k + b × uncached + b_c × cached``: (k, b, b_c, residuals)."""
+def _prefill_fit(
+    points: list[PrefillPoint], step_ms: float, tail_breaks: tuple[int, ...]
+) -> tuple[float, float, float, float, Fit]:
+    """Least squares ``ttft - steps × step_ms = o - e × (steps - 1) + b × uncached + b_c ×
+    cached`` (a step before the last emits no token: ``e`` less): (o, e, b, b_c, residuals)."""
     import numpy as np
 
     uncached = np.array([p.prompt_tokens - p.cached_tokens for p in points], dtype=float)
     cached = np.array([p.cached_tokens for p in points], dtype=float)
-    ttft = np.array([p.ttft_ms for p in points], dtype=float)
+    steps = np.array([len(prompt_chunks(int(u), tail_breaks)) for u in uncached], dtype=float)
+    ttft = np.array([p.ttft_ms for p in points], dtype=float) - steps * step_ms
     if np.unique(uncached).size < 2:
         raise ValueError("fewer than two prompt lengths measured")
-    columns = [np.ones_like(ttft), uncached] + ([cached] if np.unique(cached).size > 1 else [])
-    design = np.column_stack(columns)
-    solution, *_ = np.linalg.lstsq(design, ttft, rcond=None)
-    residuals = ttft - design @ solution
-    k, b = float(solution[0]), float(solution[1])
-    b_c = float(solution[2]) if len(solution) > 2 else 0.0
+    columns = [np.ones_like(ttft), uncached]
+    with_cached, with_emit = np.unique(cached).size > 1, np.unique(steps).size > 1
+    columns += ([cached] if with_cached else []) + ([1.0 - steps] if with_emit else [])
+    solution, *_ = np.linalg.lstsq(np.column_stack(columns), ttft, rcond=None)
+    if solution[0] < 0:  # the client's own time is not negative: the line through o = 0
+        columns[0] = np.zeros_like(ttft)
+        solution, *_ = np.linalg.lstsq(np.column_stack(columns), ttft, rcond=None)
+    residuals = ttft - np.column_stack(columns) @ solution
+    k, b = float(solution[0]) if columns[0].any() else 0.0, float(solution[1])
+    b_c = float(solution[2]) if with_cached else 0.0
+    e = float(min(max(solution[-1], 0.0), step_ms)) if with_emit else 0.0
     fit = Fit(residuals_ms=[round(float(r), 4) for r in residuals], rms_ms=float(np.sqrt(np.mean(residuals**2))))
-    return k, b, b_c, fit
+    return k, e, b, b_c, fit
+
+
+def _overlap_fit(
+    points: list[PrefillPoint], step_ms: float, tail_breaks: tuple[int, ...], per_token_sum: float
+) -> tuple[float, float, float, Fit]:
+    """``ttft = o + Σ max(step_ms - e × [not the last chunk], b × chunk)`` over each point's
+    chunks: ``e`` and ``b`` searched on a grid (``b`` up to twice ``per_token_sum``), ``o`` the
+    mean residual: (o, e, b, residuals)."""
+    import numpy as np
+
+    ttft = np.array([p.ttft_ms for p in points], dtype=float)
+    chunks = [prompt_chunks(p.prompt_tokens - p.cached_tokens, tail_breaks) for p in points]
+    emits = not all(len(cs) == 1 for cs in chunks)
+    top = max(2 * per_token_sum, 1e-6)
+
+    def predicted(e: float, b: float) -> np.ndarray:
+        return np.array(
+            [sum(max(step_ms - (e if i < len(cs) - 1 else 0.0), b * c) for i, c in enumerate(cs)) for cs in chunks]
+        )
+
+    best: tuple[float, float, float] | None = None
+    for e in np.linspace(0, step_ms, 21) if emits else [0.0]:
+        for b in np.linspace(0, top, 201):
+            residuals = ttft - predicted(float(e), float(b))
+            rms = float(np.std(residuals))
+            if best is None or rms < best[0]:
+                best = (rms, float(e), float(b))
+    assert best is not None
+    _, e, b = best
+    residuals = ttft - predicted(e, b)
+    o = float(np.mean(residuals))
+    residuals = residuals - o
+    return o, e, b, Fit(residuals_ms=[round(float(r), 4) for r in residuals], rms_ms=float(np.sqrt(np.mean(residuals**2))))
 
 
 def load_calibration(path: str | os.PathLike[str], engine: str | None = None) -> Calibration:

@@ -7,7 +7,7 @@ reads the series (``analysis/engine_metrics.py``) and the sweep calls the reset.
 
 from __future__ import annotations
 
-from swarm.engines import sglang
+from swarm.engines import llamacpp, sglang
 from swarm.engines.engine import CacheReset
 
 STEPS = "swarm_emulator_steps_total"
@@ -22,8 +22,11 @@ HOST_LOADED_TOKENS = "swarm_emulator_host_loaded_tokens_total"
 #: how full its prefix cache is (its KV gauge counts running sequences)
 PREFIX_CACHE_USAGE = "swarm_emulator_prefix_cache_usage"
 #: the engines the emulator has a twin of (``swarm emulate --engine``)
-TWINS = ("sglang", "trtllm", "vllm")
+TWINS = ("sglang", "trtllm", "vllm", "llamacpp")
 #: per engine, where its server states its settings and which are the twin's (``swarm calibrate``)
-STATED_INFO = {"sglang": (sglang.ENGINE_INFO_PATHS, sglang.STATED_SETTINGS)}
+STATED_INFO = {
+    "sglang": (sglang.ENGINE_INFO_PATHS, sglang.STATED_SETTINGS),
+    "llamacpp": (llamacpp.INFO_PATHS, llamacpp.STATED_SETTINGS),
+}
 #: empties the prefix cache in every profile
 CACHE_RESET = CacheReset("/swarm/flush_cache")

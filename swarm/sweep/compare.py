@@ -20,6 +20,10 @@ from swarm.errors import InputError
 from swarm.sweep import curves as sc
 from swarm.sweep.report import CROSSOVER_TIE
 
+#: a twin's figures held against its engine's (issue: engine twins), and the bound each must meet
+ERROR_FIGURES = ("ttft_ms.p50", "ttft_ms.p99", "output_tokens_per_s", "e2e_ms.p50", "hit_ratio")
+ERROR_BOUND = 0.15
+
 #: per-load figures set side by side
 LOAD_FIGURES = (
     "output_tokens_per_s", "tasks.per_hour", "ttft_ms.p99", "itl_ms.p50", "hit_vs_ideal", "goodput.per_s",
@@ -111,6 +115,7 @@ def compare_sweeps(reports: list[dict[str, Any]], labels: list[str]) -> dict[str
                     row["series"][key]["intervals"] = spread
         by_load.append(row)
     return {
+        "errors": errors_against_first(curves, names, reports[0]["sweep"]["loads"]),
         "sweeps": [
             {"label": label, "folder": r["sweep"]["folder"]} for r, label in zip(reports, labels, strict=True)
         ],
@@ -122,3 +127,67 @@ def compare_sweeps(reports: list[dict[str, Any]], labels: list[str]) -> dict[str
         "by_load": by_load,
         "warnings": warnings,
     }
+
+
+def _relative(reference: float | None, value: float | None) -> float | None:
+    """``(value - reference) / reference``; 0 when both are 0 (a hit ratio both engines lost
+    whole), None when only the reference is 0 or either is missing."""
+    if reference is None or value is None:
+        return None
+    if reference == 0:
+        return 0.0 if value == 0 else None
+    return (value - reference) / reference
+
+
+def _ladder_step(load: float | None, ladder: list[float]) -> float | None:
+    """Where ``load`` falls on ``ladder``, in steps (1.5: halfway between the second and third)."""
+    if load is None or not ladder:
+        return None
+    if load <= ladder[0]:
+        return 0.0
+    for i in range(1, len(ladder)):
+        if load <= ladder[i]:
+            return i - 1 + (load - ladder[i - 1]) / (ladder[i] - ladder[i - 1])
+    return float(len(ladder) - 1)
+
+
+def errors_against_first(
+    curves: dict[str, tuple[int, list[sc.SweepPoint]]], names: list[str], ladder: list[float]
+) -> dict[str, Any]:
+    """Each series' figures against the first's (the reference: the engine, when a twin's sweep
+    is compared with it): per load both measured and per figure of ``ERROR_FIGURES``, the
+    relative error ``(series - reference) / reference`` and whether it is within
+    ``ERROR_BOUND``; and the eviction cliff's distance in ladder steps (within: at most one)."""
+    if len(names) < 2:
+        return {}
+    ref_name = names[0]
+    ref_points = {p.load: p for p in curves[ref_name][1]}
+    ref_cliff = sc.eviction_cliff(curves[ref_name][1])
+    out: dict[str, Any] = {"reference": ref_name, "bound": ERROR_BOUND, "series": {}}
+    for key in names[1:]:
+        rows, worst = [], 0.0
+        for point in curves[key][1]:
+            ref = ref_points.get(point.load)
+            if ref is None:
+                continue
+            row: dict[str, Any] = {"load": point.load}
+            for figure in ERROR_FIGURES:
+                a, b = ref.figures.get(figure), point.figures.get(figure)
+                err = _relative(a, b)
+                row[figure] = err
+                if err is not None:
+                    worst = max(worst, abs(err))
+            rows.append(row)
+        cliff = sc.eviction_cliff(curves[key][1])
+        ref_step = _ladder_step(ref_cliff.load if ref_cliff else None, ladder)
+        step = _ladder_step(cliff.load if cliff else None, ladder)
+        cliff_steps = None if ref_step is None or step is None else step - ref_step
+        out["series"][key] = {
+            "by_load": rows,
+            "worst": worst,
+            "within": worst <= ERROR_BOUND
+            and ((cliff_steps is not None and abs(cliff_steps) <= 1) or (ref_cliff is None and cliff is None)),
+            "cliff_steps": cliff_steps,
+            "cliffs": [ref_cliff.load if ref_cliff else None, cliff.load if cliff else None],
+        }
+    return out
