@@ -186,7 +186,7 @@ def fit_step_model(
 
 
 #: the overlap model is kept when its median absolute residual is under this share of the sum's
-OVERLAP_BETTER = 0.8
+OVERLAP_BETTER = 0.5
 
 
 def _typical(fit: Fit) -> float:
