@@ -145,3 +145,30 @@ def test_a_server_that_stops_mid_probe_leaves_what_was_measured(emulator: Callab
     assert result.parameters.decode_ms_per_seq == FALLBACK.decode_ms_per_seq  # nothing to fit: the default
     assert any("decode: fewer than two batch sizes" in n for n in result.notes)
     assert any("ended early in decode" in s for s in said)  # said as it happened
+
+
+def test_a_llamacpp_twin_is_measured_within_its_slots_and_its_checkpoints_seen(tmp_path: Path) -> None:
+    """A llama.cpp twin of 4 slots with a sliding-window model (a repeated prompt recomputes its
+    last 5 tokens; a prompt's tail in steps of their own, which emit no token but the last):
+    the probe states the slots and the window, sends no decode batch larger than the slots,
+    and recovers the step, the prefill cost and the discount of a step that emits nothing."""
+    from swarm.emulator.process import EmulatorProcess
+
+    known = {"step_base_ms": 20.0, "prefill_ms_per_token": 0.05, "decode_ms_per_seq": 1.0, "step_emit_ms": 8.0}
+    args = [f"--{k.replace('_', '-')}={v}" for k, v in known.items()]
+    with EmulatorProcess(["--engine", "llamacpp", "--parallel", "4", "--swa-tokens", "512", *args]) as server:
+        done = subprocess.run(
+            [*SWARM, "calibrate", str(server.url), "-o", str(tmp_path / "llama.yaml"), "--budget", "120"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    calibration = load_calibration(tmp_path / "llama.yaml", "llamacpp")
+    assert calibration.stated == {"parallel": 4, "swa_tokens": 512}
+    assert max(p.batch for p in calibration.decode_points) == 4
+    got = calibration.parameters
+    assert got.step_base_ms == pytest.approx(20.0, rel=0.10), got
+    assert got.prefill_ms_per_token == pytest.approx(0.05, rel=0.10), got
+    assert got.step_emit_ms == pytest.approx(8.0, rel=0.20), got
+    assert not got.step_overlap
+    twin = EmulatorConfig(**calibration.settings())
+    assert twin.engine == "llamacpp" and twin.parallel == 4 and twin.swa_tokens == 512

@@ -25,7 +25,8 @@ def test_lookup_by_config() -> None:
     assert engine_behaviour(EmulatorConfig(engine="sglang")) is SGLANG
     assert engine_behaviour(EmulatorConfig(engine="trtllm")) is TRTLLM
     assert engine_behaviour(EmulatorConfig(engine="vllm")) is VLLM
-    assert set(beh.BEHAVIOURS) == {"sglang", "trtllm", "vllm"}
+    assert engine_behaviour(EmulatorConfig(engine="llamacpp")) is beh.LLAMACPP
+    assert set(beh.BEHAVIOURS) == {"sglang", "trtllm", "vllm", "llamacpp"}
 
 
 def test_cache_kind_and_pages() -> None:

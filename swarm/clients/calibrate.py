@@ -37,7 +37,7 @@ import aiohttp
 from swarm.clients.aiohttp_transport import open_http_session
 from swarm.clients.client import HttpEngineClient, normalise_base_url, open_transport, redact_url
 from swarm.clients.probe import ProbeResult, probe
-from swarm.engines import emulated, llamacpp
+from swarm.engines import emulated
 from swarm.engines.calibration import Calibration, DecodePoint, PrefillPoint, StepModel, fit_step_model
 from swarm.engines.registry import get_engine
 from swarm.engines.sglang import STATED_POLICIES
@@ -209,23 +209,22 @@ async def calibrate(
 
 
 def _swa_tail(found: ProbeResult, run: _Probe, stated: dict[str, object], notes: list[str]) -> tuple[int, ...]:
-    """llama.cpp serving a sliding-window model: every repeated short prompt reuses all but its
-    last ``SWA_REPEAT_RECOMPUTED`` tokens. Then the twin takes its checkpoints (``swa_tokens``,
-    the window assumed) and the fit cuts each prompt's tail into steps of its own."""
-    if found.engine != "llamacpp":
+    """An engine whose repeated short prompts say it serves a sliding-window model (llama.cpp's
+    checkpoints, ``engines.emulated.WINDOW_FROM_REPEATS``): the twin takes the window
+    (``swa_tokens``) and the fit cuts each prompt's tail into the steps the engine runs it in."""
+    read = emulated.WINDOW_FROM_REPEATS.get(found.engine or "")
+    repeats = [(p.prompt_tokens, p.cached_tokens) for p in run.prefill if 2 * p.cached_tokens > p.prompt_tokens]
+    seen = read(repeats) if read is not None else None
+    if seen is None:
         return ()
-    short = [  # the repeated prompts (served from the cache), shorter than the window
-        p for p in run.prefill if 2 * p.cached_tokens > p.prompt_tokens and p.prompt_tokens <= llamacpp.SWA_TOKENS_ASSUMED
-    ]
-    if not short or any(p.prompt_tokens - p.cached_tokens != llamacpp.SWA_REPEAT_RECOMPUTED for p in short):
-        return ()
-    stated["swa_tokens"] = llamacpp.SWA_TOKENS_ASSUMED
+    window, tails = seen
+    stated["swa_tokens"] = window
+    recomputed = repeats[0][0] - repeats[0][1]
     notes.append(
-        f"a repeated prompt reuses all but its last {llamacpp.SWA_REPEAT_RECOMPUTED} tokens: a sliding-window "
-        f"model's context checkpoints; the window is not stated, {llamacpp.SWA_TOKENS_ASSUMED} assumed (Gemma 3's; "
-        "--swa-tokens sets another)"
+        f"a repeated prompt reuses all but its last {recomputed} tokens: a sliding-window model's context "
+        f"checkpoints; the window is not stated, {window} assumed (Gemma 3's; --swa-tokens sets another)"
     )
-    return (llamacpp.CHECKPOINT_TAIL + llamacpp.UBATCH_SIZE, llamacpp.CHECKPOINT_TAIL)
+    return tails
 
 
 def _calibration(

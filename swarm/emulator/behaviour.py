@@ -1,15 +1,15 @@
-"""What the emulator does differently as SGLang, TensorRT-LLM or vLLM: one behaviour object per engine.
+"""What the emulator does differently as SGLang, TensorRT-LLM, vLLM or llama.cpp: one behaviour object per engine.
 
 Place in the map (docs/architecture.md, "The emulator"): looked up once from ``EmulatorConfig.engine``
 (``engine_behaviour``) by the engine model (which prefix cache, how cached tokens round) and by the
 HTTP server and its wire formats (usage fields, request-field checks, info fields, metric names,
 endpoints). Every decision that depends on the engine's name is made here; no other emulator
 module compares ``config.engine``. The objects hold no state: each profile has one instance
-(``SGLANG``, ``TRTLLM``, ``VLLM``).
+(``SGLANG``, ``TRTLLM``, ``VLLM``, ``LLAMACPP``).
 
 - cache: SGLang has a token-level radix cache (pages of 1 token); TensorRT-LLM (32) and vLLM
   (128 on its CPU build) reuse full ``block_tokens`` blocks, so their cap on cached tokens is
-  rounded down to whole blocks.
+  rounded down to whole blocks; llama.cpp keeps one prompt a slot (``slot_cache``).
 - usage: SGLang reports ``prompt_tokens_details.cached_tokens`` only when it is non-zero (and
   only with cache reporting on); TensorRT-LLM and vLLM always report it.
 - request fields: TensorRT-LLM refuses unknown fields (HTTP 400); SGLang ignores them.

@@ -28,5 +28,7 @@ STATED_INFO = {
     "sglang": (sglang.ENGINE_INFO_PATHS, sglang.STATED_SETTINGS),
     "llamacpp": (llamacpp.INFO_PATHS, llamacpp.STATED_SETTINGS),
 }
+#: per engine, what its answers to prompts sent again say of its model's sliding window (``swarm calibrate``)
+WINDOW_FROM_REPEATS = {"llamacpp": llamacpp.window_from_repeats}
 #: empties the prefix cache in every profile
 CACHE_RESET = CacheReset("/swarm/flush_cache")

@@ -97,3 +97,14 @@ BATCH_SIZE = 2048
 #: f16 KV (its config.json: 18 layers, 1 KV head of 256; x 2 for K and V, x 2 bytes)
 STATE_BYTES_PER_TOKEN = 18 * 1 * 256 * 2 * 2
 UBATCH_SIZE = 512
+
+
+def window_from_repeats(repeats: list[tuple[int, int]]) -> tuple[int, tuple[int, ...]] | None:
+    """From ``(prompt tokens, cached tokens)`` of prompts sent again at once (``swarm
+    calibrate``): when every one shorter than the window came back ``SWA_REPEAT_RECOMPUTED``
+    tokens short, a sliding-window model's checkpoints: the window assumed and the tails a
+    prompt's chunks end at; else None."""
+    short = [(p, c) for p, c in repeats if p <= SWA_TOKENS_ASSUMED]
+    if not short or any(p - c != SWA_REPEAT_RECOMPUTED for p, c in short):
+        return None
+    return SWA_TOKENS_ASSUMED, (CHECKPOINT_TAIL + UBATCH_SIZE, CHECKPOINT_TAIL)
