@@ -284,3 +284,20 @@ def test_a_knob_of_another_engine_is_refused_naming_it() -> None:
     # a cap given over the default budget raises the budget to it, as vLLM does
     policy = EngineModel(EmulatorConfig(engine="vllm", max_num_seqs=4096)).scheduler.policy
     assert (policy.max_running, policy.step_token_budget) == (4096, 4096)
+
+
+def test_vllm_running_requests_take_their_blocks_from_the_cached_ones() -> None:
+    """vLLM keeps cached blocks and running requests' blocks in one pool: as a running request's
+    output grows, the cached blocks no request uses go, least recently used first. A 3-block
+    prefix X (blocks of 128) is cached; B (3 full blocks and 100 tokens more) then runs with a
+    600-token output in a pool of 6 blocks. C, asking for X again just after B starts, still
+    finds 2 of its blocks (B's partial block took one); 250 tokens into B's output, none."""
+
+    def c_cached(c_at_s: float) -> int:
+        x, y = tokens("x", 384), tokens("y", 484)
+        arrivals = [Arrival(0.0, x + ["end"], 1), Arrival(1.0, y, 600), Arrival(c_at_s, x + ["again"], 1)]
+        sim = simulate(arrivals, engine="vllm", cache_capacity_tokens=6 * 128)
+        return sim.gens[2].cached_tokens
+
+    assert c_cached(1.02) == 256
+    assert c_cached(2.0) == 0

@@ -223,7 +223,8 @@ def test_the_calibrated_twin_sweeps_like_the_engine(
     (folder / "long_task.yaml").write_text(LONG_TASK)
     (folder / "chain3.yaml").write_text(CHAIN3)
     (folder / "slots").mkdir()
-    extra = ("--cache-ram", "0", "--slot-save-path", str(folder / "slots"))
+    # one thread: the suite's other worker keeps the other core, and the engine a steady one
+    extra = ("--cache-ram", "0", "--slot-save-path", str(folder / "slots"), "-t", "1")
     sweep = [
         "--engine", "llamacpp", "--ladder", "agents=1,2,4", "--profile", str(folder / "long_task.yaml"),
         "--topology", str(folder / "chain3.yaml"), "--arrival", "all_at_once", "--dialect", "openai-completions",

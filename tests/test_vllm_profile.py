@@ -88,3 +88,16 @@ def test_prompts_count_in_a_models_tokens_when_given_its_tokenizer(tmp_path: Pat
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(InputError, match=r"not a tokenizer\.json"):
         PromptTokenizer(str(tmp_path / "bad.json"))
+
+
+def test_the_probe_reads_the_kv_pool_and_block_size_vllm_states(emulator: Callable[..., EmulatorThread]) -> None:
+    """vLLM's ``vllm:cache_config_info`` names its block size and its KV pool in tokens
+    (``kv_cache_size_tokens``, vllm 0.32); the twin states both, and ``swarm calibrate`` takes
+    them for the twin's KV and prefix cache (one pool in vLLM)."""
+    import asyncio
+
+    from swarm.clients.probe import probe
+
+    emu = emulator(engine="vllm", timing="zero", kv_capacity_tokens=11_959)
+    found = asyncio.run(probe(emu.url, send_requests=False))
+    assert found.engine == "vllm" and found.block_tokens == 128 and found.kv_tokens == 11_959

@@ -45,15 +45,17 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def vllm_server(python: Path, model: Path, log_path: Path, *, max_model_len: int = 4096) -> Iterator[str]:
+def vllm_server(
+    python: Path, model: Path, log_path: Path, *, max_model_len: int = 4096, extra: tuple[str, ...] = ()
+) -> Iterator[str]:
     """Start vLLM's OpenAI server on a free loopback port with prefix caching and cached-token
-    reporting, wait for ``/health``, yield its URL, stop it."""
+    reporting, wait for ``/health``, yield its URL, stop it. ``extra``: more of its flags."""
     port = _free_port()
     args = [
         str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
         "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(port),
         "--max-model-len", str(max_model_len), "--enable-prefix-caching", "--enable-prompt-tokens-details",
-        "--dtype", "float32", "--enforce-eager",
+        "--dtype", "float32", "--enforce-eager", *extra,
     ]  # fmt: skip
     env = {
         key: value

@@ -252,6 +252,8 @@ async def _stated(url: str, found: ProbeResult) -> tuple[dict[str, object], list
     notes: list[str] = []
     if found.block_tokens is not None:  # vLLM's cache_config_info
         stated["block_tokens"] = found.block_tokens
+    if found.kv_tokens is not None:  # one pool holds running requests and cached blocks: both get it
+        stated["kv_capacity_tokens"] = stated["cache_capacity_tokens"] = found.kv_tokens
     paths, fields = emulated.STATED_INFO.get(found.engine or "", ((), {}))
     info = await _server_info(url, found, paths) if paths else {}
     for field, setting in fields.items():

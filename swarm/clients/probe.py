@@ -49,6 +49,8 @@ class ProbeResult:
     #: the KV block size the server states (vLLM's ``vllm:cache_config_info``): cached tokens
     #: come in multiples of it
     block_tokens: int | None = None
+    #: the KV pool in tokens where the server states it (vLLM's ``kv_cache_size_tokens``)
+    kv_tokens: int | None = None
     cache_reported: bool | None = None
     first_cached_tokens: int | None = None
     second_cached_tokens: int | None = None
@@ -190,6 +192,7 @@ async def probe(
         if profile.metrics_path and metrics and metrics[0] == 200:
             result.metrics_path = profile.metrics_path
             result.block_tokens = _stated_block_size(metrics[1])
+            result.kv_tokens = _stated_kv_tokens(metrics[1])
         elif result.engine:
             result.advice.append(
                 f"no Prometheus metrics at {profile.metrics_path}: {profile.cache_report_hint}"
@@ -200,6 +203,15 @@ async def probe(
 
 
 _BLOCK_SIZE = re.compile(rb'^vllm:cache_config_info\{[^}]*\bblock_size="(\d+)"', re.MULTILINE)
+
+
+_KV_TOKENS = re.compile(rb'^vllm:cache_config_info\{[^}]*\bkv_cache_size_tokens="(\d+)"', re.MULTILINE)
+
+
+def _stated_kv_tokens(metrics_text: bytes) -> int | None:
+    """The KV pool in tokens in a vLLM server's ``vllm:cache_config_info`` gauge, if it has one."""
+    hit = _KV_TOKENS.search(metrics_text)
+    return int(hit.group(1)) if hit else None
 
 
 def _stated_block_size(metrics_text: bytes) -> int | None:

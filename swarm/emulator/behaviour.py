@@ -78,6 +78,9 @@ class EngineBehaviour:
     routes: tuple[Route, ...]
     #: finished requests' metrics kept for ``/perf_metrics`` (TensorRT-LLM's; 0: none)
     perf_metrics_kept: int = 0
+    #: one KV pool holds running requests and cached blocks (vLLM's block pool): the prefix
+    #: cache's room is its capacity less the blocks running requests hold beyond it
+    shared_pool: bool = False
 
     @property
     def owned_by(self) -> str:
@@ -258,6 +261,7 @@ class VllmBehaviour(TrtllmBehaviour):
             "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
             "# TYPE vllm:cache_config_info gauge",
             f'vllm:cache_config_info{{block_size="{self.block_tokens(config)}",enable_prefix_caching="True",'
+            f'kv_cache_size_tokens="{config.kv_capacity_tokens}",'
             f"{labels}}} 1.0",
         ]
 
@@ -388,6 +392,7 @@ VLLM = VllmBehaviour(
     ),
     # the CPU build's, which the engine tests run beside it
     default_block_tokens=vllm.CPU_BLOCK_TOKENS,
+    shared_pool=True,
 )
 
 LLAMACPP = LlamacppBehaviour(

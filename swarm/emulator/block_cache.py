@@ -123,6 +123,14 @@ class BlockCache:
             self.evict((len(self._blocks) - self.capacity_blocks) * b)
         return added
 
+    def resize(self, capacity_tokens: int) -> None:
+        """A new capacity (a pool shared with running requests grew or shrank): evict what is over
+        it now, if it can be (blocks in use stay)."""
+        self.capacity_tokens = capacity_tokens
+        self.capacity_blocks = capacity_tokens // self.block_tokens
+        if len(self._blocks) > self.capacity_blocks:
+            self.evict((len(self._blocks) - self.capacity_blocks) * self.block_tokens)
+
     def evict(self, tokens_needed: int) -> int:
         blocks_needed = -(-tokens_needed // self.block_tokens)
         freed = 0

@@ -300,6 +300,22 @@ class EngineModel:
             loaded += self.cache.loaded_tokens - restored
         self._step_host_tokens += loaded
         self.stats.host_loaded_tokens += loaded
+        self._fit_cache_to_pool()
+
+    def _fit_cache_to_pool(self) -> None:
+        """One pool for running requests and cached blocks (``behaviour.shared_pool``, vLLM):
+        the prefix cache keeps ``cache_capacity_tokens`` less what running requests hold beyond
+        their prompts' full blocks (which the cache holds): their last partial block and their
+        output. Over it, cached blocks no request uses are evicted, least recently used first."""
+        capacity = self.config.cache_capacity_tokens
+        if not self.behaviour.shared_pool or capacity is None or not isinstance(self.cache, BlockCache):
+            return
+        block = self.cache.block_tokens
+        beyond = sum(
+            self.scheduler.blocks(g.prompt_tokens + len(g.output)) - g.prompt_tokens // block * block
+            for g in self.running
+        )
+        self.cache.resize(max(capacity - beyond, block))
 
     def release(self, gen: Generation) -> None:
         """A preempted request's KV is freed; what it computed stays in the prefix cache."""
@@ -488,6 +504,7 @@ class EngineModel:
         sleeps that long and calls ``end_step``; a test drives both on a virtual clock."""
         cfg = self.config
         self._step_now, self._step_host_tokens = now, 0
+        self._fit_cache_to_pool()
         plan = self.scheduler.plan(self.waiting, self.running, self)
         emits = bool(plan.decoding or plan.finishing_prefill)
         fixed = (
