@@ -172,3 +172,25 @@ def test_a_llamacpp_twin_is_measured_within_its_slots_and_its_checkpoints_seen(t
     assert not got.step_overlap
     twin = EmulatorConfig(**calibration.settings())
     assert twin.engine == "llamacpp" and twin.parallel == 4 and twin.swa_tokens == 512
+
+
+def test_the_probe_measures_how_many_prompts_the_cache_holds(tmp_path: Path) -> None:
+    """A server whose prefix cache holds 4,000 tokens of an 8,000-token pool (the room a
+    hybrid model's blocks leave prompts can be less than the pool it states): fresh prompts
+    one by one until the first is lost, and the twin's cache (and KV) take what was measured."""
+    from swarm.emulator.process import EmulatorProcess
+
+    args = ["--engine", "sglang", "--kv-capacity-tokens", "8000", "--cache-tokens", "4000", "--step-base-ms", "1"]
+    with EmulatorProcess(args) as server:
+        done = subprocess.run(
+            [*SWARM, "calibrate", str(server.url), "-o", str(tmp_path / "cap.yaml"), "--budget", "120"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    calibration = load_calibration(tmp_path / "cap.yaml")
+    probe = calibration.capacity
+    assert probe is not None and probe.lost is not None and probe.held >= 1
+    assert (probe.held - 1) * probe.prompt_tokens < 4000 < probe.lost * probe.prompt_tokens + probe.prompt_tokens
+    assert calibration.stated["cache_capacity_tokens"] == probe.tokens == pytest.approx(4000, rel=0.15)
+    assert calibration.stated["kv_capacity_tokens"] == probe.tokens
+    assert any("the server states 8000: prompts of this size see another room" in n for n in calibration.notes)

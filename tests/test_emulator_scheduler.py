@@ -170,6 +170,9 @@ def test_the_preempted_request_is_the_engines_choice(preempt: str, victim: int) 
         def cached(self, req: Generation) -> int:
             return 0
 
+        def unshared(self, req: Generation, hit: int) -> int:
+            return 0
+
         def admit(self, req: Generation) -> None:
             raise AssertionError("a step that preempts admits nothing here")
 
@@ -295,7 +298,7 @@ def test_vllm_running_requests_take_their_blocks_from_the_cached_ones() -> None:
 
     def c_cached(c_at_s: float) -> int:
         x, y = tokens("x", 384), tokens("y", 484)
-        arrivals = [Arrival(0.0, x + ["end"], 1), Arrival(1.0, y, 600), Arrival(c_at_s, x + ["again"], 1)]
+        arrivals = [Arrival(0.0, [*x, "end"], 1), Arrival(1.0, y, 600), Arrival(c_at_s, [*x, "again"], 1)]
         sim = simulate(arrivals, engine="vllm", cache_capacity_tokens=6 * 128)
         return sim.gens[2].cached_tokens
 

@@ -24,7 +24,6 @@ from vllm_server import BLOCK_TOKENS, MODEL_DIR, SERVED_NAME, locate, vllm_serve
 
 from swarm.analysis import metrics as m
 from swarm.emulator.http_server import EmulatorThread
-from swarm.engines.calibration import load_calibration
 from swarm.trace.manifest import RunManifest
 from swarm.trace.reader import read_requests
 
@@ -157,87 +156,3 @@ def test_the_emulators_vllm_profile_caches_what_the_server_caches(
     assert len(rows["vllm"]) == len(rows["emu"]) == AGENTS * CALLS_PER_AGENT
     assert rows["emu"] == rows["vllm"]
     assert any(cached for _, cached in rows["vllm"].values())
-
-
-# --- the vLLM twin held against the engine (issue: engine twins) --------------------------------
-
-#: a 900-token private task a turn extends: a few agents fill a small KV pool
-VTASK = """\
-name: vtask
-description: 60-token shared prompt, 900-token task, 8-token turns
-system_prompt: {style: prose, tokens: 60}
-task_tokens: {dist: constant, value: 900}
-instruction_tokens: {dist: constant, value: 10}
-output_tokens:
-  default: {dist: constant, value: 8}
-think_time_s: {dist: constant, value: 0}
-"""
-
-CHAIN3 = """\
-name: chain3
-description: three calls in sequence, each sees the turns before it
-generator: chain
-params: {length: 3}
-"""
-
-
-def test_the_calibrated_twin_sweeps_like_the_engine(
-    tmp_path_factory: pytest.TempPathFactory, emulator: Callable[..., EmulatorThread]
-) -> None:
-    """A vLLM with a KV pool of about 6,000 tokens (``--num-gpu-blocks-override 200``),
-    calibrated, then swept over agents 2, 4 and 6 (chains of 3 calls over a 900-token task, all
-    at once) against it and against its twin (the pool and block size vLLM states, the model's
-    own tokenizer). ``swarm compare`` gives the twin's errors per point: hit ratios within
-    15 %, the cliff within one ladder step, timing within 35 % (docs/emulator.md: what one run
-    measured; the suite runs beside it)."""
-    found = locate()
-    if isinstance(found, str):
-        if os.environ.get("CI"):
-            pytest.fail(f"engine tests need vLLM in CI: {found}")
-        pytest.skip(found)
-    python, model = found
-    folder = tmp_path_factory.mktemp("vtwin")
-    (folder / "vtask.yaml").write_text(VTASK)
-    (folder / "chain3.yaml").write_text(CHAIN3)
-    sweep = [
-        "--engine", "vllm", "--ladder", "agents=2,4,6", "--profile", str(folder / "vtask.yaml"),
-        "--topology", str(folder / "chain3.yaml"), "--arrival", "all_at_once", "--dialect", "openai-completions",
-        "--model", SERVED_NAME, "--executor", "inprocess", "--json",
-    ]  # fmt: skip
-    extra = ("--num-gpu-blocks-override", "200")
-    with vllm_server(python, model, folder / "server.log", extra=extra) as url:
-        cal = subprocess.run(
-            [*SWARM, "calibrate", url, "-o", str(folder / "cal.yaml"), "--budget", "240"],
-            capture_output=True, text=True, timeout=400,
-        )  # fmt: skip
-        assert cal.returncode == 0, cal.stderr[-3000:]
-        engine = subprocess.run(
-            [*SWARM, "sweep", "--target", f"vllm={url}", *sweep, "--output", str(folder / "engine")],
-            capture_output=True, text=True, timeout=900,
-        )  # fmt: skip
-        assert engine.returncode == 0, engine.stderr[-3000:]
-    calibration = load_calibration(folder / "cal.yaml", "vllm")
-    assert calibration.stated["block_tokens"] == BLOCK_TOKENS
-    pool = calibration.stated["kv_capacity_tokens"]
-    assert isinstance(pool, int) and 4_000 < pool < 8_000, calibration.stated
-    twin = emulator(**calibration.settings(), model=SERVED_NAME, tokenizer=str(MODEL_DIR / "tokenizer.json"))
-    out = subprocess.run(
-        [*SWARM, "sweep", "--target", f"vllm={twin.url}", *sweep, "--output", str(folder / "twin")],
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    shown = subprocess.run(
-        [*SWARM, "compare", str(folder / "engine"), str(folder / "twin")], capture_output=True, text=True, timeout=120
-    )
-    print(shown.stdout)  # the error table, with pytest -s
-    compared = subprocess.run(
-        [*SWARM, "compare", str(folder / "engine"), str(folder / "twin"), "--json"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    errors = json.loads(compared.stdout)["errors"]["series"]["twin:vllm"]
-    steps = errors["cliff_steps"]
-    assert errors["cliffs"] == [None, None] or (steps is not None and abs(steps) <= 1), errors
-    for row in errors["by_load"]:
-        assert row["hit_ratio"] is not None and abs(row["hit_ratio"]) <= 0.15, row
-        for figure in ("ttft_ms.p50", "output_tokens_per_s", "e2e_ms.p50"):
-            assert row[figure] is not None and abs(row[figure]) <= 0.35, (figure, row)

@@ -230,11 +230,14 @@ def _error_table(reference: str, key: str, errors: dict[str, Any], bound: float)
     verdict = "within" if errors["within"] else "NOT within"
     table = Table(
         title=f"{key} against {reference}: (series - reference) / reference; {cliff}; "
-        f"worst {errors['worst']:.1%}, {verdict} ±{bound:.0%} and one ladder step"
+        f"worst {errors['worst']:.1%}, {verdict} ±{bound:.0%} (hit: or 0.05) and one ladder step"
     )
     table.add_column("load", justify="right")
     for f in ERROR_FIGURES:
         table.add_column(names.get(f, f), justify="right")
     for row in errors["by_load"]:
-        table.add_row(fmt(row["load"], "g"), *(fmt(row[f], "+.1%") for f in ERROR_FIGURES))
+        cells = [fmt(row[f], "+.1%") for f in ERROR_FIGURES]
+        diff = row.get("hit_ratio.diff")
+        cells[-1] += f" ({diff:+.2f})" if diff is not None else ""
+        table.add_row(fmt(row["load"], "g"), *cells)
     return table

@@ -1,11 +1,12 @@
 """``swarm calibrate``: measure a server's step model and write an engine twin's calibration file.
 
 Place in the map (docs/architecture.md, "Clients"): a short probe through swarm's own client
-(``HttpEngineClient``), then the fit of ``engines.calibration``. Three phases, each bounded by
+(``HttpEngineClient``), then the fit of ``engines.calibration``. Four phases, each bounded by
 what is left of the time budget:
 
 1. **stated**: what the server says of itself (``clients.probe``: its engine, model, block
-   size; SGLang's server info: KV tokens, chunked prefill size, schedule policy, running cap);
+   size; vLLM's KV pool; SGLang's server info: KV tokens, chunked prefill size, schedule
+   policy, running cap; llama.cpp's slots);
 2. **prefill**: requests one at a time, cold prompts of ``prompt_words`` words (a fresh
    nonce first, so nothing is cached) ``repeats`` times each, then each prompt again (served
    from the cache): prompt and cached tokens as the server reports them, and the TTFT;
@@ -14,7 +15,11 @@ what is left of the time budget:
    and the last gap left out: admission and the stragglers' end; a mean, as a late step the
    engine makes up in the next would split a median), and the median of those over streams;
    ``decode_rounds`` times for each batch size, keeping the quickest (noise only adds time);
-   then ``context_batch`` streams with long prompts (``context_words``), for the cost of context.
+   then ``context_batch`` streams with long prompts (``context_words``), for the cost of context;
+   no batch larger than the slots a server states (llama.cpp);
+4. **capacity** (twins with a pool of tokens, whose server states at most
+   ``capacity_max_tokens`` or nothing): how many fresh prompts the prefix cache holds
+   (``_Probe.run_capacity``); the room found becomes the twin's cache.
 
 A request that fails ends the probe: the file keeps what was measured, ``complete: false``, and
 a note naming the phase and the error. The fit fills what the points cannot give with the
@@ -38,7 +43,14 @@ from swarm.clients.aiohttp_transport import open_http_session
 from swarm.clients.client import HttpEngineClient, normalise_base_url, open_transport, redact_url
 from swarm.clients.probe import ProbeResult, probe
 from swarm.engines import emulated
-from swarm.engines.calibration import Calibration, DecodePoint, PrefillPoint, StepModel, fit_step_model
+from swarm.engines.calibration import (
+    Calibration,
+    CapacityProbe,
+    DecodePoint,
+    PrefillPoint,
+    StepModel,
+    fit_step_model,
+)
 from swarm.engines.registry import get_engine
 from swarm.engines.sglang import STATED_POLICIES
 from swarm.errors import InputError
@@ -70,6 +82,9 @@ class ProbePlan:
     decode_tokens: int = 40
     #: each batch size is sent this many times, and the quickest kept
     decode_rounds: int = 2
+    #: the capacity phase's prompts (words), and the most tokens it fills before it gives up
+    capacity_words: int = 448
+    capacity_max_tokens: int = 32_768
     budget_s: float = 300.0
 
 
@@ -92,6 +107,11 @@ class _Probe:
         self.decode: list[DecodePoint] = []
         #: the server reported no cached tokens for a send it served from its cache
         self.unreported = False
+        #: the capacity phase: prompts held and lost (``CapacityProbe``), None where not run; the
+        #: number of prompts it tries first (half the stated pool's worth, where one is stated)
+        self.capacity: CapacityProbe | None = None
+        self.capacity_start = 2
+        self._cached_when_held = 0
         #: requests the server runs at once, where it states it (llama.cpp's slots): the decode
         #: phase sends no larger batches (the rest would wait, not decode)
         self.slots: int | None = None
@@ -135,6 +155,44 @@ class _Probe:
             measured = [r for r in rounds if r is not None]
             if measured:  # the quickest round: a busy machine only ever adds time
                 self.decode.append(min(measured, key=lambda p: p.itl_ms))
+
+    async def run_capacity(self) -> None:
+        """How many fresh prompts of ``capacity_words`` the prefix cache holds: ``n`` sent one by
+        one, then the first again; held when it comes back mostly cached. ``n`` doubles from
+        ``capacity_start`` until one is lost (or ``capacity_max_tokens`` is passed), then halves the gap; each try
+        with prompts of its own (least recently used first out: the first goes when they pass the
+        room)."""
+        words = self.plan.capacity_words
+        self.say(f"capacity: fresh prompts of {words} words until the first is no longer cached")
+        held, lost, n, prompt_tokens = 0, None, self.capacity_start, 0
+        self._cached_when_held = 0
+        while lost is None:
+            kept, prompt_tokens = await self._held(n, words)
+            if not kept:
+                lost = n
+            elif n * prompt_tokens > self.plan.capacity_max_tokens:
+                held = n
+                break
+            else:
+                held, n = n, n * 2
+        while lost is not None and lost - held > 1:
+            mid = (held + lost) // 2
+            kept, prompt_tokens = await self._held(mid, words)
+            held, lost = (mid, lost) if kept else (held, mid)
+        self.capacity = CapacityProbe(
+            prompt_tokens=prompt_tokens, held=held, lost=lost, cached_tokens=self._cached_when_held
+        )
+
+    async def _held(self, n: int, words: int) -> tuple[bool, int]:
+        nonces = [secrets.token_hex(4) for _ in range(n)]
+        for nonce in nonces:
+            await self.send(_prompt(words, nonce), 1)
+        again = await self.send(_prompt(words, nonces[0]), 1)
+        prompt, cached = again.prompt_tokens or 0, again.cached_tokens or 0
+        if 2 * cached > prompt:
+            self._cached_when_held = max(self._cached_when_held, cached)
+            return True, prompt
+        return False, prompt
 
     async def _decode_round(self, batch: int, words: int) -> DecodePoint | None:
         tokens = self.plan.decode_tokens
@@ -185,7 +243,12 @@ async def calibrate(
         run = _Probe(client, plan, say)
         slots = stated.get("parallel")
         run.slots = slots if isinstance(slots, int) and slots > 0 else None
-        for phase in (run.run_prefill, run.run_decode):
+        phases = [run.run_prefill, run.run_decode]
+        pool = stated.get("kv_capacity_tokens")
+        if found.engine in emulated.POOL_TWINS and not (isinstance(pool, int) and pool > plan.capacity_max_tokens):
+            run.capacity_start = max(2, pool // (2 * (plan.capacity_words + 32))) if isinstance(pool, int) else 2
+            phases.append(run.run_capacity)
+        for phase in phases:
             try:
                 await phase()
             except ProbeEnded as exc:
@@ -227,6 +290,31 @@ def _swa_tail(found: ProbeResult, run: _Probe, stated: dict[str, object], notes:
     return tails
 
 
+def _apply_capacity(capacity: CapacityProbe | None, stated: dict[str, object], notes: list[str]) -> None:
+    """The measured room for prompts becomes the twin's prefix cache (and its KV, where the server
+    states a pool: the cache and running requests share it), over what the server states (a
+    hybrid model's pool in tokens is not what prompts of a given size see); a capacity past the
+    probe's reach leaves the stated one."""
+    if capacity is None:
+        return
+    if capacity.lost is None:
+        notes.append(
+            f"capacity: {capacity.held} prompts of {capacity.prompt_tokens} tokens stayed cached; more was not tried"
+        )
+        return
+    measured = capacity.tokens
+    pool = stated.get("kv_capacity_tokens")
+    stated["cache_capacity_tokens"] = measured
+    if isinstance(pool, int):
+        stated["kv_capacity_tokens"] = measured
+    notes.append(
+        f"capacity: the first of {capacity.held} prompts of {capacity.prompt_tokens} tokens stayed cached "
+        f"({capacity.cached_tokens} of its tokens), of {capacity.lost} it did not: the twin's cache holds "
+        f"{measured} tokens"
+        + (f" (the server states {pool}: prompts of this size see another room)" if isinstance(pool, int) else "")
+    )
+
+
 def _calibration(
     found: ProbeResult,
     stated: dict[str, object],
@@ -237,12 +325,14 @@ def _calibration(
     tail_breaks: tuple[int, ...] = (),
 ) -> Calibration:
     model, prefill_fit, decode_fit, overhead = fit_step_model(run.prefill, run.decode, fallback, notes, tail_breaks)
+    _apply_capacity(run.capacity, stated, notes)
     assert found.engine is not None
     return Calibration(
         engine=found.engine, url=found.url, model=found.model,
         measured_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), complete=complete,
         parameters=model, stated=stated, prefill_points=run.prefill, decode_points=run.decode,
-        prefill_fit=prefill_fit, decode_fit=decode_fit, client_overhead_ms=overhead, notes=notes,
+        prefill_fit=prefill_fit, decode_fit=decode_fit, client_overhead_ms=overhead, capacity=run.capacity,
+        notes=notes,
     )  # fmt: skip
 
 

@@ -93,6 +93,12 @@ class BlockCache:
             self._blocks[bid].lock += 1
         return chain
 
+    def unlocked_tokens(self, tokens: Sequence[str], n_tokens: int) -> int:
+        """Of the first ``n_tokens`` of ``tokens`` (whole cached blocks), those in blocks no
+        request holds now."""
+        chain = self._chain(tokens[:n_tokens])
+        return sum(self.block_tokens for bid in chain if self._blocks[bid].lock == 0)
+
     def unlock(self, handle: list[int]) -> None:
         for bid in handle:
             block = self._blocks.get(bid)

@@ -290,6 +290,13 @@ class EngineModel:
         preemption)."""
         return self._cached_for(gen.prompt + gen.output if gen.output else gen.prompt)
 
+    def unshared(self, gen: Generation, hit: int) -> int:
+        """The cached tokens of ``gen`` in blocks no running request holds, where running requests
+        and cached blocks share one pool (``behaviour.shared_pool``); else 0."""
+        if not self.behaviour.shared_pool or not isinstance(self.cache, BlockCache):
+            return 0
+        return self.cache.unlocked_tokens(gen.prompt + gen.output if gen.output else gen.prompt, hit)
+
     def admit(self, gen: Generation) -> None:
         """The scheduler admitted ``gen`` in the step being planned (what it hits in the host
         tier is loaded in this step)."""

@@ -87,6 +87,11 @@ class Engine(Protocol[R_contra]):
         """``req`` is admitted: its sequence enters the prefix cache (a request admitted after
         it in the same step may hit it)."""
 
+    def unshared(self, req: R_contra, hit: int) -> int:
+        """Of ``hit`` cached tokens of ``req``, those it would hold alone in a pool it shares with
+        the cache (vLLM's blocks no running request holds: admitting it takes them from the
+        cache's room); 0 where the cache is a pool of its own."""
+
     def release(self, req: R_contra) -> None:
         """``req`` was preempted: its KV goes, what it computed stays in the prefix cache."""
 
@@ -273,7 +278,8 @@ class Scheduler(Generic[R]):
                 hit = min(hit, gen.computed)
             sequence = gen.prompt_tokens + len(gen.output)
             new = sequence - hit
-            need = self.blocks(new + 1 + math.ceil(p.admit_reserve * self._to_come(gen)))
+            own = new + engine.unshared(gen, hit)  # the KV it holds: its new tokens, and cached blocks no one holds
+            need = self.blocks(own + 1 + math.ceil(p.admit_reserve * self._to_come(gen)))
             if running and held + need > self.capacity:
                 break
             if not p.chunked_prefill and new > budget and plan.batch:
@@ -281,7 +287,7 @@ class Scheduler(Generic[R]):
             waiting.remove(gen)
             gen.admit_hit = hit
             gen.prefill_left = new
-            gen.kv_tokens = new
+            gen.kv_tokens = own
             running.append(gen)
             plan.admitted.append(gen)
             plan.cached_tokens += hit

@@ -70,6 +70,25 @@ class DecodePoint(_Strict):
     gaps: int = Field(ge=0, description="token gaps the median is over")
 
 
+class CapacityProbe(_Strict):
+    """The capacity phase: of fresh prompts of ``prompt_tokens`` sent one by one, the first was
+    still cached after ``held`` of them and not after ``lost`` (None: never lost within reach)."""
+
+    prompt_tokens: int = Field(ge=0)
+    held: int = Field(ge=0)
+    lost: int | None = None
+    #: the cached tokens a held prompt came back with (its whole blocks; the last token computed)
+    cached_tokens: int = Field(default=0, ge=0)
+
+    @property
+    def tokens(self) -> int:
+        """The cache's room in prompt tokens: halfway between the prompts that held and those
+        that did not. (A running prompt's last partial block, which a block cache keeps only
+        while it runs, is counted: the room is what prompts of this size see.)"""
+        upper = self.lost if self.lost is not None else self.held
+        return int((self.held + upper) / 2 * self.prompt_tokens)
+
+
 class Fit(_Strict):
     """A least-squares line: its points' residuals (measured minus fitted, ms) and their RMS."""
 
@@ -98,6 +117,8 @@ class Calibration(_Strict):
     #: the client's own time in every TTFT: the cold prefill line's intercept less one step of
     #: one sequence (not a server cost; the twin leaves it out)
     client_overhead_ms: float | None = None
+    #: how many fresh prompts the prefix cache held (``swarm calibrate``'s capacity phase)
+    capacity: CapacityProbe | None = None
     notes: list[str] = Field(default_factory=list)
 
     def settings(self) -> dict[str, Any]:

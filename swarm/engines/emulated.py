@@ -28,6 +28,8 @@ STATED_INFO = {
     "sglang": (sglang.ENGINE_INFO_PATHS, sglang.STATED_SETTINGS),
     "llamacpp": (llamacpp.INFO_PATHS, llamacpp.STATED_SETTINGS),
 }
+#: the twins whose prefix cache is a pool of tokens: ``swarm calibrate`` measures its room
+POOL_TWINS = ("sglang", "trtllm", "vllm")
 #: per engine, what its answers to prompts sent again say of its model's sliding window (``swarm calibrate``)
 WINDOW_FROM_REPEATS = {"llamacpp": llamacpp.window_from_repeats}
 #: empties the prefix cache in every profile

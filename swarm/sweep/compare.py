@@ -23,6 +23,9 @@ from swarm.sweep.report import CROSSOVER_TIE
 #: a twin's figures held against its engine's (issue: engine twins), and the bound each must meet
 ERROR_FIGURES = ("ttft_ms.p50", "ttft_ms.p99", "output_tokens_per_s", "e2e_ms.p50", "hit_ratio")
 ERROR_BOUND = 0.15
+#: a hit ratio within this many points of the engine's is within, whatever its relative error
+#: (past a cliff both are near 0: 0.06 against 0.00 is -100 %)
+HIT_DIFF_BOUND = 0.05
 
 #: per-load figures set side by side
 LOAD_FIGURES = (
@@ -156,8 +159,10 @@ def errors_against_first(
 ) -> dict[str, Any]:
     """Each series' figures against the first's (the reference: the engine, when a twin's sweep
     is compared with it): per load both measured and per figure of ``ERROR_FIGURES``, the
-    relative error ``(series - reference) / reference`` and whether it is within
-    ``ERROR_BOUND``; and the eviction cliff's distance in ladder steps (within: at most one)."""
+    relative error ``(series - reference) / reference`` (and for the hit ratio its difference
+    in points: within ``HIT_DIFF_BOUND`` it is within whatever its relative error); ``worst``,
+    the largest error that counts, and whether it is within ``ERROR_BOUND``; and the eviction
+    cliff's distance in ladder steps (within: at most one)."""
     if len(names) < 2:
         return {}
     ref_name = names[0]
@@ -175,6 +180,10 @@ def errors_against_first(
                 a, b = ref.figures.get(figure), point.figures.get(figure)
                 err = _relative(a, b)
                 row[figure] = err
+                if figure == "hit_ratio":  # near nothing, a relative error says little: the points too
+                    row["hit_ratio.diff"] = None if a is None or b is None else b - a
+                    if row["hit_ratio.diff"] is not None and abs(row["hit_ratio.diff"]) <= HIT_DIFF_BOUND:
+                        continue
                 if err is not None:
                     worst = max(worst, abs(err))
             rows.append(row)
