@@ -65,7 +65,9 @@ def test_unknown_engine_profile() -> None:
     assert_one_line_error(
         swarm("probe", "http://127.0.0.1:1", "--engine", "tgi"), "unknown engine profile 'tgi'"
     )
-    assert_one_line_error(swarm("emulate", "--engine", "llamacpp"), "--engine: Input should be 'sglang', 'trtllm' or 'vllm'")
+    assert_one_line_error(
+        swarm("emulate", "--engine", "tgi"), "--engine: Input should be 'sglang', 'trtllm', 'vllm' or 'llamacpp'"
+    )
 
 
 def test_port_in_use_for_the_emulator() -> None:

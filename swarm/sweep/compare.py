@@ -118,7 +118,10 @@ def compare_sweeps(reports: list[dict[str, Any]], labels: list[str]) -> dict[str
                     row["series"][key]["intervals"] = spread
         by_load.append(row)
     return {
-        "errors": errors_against_first(curves, names, reports[0]["sweep"]["loads"]),
+        "errors": errors_against_first(
+            curves, names, reports[0]["sweep"]["loads"],
+            {k: (s["cliff"] or {}).get("load") for k, s in series.items()},
+        ),
         "sweeps": [
             {"label": label, "folder": r["sweep"]["folder"]} for r, label in zip(reports, labels, strict=True)
         ],
@@ -155,19 +158,30 @@ def _ladder_step(load: float | None, ladder: list[float]) -> float | None:
 
 
 def errors_against_first(
-    curves: dict[str, tuple[int, list[sc.SweepPoint]]], names: list[str], ladder: list[float]
+    curves: dict[str, tuple[int, list[sc.SweepPoint]]],
+    names: list[str],
+    ladder: list[float],
+    cliffs: dict[str, float | None] | None = None,
 ) -> dict[str, Any]:
     """Each series' figures against the first's (the reference: the engine, when a twin's sweep
     is compared with it): per load both measured and per figure of ``ERROR_FIGURES``, the
     relative error ``(series - reference) / reference`` (and for the hit ratio its difference
     in points: within ``HIT_DIFF_BOUND`` it is within whatever its relative error); ``worst``,
     the largest error that counts, and whether it is within ``ERROR_BOUND``; and the eviction
-    cliff's distance in ladder steps (within: at most one)."""
+    cliff's distance in ladder steps (within: at most one): each series' own (``cliffs``, as
+    its sweep report found it), else found here from the points."""
     if len(names) < 2:
         return {}
+
+    def cliff_of(key: str) -> float | None:
+        if cliffs is not None and key in cliffs:
+            return cliffs[key]
+        found = sc.eviction_cliff(curves[key][1])
+        return found.load if found else None
+
     ref_name = names[0]
     ref_points = {p.load: p for p in curves[ref_name][1]}
-    ref_cliff = sc.eviction_cliff(curves[ref_name][1])
+    ref_cliff = cliff_of(ref_name)
     out: dict[str, Any] = {"reference": ref_name, "bound": ERROR_BOUND, "series": {}}
     for key in names[1:]:
         rows, worst = [], 0.0
@@ -187,9 +201,9 @@ def errors_against_first(
                 if err is not None:
                     worst = max(worst, abs(err))
             rows.append(row)
-        cliff = sc.eviction_cliff(curves[key][1])
-        ref_step = _ladder_step(ref_cliff.load if ref_cliff else None, ladder)
-        step = _ladder_step(cliff.load if cliff else None, ladder)
+        cliff = cliff_of(key)
+        ref_step = _ladder_step(ref_cliff, ladder)
+        step = _ladder_step(cliff, ladder)
         cliff_steps = None if ref_step is None or step is None else step - ref_step
         out["series"][key] = {
             "by_load": rows,
@@ -197,6 +211,6 @@ def errors_against_first(
             "within": worst <= ERROR_BOUND
             and ((cliff_steps is not None and abs(cliff_steps) <= 1) or (ref_cliff is None and cliff is None)),
             "cliff_steps": cliff_steps,
-            "cliffs": [ref_cliff.load if ref_cliff else None, cliff.load if cliff else None],
+            "cliffs": [ref_cliff, cliff],
         }
     return out
