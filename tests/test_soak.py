@@ -61,7 +61,9 @@ EXPECTED: dict[str, tuple[str, int | None]] = {
     "oversized": ("stream_error", 200),
 }  # fmt: skip
 
-FAULTS = "mixed=0.05,refuse=0.05,stall_s=2.5,slow_headers_s=2.5,oversized_bytes=4300000,seed=11"
+#: stalls 2.5 s past the client's 1.5 s idle deadline: on a machine busy with a CPU hog and the
+#: engine tests beside this one, a 1 s margin let a stalled stream finish before its timer ran
+FAULTS = "mixed=0.05,refuse=0.05,stall_s=4,slow_headers_s=4,oversized_bytes=4300000,seed=11"
 
 
 def _rss_bytes() -> int:
