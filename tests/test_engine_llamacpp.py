@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from engine_workload import write_spec_files
+from engine_workload import CHAIN3, LONG_TASK, write_spec_files
 from llama_server import llama_server, locate
 
 from swarm.analysis import metrics as m
@@ -136,27 +136,6 @@ def test_report_on_the_real_run(swarm_run: str, tmp_path: Path) -> None:
 
 
 # --- a sweep against the real engine (issue 16) --------------------------------------------
-
-#: a short shared prompt and a long private task, so an agent's own context is most of what
-#: its next call can reuse
-LONG_TASK = """\
-name: long_task
-description: 60-token shared prompt, 200-token task, 8-token turns
-system_prompt: {style: prose, tokens: 60}
-task_tokens: {dist: constant, value: 200}
-instruction_tokens: {dist: constant, value: 10}
-output_tokens:
-  default: {dist: constant, value: 8}
-think_time_s: {dist: constant, value: 0}
-"""
-
-CHAIN3 = """\
-name: chain3
-description: three calls in sequence, each sees the turns before it
-generator: chain
-params: {length: 3}
-"""
-
 
 def test_sweep_shows_the_slot_cache_giving_way_past_its_slots(
     llama: str, tmp_path_factory: pytest.TempPathFactory

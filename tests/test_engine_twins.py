@@ -18,8 +18,10 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+from engine_workload import CHAIN3, LONG_TASK
 from llama_server import llama_server
 from llama_server import locate as llama_locate
 from vllm_server import BLOCK_TOKENS, MODEL_DIR, SERVED_NAME, vllm_server
@@ -32,25 +34,26 @@ pytestmark = pytest.mark.engine
 
 SWARM = [sys.executable, "-m", "swarm.cli"]
 
-#: a short shared prompt and a long private task, so an agent's own context is most of what
-#: its next call can reuse
-LONG_TASK = """\
-name: long_task
-description: 60-token shared prompt, 200-token task, 8-token turns
-system_prompt: {style: prose, tokens: 60}
-task_tokens: {dist: constant, value: 200}
-instruction_tokens: {dist: constant, value: 10}
-output_tokens:
-  default: {dist: constant, value: 8}
-think_time_s: {dist: constant, value: 0}
-"""
 
-CHAIN3 = """\
-name: chain3
-description: three calls in sequence, each sees the turns before it
-generator: chain
-params: {length: 3}
-"""
+def hold_the_twin(folder: Path, name: str, twin_url: str, sweep: list[str], *, timeout_s: float) -> None:
+    """Sweep the twin at ``twin_url`` as the engine was (``folder / "engine"``), print ``swarm
+    compare``'s error table, and hold the hits (15 %, or 0.05) and the cliff (one ladder step);
+    the timing errors are printed, not held (the module docstring)."""
+    out = subprocess.run(
+        [*SWARM, "sweep", "--target", f"{name}={twin_url}", *sweep, "--output", str(folder / "twin")],
+        capture_output=True, text=True, timeout=timeout_s,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    folders = [str(folder / "engine"), str(folder / "twin")]
+    shown = subprocess.run([*SWARM, "compare", *folders], capture_output=True, text=True, timeout=120)
+    print(shown.stdout)  # the error table, with pytest -s
+    compared = subprocess.run([*SWARM, "compare", *folders, "--json"], capture_output=True, text=True, timeout=120)
+    errors = json.loads(compared.stdout)["errors"]["series"][f"twin:{name}"]
+    steps = errors["cliff_steps"]
+    assert errors["cliffs"] == [None, None] or (steps is not None and abs(steps) <= 1), errors
+    for row in errors["by_load"]:
+        assert abs(row["hit_ratio.diff"]) <= 0.05 or abs(row["hit_ratio"]) <= 0.15, row
+        assert all(row[f] is not None for f in ("ttft_ms.p50", "output_tokens_per_s", "e2e_ms.p50")), row
 
 
 # --- llama.cpp ---------------------------------------------------------------------------------
@@ -100,24 +103,7 @@ def test_the_llamacpp_twin_sweeps_like_the_engine(
     calibration = load_calibration(folder / "cal.yaml", "llamacpp")
     assert calibration.stated == {"parallel": 2, "swa_tokens": 512}
     twin = emulator(**{**calibration.settings(), "cache_ram": 0, "tokenizer": str(tokenizer)})
-    out = subprocess.run(
-        [*SWARM, "sweep", "--target", f"llama={twin.url}", *sweep, "--output", str(folder / "twin")],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    shown = subprocess.run(
-        [*SWARM, "compare", str(folder / "engine"), str(folder / "twin")], capture_output=True, text=True, timeout=120
-    )
-    print(shown.stdout)  # the error table, with pytest -s
-    compared = subprocess.run(
-        [*SWARM, "compare", str(folder / "engine"), str(folder / "twin"), "--json"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    errors = json.loads(compared.stdout)["errors"]["series"]["twin:llama"]
-    assert errors["cliff_steps"] is not None and abs(errors["cliff_steps"]) <= 1, errors
-    for row in errors["by_load"]:  # the timing errors are printed, not held: see the module docstring
-        assert abs(row["hit_ratio.diff"]) <= 0.05 or abs(row["hit_ratio"]) <= 0.15, row
-        assert all(row[f] is not None for f in ("ttft_ms.p50", "output_tokens_per_s", "e2e_ms.p50")), row
+    hold_the_twin(folder, "llama", twin.url, sweep, timeout_s=600)
 
 
 # --- vLLM's CPU build ---------------------------------------------------------------------------
@@ -174,22 +160,4 @@ def test_the_vllm_twin_sweeps_like_the_engine(
     pool = calibration.stated["kv_capacity_tokens"]
     assert isinstance(pool, int) and 1_000 < pool < 4_000, calibration.stated
     twin = emulator(**calibration.settings(), model=SERVED_NAME, tokenizer=str(MODEL_DIR / "tokenizer.json"))
-    out = subprocess.run(
-        [*SWARM, "sweep", "--target", f"vllm={twin.url}", *sweep, "--output", str(folder / "twin")],
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    shown = subprocess.run(
-        [*SWARM, "compare", str(folder / "engine"), str(folder / "twin")], capture_output=True, text=True, timeout=120
-    )
-    print(shown.stdout)  # the error table, with pytest -s
-    compared = subprocess.run(
-        [*SWARM, "compare", str(folder / "engine"), str(folder / "twin"), "--json"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    errors = json.loads(compared.stdout)["errors"]["series"]["twin:vllm"]
-    steps = errors["cliff_steps"]
-    assert errors["cliffs"] == [None, None] or (steps is not None and abs(steps) <= 1), errors
-    for row in errors["by_load"]:  # the timing errors are printed, not held: see the module docstring
-        assert abs(row["hit_ratio.diff"]) <= 0.05 or abs(row["hit_ratio"]) <= 0.15, row
-        assert all(row[f] is not None for f in ("ttft_ms.p50", "output_tokens_per_s", "e2e_ms.p50")), row
+    hold_the_twin(folder, "vllm", twin.url, sweep, timeout_s=900)
