@@ -31,6 +31,11 @@ class _Block:
 class BlockCache:
     """Prefix cache at block granularity. See the module docstring for the model."""
 
+    #: the prompt enters on ``insert`` (a slot cache fills on ``lock``); tokens restored from a
+    #: tier of its own (a slot cache's RAM prompt cache; none here)
+    fills_on_lock = False
+    loaded_tokens = 0
+
     def __init__(self, capacity_tokens: int | None = None, block_tokens: int = 32) -> None:
         if block_tokens < 1:
             raise ValueError("block_tokens must be >= 1")

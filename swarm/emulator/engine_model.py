@@ -301,10 +301,9 @@ class EngineModel:
         """The scheduler admitted ``gen`` in the step being planned (what it hits in the host
         tier is loaded in this step)."""
         loaded = self._from_host(gen.prompt + gen.output if gen.output else gen.prompt, gen.admit_hit)
-        restored = self.cache.loaded_tokens if isinstance(self.cache, SlotCache) else 0
+        restored = self.cache.loaded_tokens
         self._admit(gen, self._step_now, gen.admit_hit)
-        if isinstance(self.cache, SlotCache):  # what it restored from its RAM prompt cache
-            loaded += self.cache.loaded_tokens - restored
+        loaded += self.cache.loaded_tokens - restored  # what a slot cache restored from its RAM
         self._step_host_tokens += loaded
         self.stats.host_loaded_tokens += loaded
         self._fit_cache_to_pool()
@@ -383,7 +382,7 @@ class EngineModel:
             gen._lock_handle = self.cache.lock(sequence)
             return
         gen.cached_tokens = self._cached_for(gen.prompt) if cached is None else cached
-        if not isinstance(self.cache, SlotCache):  # a slot takes the prompt when it is locked
+        if not self.cache.fills_on_lock:  # a slot takes the prompt when it is locked
             self.cache.insert(gen.prompt)
         gen._lock_handle = self.cache.lock(gen.prompt)
         gen.admitted_s = now_s

@@ -46,6 +46,11 @@ def _common_prefix(edge: list[str], tokens: Sequence[str], start: int) -> int:
 class RadixCache:
     """Prefix cache at token granularity. See the module docstring for the model."""
 
+    #: the prompt enters on ``insert`` (a slot cache fills on ``lock``); tokens restored from a
+    #: tier of its own (a slot cache's RAM prompt cache; none here)
+    fills_on_lock = False
+    loaded_tokens = 0
+
     block_tokens = 1
 
     def __init__(self, capacity_tokens: int | None = None) -> None:

@@ -96,6 +96,8 @@ class SlotCache:
     """``slots`` slots and an optional host prompt cache; see the module docstring."""
 
     block_tokens = 1
+    #: a slot takes its prompt when it is locked (``lock``), not on ``insert``
+    fills_on_lock = True
 
     def __init__(
         self,
