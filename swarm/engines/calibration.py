@@ -167,7 +167,8 @@ def fit_step_model(
       ``ttft = o + Σ max(step_base_ms + decode_ms_per_seq, prefill_ms_per_token × chunk)``
       (``prefill_ms_per_token`` searched, ``o`` the mean residual, cached tokens free). Where the
       prompts are cut into more than one step, a step before the last emits no token and costs
-      ``step_emit_ms`` less (fitted in both).
+      ``step_emit_ms`` less (fitted in both). Both are fitted on the ``quickest`` of each
+      prompt's repeats and give residuals for every point.
 
     Returns the model, the two fits and ``o`` (None where there was no fit to read it from).
     """
@@ -213,6 +214,18 @@ OVERLAP_BETTER = 0.5
 def _typical(fit: Fit) -> float:
     """A fit's median absolute residual (a busy machine's few slow points move it little)."""
     return float(statistics.median(abs(r) for r in fit.residuals_ms)) if fit.residuals_ms else 0.0
+
+
+def quickest(points: list[PrefillPoint]) -> list[PrefillPoint]:
+    """Of the points measured with one prompt length and one cached count, the quickest: noise
+    (a late wake-up, another process on the core) only adds time, so the least TTFT of a
+    prompt's repeats is the nearest to the engine's own (as decode keeps its quickest round)."""
+    best: dict[tuple[int, int], PrefillPoint] = {}
+    for point in points:
+        key = (point.prompt_tokens, point.cached_tokens)
+        if key not in best or point.ttft_ms < best[key].ttft_ms:
+            best[key] = point
+    return list(best.values())
 
 
 def prompt_chunks(uncached: int, tail_breaks: tuple[int, ...] = ()) -> list[int]:
@@ -262,23 +275,32 @@ def _prefill_fit(
     points: list[PrefillPoint], step_ms: float, tail_breaks: tuple[int, ...]
 ) -> tuple[float, float, float, float, Fit]:
     """Least squares ``ttft - steps × step_ms = o - e × (steps - 1) + b × uncached + b_c ×
-    cached`` (a step before the last emits no token: ``e`` less): (o, e, b, b_c, residuals)."""
+    cached`` (a step before the last emits no token: ``e`` less) over the ``quickest`` of each
+    prompt's repeats: (o, e, b, b_c, the residuals of every point)."""
     import numpy as np
 
-    uncached = np.array([p.prompt_tokens - p.cached_tokens for p in points], dtype=float)
-    cached = np.array([p.cached_tokens for p in points], dtype=float)
-    steps = np.array([len(prompt_chunks(int(u), tail_breaks)) for u in uncached], dtype=float)
-    ttft = np.array([p.ttft_ms for p in points], dtype=float) - steps * step_ms
-    if np.unique(uncached).size < 2:
+    def design(of: list[PrefillPoint]) -> tuple[list[np.ndarray], np.ndarray]:
+        uncached = np.array([p.prompt_tokens - p.cached_tokens for p in of], dtype=float)
+        cached = np.array([p.cached_tokens for p in of], dtype=float)
+        steps = np.array([len(prompt_chunks(int(u), tail_breaks)) for u in uncached], dtype=float)
+        ttft = np.array([p.ttft_ms for p in of], dtype=float) - steps * step_ms
+        return [np.ones_like(ttft), uncached, cached, 1.0 - steps], ttft
+
+    fitted_on = quickest(points)
+    every, ttft = design(fitted_on)
+    if np.unique(every[1]).size < 2:
         raise ValueError("fewer than two prompt lengths measured")
-    columns = [np.ones_like(ttft), uncached]
-    with_cached, with_emit = np.unique(cached).size > 1, np.unique(steps).size > 1
-    columns += ([cached] if with_cached else []) + ([1.0 - steps] if with_emit else [])
+    with_cached, with_emit = np.unique(every[2]).size > 1, np.unique(every[3]).size > 1
+    kept = [0, 1] + ([2] if with_cached else []) + ([3] if with_emit else [])
+    columns = [every[i] for i in kept]
     solution, *_ = np.linalg.lstsq(np.column_stack(columns), ttft, rcond=None)
     if solution[0] < 0:  # the client's own time is not negative: the line through o = 0
         columns[0] = np.zeros_like(ttft)
         solution, *_ = np.linalg.lstsq(np.column_stack(columns), ttft, rcond=None)
-    residuals = ttft - np.column_stack(columns) @ solution
+    all_columns, all_ttft = design(points)
+    if not columns[0].any():
+        all_columns[0] = np.zeros_like(all_ttft)
+    residuals = all_ttft - np.column_stack([all_columns[i] for i in kept]) @ solution
     k, b = float(solution[0]) if columns[0].any() else 0.0, float(solution[1])
     b_c = float(solution[2]) if with_cached else 0.0
     e = float(min(max(solution[-1], 0.0), step_ms)) if with_emit else 0.0
@@ -291,31 +313,35 @@ def _overlap_fit(
 ) -> tuple[float, float, float, Fit]:
     """``ttft = o + Σ max(step_ms - e × [not the last chunk], b × chunk)`` over each point's
     chunks: ``e`` and ``b`` searched on a grid (``b`` up to twice ``per_token_sum``), ``o`` the
-    mean residual: (o, e, b, residuals)."""
+    mean residual, over the ``quickest`` of each prompt's repeats: (o, e, b, the residuals of
+    every point)."""
     import numpy as np
 
-    ttft = np.array([p.ttft_ms for p in points], dtype=float)
-    chunks = [prompt_chunks(p.prompt_tokens - p.cached_tokens, tail_breaks) for p in points]
-    emits = not all(len(cs) == 1 for cs in chunks)
-    top = max(2 * per_token_sum, 1e-6)
+    def ttft_of(of: list[PrefillPoint]) -> np.ndarray:
+        return np.array([p.ttft_ms for p in of], dtype=float)
 
-    def predicted(e: float, b: float) -> np.ndarray:
+    def chunks_of(of: list[PrefillPoint]) -> list[list[int]]:
+        return [prompt_chunks(p.prompt_tokens - p.cached_tokens, tail_breaks) for p in of]
+
+    def predicted(chunks: list[list[int]], e: float, b: float) -> np.ndarray:
         return np.array(
             [sum(max(step_ms - (e if i < len(cs) - 1 else 0.0), b * c) for i, c in enumerate(cs)) for cs in chunks]
         )
 
+    fitted_on = quickest(points)
+    ttft, chunks = ttft_of(fitted_on), chunks_of(fitted_on)
+    emits = not all(len(cs) == 1 for cs in chunks)
+    top = max(2 * per_token_sum, 1e-6)
     best: tuple[float, float, float] | None = None
     for e in np.linspace(0, step_ms, 21) if emits else [0.0]:
         for b in np.linspace(0, top, 201):
-            residuals = ttft - predicted(float(e), float(b))
-            rms = float(np.std(residuals))
+            rms = float(np.std(ttft - predicted(chunks, float(e), float(b))))
             if best is None or rms < best[0]:
                 best = (rms, float(e), float(b))
     assert best is not None
     _, e, b = best
-    residuals = ttft - predicted(e, b)
-    o = float(np.mean(residuals))
-    residuals = residuals - o
+    o = float(np.mean(ttft - predicted(chunks, e, b)))
+    residuals = ttft_of(points) - predicted(chunks_of(points), e, b) - o
     return o, e, b, Fit(residuals_ms=[round(float(r), 4) for r in residuals], rms_ms=float(np.sqrt(np.mean(residuals**2))))
 
 
