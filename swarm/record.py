@@ -120,6 +120,12 @@ class RequestRecord:
     #: per entry of ``chunk_ns``, the client's own lag: the user-space time of the read minus its
     #: kernel receive stamp (empty when ``clock`` is ``user``; 0 for an entry timed in user space)
     chunk_lag_ns: tuple[int, ...] = ()
+    #: the replica of a fleet that served the request, as ``replica_from`` learned it (None when
+    #: nothing said: a failed connection, an engine that does not name itself)
+    replica: str | None = None
+    #: how ``replica`` was learned: ``header`` (the response's ``X-Swarm-Replica``, which swarm's
+    #: emulator sends); None with no replica
+    replica_from: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

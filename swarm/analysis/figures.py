@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from swarm.analysis import metrics as m
+from swarm.analysis.fleet import FleetFigures
 from swarm.analysis.intervals import Interval
 
 
@@ -300,9 +301,12 @@ class TargetReport:
     server: dict[str, Any] | None = None
     #: the 95 % interval of each figure that has one (``intervals.FIGURES``), by its name
     intervals: dict[str, Interval] = field(default_factory=dict)
+    #: a fleet's figures per replica (``fleet.fleet_figures``), for a target behind a router
+    fleet: FleetFigures | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "fleet": self.fleet.as_dict() if self.fleet is not None else None,
             "engine": self.engine,
             "emulated": self.emulated,
             "figures": self.figures.as_dict(),

@@ -19,6 +19,7 @@ from swarm.analysis import figures as f
 from swarm.analysis import metrics as m
 from swarm.analysis.engine_metrics import read_server_metrics, target_figures
 from swarm.analysis.figures import RunReport, TargetReport, first_engine
+from swarm.analysis.fleet import FleetFigures, fleet_figures
 from swarm.analysis.intervals import target_intervals
 from swarm.record import LATE_NS
 from swarm.trace.manifest import RunManifest, WorkerInfo, changed_contents
@@ -39,7 +40,12 @@ COLUMNS = [
     "target", "engine", "session_id", "node", "parent_nodes", "depth", "role", "profile", "topology",
     "system_prompt_id", "status", "error", "scheduled_ns", "sent_ns", "queue_ns", "slot_wait_ns", "ttft_ns", "e2e_ns",
     "chunk_ns", "prompt_tokens", "completion_tokens", "cached_tokens", "prompt_tokens_est",
-    "ideal_cached_tokens_est", "attempt", "warmup", "repeat", "clock", "chunk_lag_ns",
+    "ideal_cached_tokens_est", "attempt", "warmup", "repeat", "clock", "chunk_lag_ns", "replica",
+]  # fmt: skip
+#: what a fleet's split of its misses reads besides (warm-ups kept: they fill the replicas' caches)
+FLEET_COLUMNS = [
+    "target", "replica", "sent_ns", "status", "block_hashes", "prompt_tokens", "prompt_tokens_est",
+    "cached_tokens", "ideal_cached_tokens_est", "warmup", "repeat",
 ]  # fmt: skip
 
 
@@ -271,6 +277,18 @@ def workload_differences(runs: list[tuple[str, RunManifest]]) -> list[str]:
     return out
 
 
+def _fleet(run: LoadedRun, name: str, rows: pa.Table, replicas: list[str]) -> FleetFigures | None:
+    """The target's fleet figures, where it is one: replicas listed in the manifest, or its
+    rows naming two replicas or more (read again with the block hashes and warm-ups)."""
+    named = rows["replica"] if "replica" in rows.column_names else None
+    if not replicas and (named is None or len(pc.unique(named.drop_null())) < 2):
+        return None
+    table, _ = read_requests_tolerant(as_storage(run.location), columns=FLEET_COLUMNS)
+    table = table.filter(pc.equal(table["target"], name)) if table.num_rows else table
+    samples = run.server.filter(pc.equal(run.server["target"], name)) if run.server is not None else None
+    return fleet_figures(table, samples, replicas)
+
+
 def build_run_report(run: LoadedRun, slo: m.SLO | None = None, *, intervals: bool = True) -> RunReport:
     """Figures per target (``figures.target_figures``), breakdowns by ``BREAKDOWN_KEYS``
     (only keys with more than one value), the engine-side figures where scraped, and with
@@ -297,6 +315,7 @@ def build_run_report(run: LoadedRun, slo: m.SLO | None = None, *, intervals: boo
             },
             server=server,
             intervals=target_intervals(rows) if intervals else {},
+            fleet=_fleet(run, name, rows, info.replicas if info else []),
         )
     return RunReport(
         run={

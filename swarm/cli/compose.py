@@ -43,7 +43,7 @@ def parse_value(f: FlagDef, value: Any) -> Any:
 
 def parse_targets(
     targets: list[str], engines: list[str], dialect: str | None, model: str | None,
-    api_key_env: str | None, api_key_file: str | None,
+    api_key_env: str | None, api_key_file: str | None, replicas_down: str | None = None,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """``--target NAME=URL`` (repeated) with ``--engine`` (one for all, or one per target) and
     the target flags every target shares, as ``TargetSpec`` fields."""
@@ -65,13 +65,34 @@ def parse_targets(
             {
                 "name": name, "url": url, "engine": engine, "dialect": dialect, "model": model,
                 "api_key_env": api_key_env, "api_key_file": api_key_file,
-            }
+            } | ({"replicas_down": replicas_down} if replicas_down else {})
         )  # fmt: skip
     return out
 
 
+def place_replicas(replicas: list[str], targets: list[dict[str, Any]]) -> None:
+    """``--replica [NAME=]URL`` (repeated) into its target's ``replicas``: ``NAME=`` names the
+    target; without it the replica is the only target's (an error when there are several)."""
+    names = [str(t.get("name")) for t in targets]
+    for given in replicas:
+        name, sep, url = given.partition("=")
+        if sep and name in names and url:
+            owner = names.index(name)
+        elif len(targets) == 1:
+            owner, url = 0, given
+        elif not targets:
+            raise InputError("--replica needs --target NAME=URL (the router the replicas are behind)")
+        else:
+            raise InputError(
+                f"--replica {given!r}: {len(targets)} targets; name the one it is behind: --replica NAME=URL "
+                f"(targets: {', '.join(names)})"
+            )
+        listed = targets[owner].setdefault("replicas", [])
+        listed.append(url)
+
+
 #: the target flags every target shares
-_SHARED = ("dialect", "model", "api_key_env", "api_key_file")
+_SHARED = ("dialect", "model", "api_key_env", "api_key_file", "replicas_down")
 
 
 def _targets(given: Mapping[str, Any], data: dict[str, Any]) -> None:
@@ -81,6 +102,7 @@ def _targets(given: Mapping[str, Any], data: dict[str, Any]) -> None:
     engines = given.get("engine", [])
     if given.get("target"):
         data["targets"] = parse_targets(given["target"], engines, *(given.get(k) for k in _SHARED))
+        place_replicas(given.get("replica", []), data["targets"])
         return
     targets = [dict(t) for t in data.get("targets") or [] if isinstance(t, dict)]
     if engines and not targets:
@@ -95,6 +117,10 @@ def _targets(given: Mapping[str, Any], data: dict[str, Any]) -> None:
         if engines:
             t["engine"] = engines[i if len(engines) > 1 else 0]
         t.update({k: given[k] for k in _SHARED if k in given})
+    if given.get("replica"):
+        for t in targets:
+            t["replicas"] = []  # the flags replace the spec's lists
+        place_replicas(given["replica"], targets)
     if targets:
         data["targets"] = targets
 

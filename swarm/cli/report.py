@@ -22,6 +22,7 @@ from swarm.errors import InputError
 
 if TYPE_CHECKING:
     from swarm.analysis.figures import RunReport
+    from swarm.analysis.fleet import FleetFigures
 
 
 @app.command()
@@ -86,6 +87,7 @@ def report_tables(report: RunReport) -> list[Table]:
     tables = [overview]
     if any(targets[n].intervals for n in names):
         tables.append(interval_table(report))
+    tables += [fleet_table(n, fleet) for n in names if (fleet := targets[n].fleet) is not None]
     for n in names:
         depth = targets[n].breakdowns.get("depth")
         if not depth:
@@ -100,6 +102,28 @@ def report_tables(report: RunReport) -> list[Table]:
             )  # fmt: skip
         tables.append(t)
     return tables
+
+
+def fleet_table(name: str, fleet: FleetFigures) -> Table:
+    """A fleet's replicas: their load, their hits, and their missed prompt tokens split by cause
+    (``analysis.fleet``), with the fleet's imbalance and routed-away share in the title."""
+    routed = fleet.share("routed_away")
+    table = Table(
+        title=f"{name}: {len(fleet.replicas)} replicas, imbalance {fmt(fleet.imbalance, '.2f')}x, "
+        f"misses routed away {fmt(routed, '.1%')}"
+        + (f" ({fleet.unattributed} requests named no replica)" if fleet.unattributed else "")
+    )
+    for col in ("replica", "requests", "share", "failed", "hit", "hit / ideal", "server hit", "missed tokens",
+                "compulsory", "evicted", "routed away"):  # fmt: skip
+        table.add_column(col, justify="left" if col == "replica" else "right")
+    for r in fleet.replicas:
+        missed = r.compulsory + r.evicted + r.routed_away
+        table.add_row(
+            r.replica, str(r.requests), fmt(r.load_share, ".1%"), str(r.failed), fmt(r.hit, ".1%"),
+            fmt(r.hit_vs_ideal, ".1%"), fmt(r.server_hit, ".1%"), f"{missed:,}",
+            *(fmt(part / missed if missed else None, ".1%") for part in (r.compulsory, r.evicted, r.routed_away)),
+        )  # fmt: skip
+    return table
 
 
 def interval_table(report: RunReport) -> Table:

@@ -409,6 +409,8 @@ class HttpEngineClient:
             chunk_ns=tuple(chunk_ns),
             clock=clock,
             chunk_lag_ns=chunk_lag,
+            replica=call.replica,
+            replica_from="header" if call.replica is not None else None,
             status=status,
             http_status=http_status,
             error=error,

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from swarm.clients.dialects import CONTENT_KEYS, ChunkError, StreamDecoder, plain_events_in
 from swarm.clients.sse import SSEError, SSEParser
 from swarm.clients.transport import Endpoint, ExchangeFailure
+from swarm.engines.emulated import REPLICA_HEADER
 from swarm.jsoncodec import loads
 from swarm.record import Status
 
@@ -53,13 +54,15 @@ class Call:
     """The mutable part of one send: its clock anchors (restarted on a resend), the HTTP
     status once known, and extra facts for the record."""
 
-    __slots__ = ("extra", "http_status", "sent_wall", "t0", "wall_clock")
+    __slots__ = ("extra", "http_status", "replica", "sent_wall", "t0", "wall_clock")
 
     def __init__(self, wall_clock: Callable[[], int]) -> None:
         self.wall_clock = wall_clock
         self.sent_wall = wall_clock()
         self.t0 = _perf_ns()
         self.http_status: int | None = None
+        #: the replica that answered, where the response names it (``REPLICA_HEADER``)
+        self.replica: str | None = None
         self.extra: dict[str, Any] = {}
 
     def restart(self) -> None:
@@ -289,6 +292,7 @@ async def run_exchange(
     response = await endpoint.post(body, request_id, call.restart)
     try:
         status = call.http_status = response.status
+        call.replica = response.headers.get(REPLICA_HEADER)
         if status >= 400:
             raise http_error(status, await response.read(ERROR_BODY_BYTES), response.headers, call)
         if stream:

@@ -286,6 +286,12 @@ class EmulatorConfig(BaseModel):
         "--no-cache-report: as without it)",
         json_schema_extra=flag("--cache-report", group=_EMU),
     )
+    replica_name: str | None = Field(
+        default=None,
+        description="the name this server gives itself in every response's X-Swarm-Replica header, "
+        "so a client behind a router knows which replica served it (default: its own URL)",
+        json_schema_extra=flag("--replica-name", group=_EMU),
+    )
     stamp_chunks: bool = Field(
         default=False,
         description=(

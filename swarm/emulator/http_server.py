@@ -48,6 +48,7 @@ from swarm.emulator.responses import (
 )
 from swarm.emulator.slot_cache import SlotCache
 from swarm.emulator.tokens import PromptTokenizer
+from swarm.engines.emulated import REPLICA_HEADER
 from swarm.errors import InputError
 from swarm.jsoncodec import loads
 
@@ -353,20 +354,44 @@ class _Handlers:
         )
 
 
-@web.middleware
-async def _label(request: web.Request, handler: Any) -> web.StreamResponse:
-    response: web.StreamResponse = await handler(request)
-    if not response.prepared:
-        response.headers["Server"] = f"swarm-emulator/{__version__}"
-    return response
+class _Identity:
+    """What every response says of its server: ``Server``, and ``X-Swarm-Replica`` (its
+    ``--replica-name``, else its URL once bound), so a client behind a router can tell which
+    replica answered."""
+
+    def __init__(self, name: str | None) -> None:
+        self.server = f"swarm-emulator/{__version__}"
+        self.replica = name or ""
+
+    async def label(self, request: web.Request, response: web.StreamResponse) -> None:
+        response.headers["Server"] = self.server
+        if self.replica:
+            response.headers[REPLICA_HEADER] = self.replica
+
+
+_IDENTITY_KEY = web.AppKey("identity", _Identity)
+
+
+class _QuietPreface(logging.Filter):
+    """Drops aiohttp's traceback for an HTTP/2 preface (``PRI * HTTP/2.0``): SGLang's router
+    tries one on every worker it adds before it talks HTTP/1.1, and the emulator answers 400."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (exc is not None and "PRI/Upgrade" in str(exc))
+
+
+logging.getLogger("aiohttp.server").addFilter(_QuietPreface())
 
 
 def build_app(config: EmulatorConfig, faults: FaultInjector | None = None) -> web.Application:
     """The aiohttp application of one emulated engine (the engine model starts with the app).
 
     ``faults`` overrides the injector built from ``config.faults`` (a test keeps a handle)."""
-    app = web.Application(middlewares=[_label], client_max_size=64 * 1024 * 1024)
+    app = web.Application(client_max_size=64 * 1024 * 1024)
     app[_CONFIG_KEY] = config
+    identity = app[_IDENTITY_KEY] = _Identity(config.replica_name)
+    app.on_response_prepare.append(identity.label)
     app[_FAULTS_KEY] = (
         faults
         if faults is not None
@@ -455,6 +480,8 @@ async def start_emulator(config: EmulatorConfig) -> RunningEmulator:
     for address in runner.addresses:  # the bound (host, port), also when port 0 was asked
         port = int(address[1])
         break
+    identity = app[_IDENTITY_KEY]
+    identity.replica = identity.replica or f"http://{config.host}:{port}"
     return RunningEmulator(runner, config, port, faults if isinstance(faults, FaultInjector) else None)
 
 

@@ -32,5 +32,8 @@ STATED_INFO = {
 POOL_TWINS = ("sglang", "trtllm", "vllm")
 #: per engine, what its answers to prompts sent again say of its model's sliding window (``swarm calibrate``)
 WINDOW_FROM_REPEATS = {"llamacpp": llamacpp.window_from_repeats}
+#: the response header in which an emulator names itself (its URL, or ``--replica-name``), so a
+#: client behind a router knows which replica served each request (``RequestRecord.replica``)
+REPLICA_HEADER = "x-swarm-replica"
 #: empties the prefix cache in every profile
 CACHE_RESET = CacheReset("/swarm/flush_cache")

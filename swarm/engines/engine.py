@@ -34,6 +34,11 @@ MetricMeaning = Literal[
 HistogramMeaning = Literal["ttft", "e2e", "tpot", "queue"]
 
 
+#: the label swarm adds to every sample it scrapes from one replica of a fleet: the replica's
+#: base URL (``runtime/metrics_scraper.py`` writes it, ``analysis/fleet.py`` reads it)
+REPLICA_LABEL = "swarm_replica"
+
+
 @dataclass(frozen=True, slots=True)
 class Metric:
     """One counter or gauge an engine publishes, as it names it."""

@@ -35,6 +35,8 @@ class ResolvedTarget:
     api_key_file: str | None = None
     emulated: bool = False
     server_info: dict[str, Any] | None = None
+    #: a fleet's replicas behind the router at ``url`` (base URLs; empty: one server)
+    replicas: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,10 @@ the engine profile's) every ``interval_s`` and keeps each sample as a row; at th
 run the rows of every target go to ``runs/<id>/server_metrics.parquet``:
 
 ``target`` (label), ``engine``, ``t_ns`` (wall clock of the scrape), ``metric``, ``labels``
-(``k=v`` pairs, sorted, comma-separated), ``value`` (float).
+(``k=v`` pairs, sorted, comma-separated), ``value`` (float). A fleet's target is scraped at
+each replica instead (the router's URL is not: it may hand ``/metrics`` to any one worker),
+every sample labelled ``swarm_replica=<replica URL>``, one ``t_ns`` per round; a replica that
+stops answering is skipped while the others are kept.
 
 Histogram buckets (``*_bucket``) are left out; their ``_sum`` and ``_count`` are kept. A
 target without an endpoint (404, refused) is tried ``GIVE_UP_AFTER`` times, then left alone,
@@ -28,6 +31,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from swarm.engines.engine import REPLICA_LABEL
 from swarm.trace.storage import RunStorage
 
 log = logging.getLogger(__name__)
@@ -74,6 +78,15 @@ def parse_prometheus(text: str) -> list[tuple[str, str, float]]:
     return out
 
 
+
+
+def _with_replica(labels: str, replica: str) -> str:
+    if not replica:
+        return labels
+    pairs = [p for p in labels.split(",") if p] + [f"{REPLICA_LABEL}={replica}"]
+    return ",".join(sorted(pairs))
+
+
 @dataclass
 class ServerMetricsScraper:
     """Scrapes one target's endpoint on a thread from ``start()`` to ``stop()``."""
@@ -83,6 +96,8 @@ class ServerMetricsScraper:
     url: str  # the full metrics URL
     interval_s: float = 1.0
     headers: dict[str, str] = field(default_factory=dict)
+    #: a fleet: (replica base URL, its metrics URL) each, scraped instead of ``url``
+    replicas: tuple[tuple[str, str], ...] = ()
     rows: list[tuple[str, str, int, str, str, float]] = field(default_factory=list)
     scrapes: int = 0
     failures: int = 0
@@ -109,27 +124,36 @@ class ServerMetricsScraper:
             self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
 
     def scrape_once(self) -> bool:
-        """One scrape; False when the endpoint did not answer with metrics."""
+        """One scrape (of a fleet, one round over its replicas, all at one ``t_ns``); False when
+        no endpoint answered with metrics."""
         if self.scrapes == 0 and self.failures >= GIVE_UP_AFTER:
             return False
-        request = urllib.request.Request(self.url, headers=self.headers)
         t_ns = time.time_ns()
+        answered = False
+        for replica, url in self.replicas or (("", self.url),):
+            samples = self._fetch(url)
+            if not samples:
+                continue
+            answered = True
+            self.rows.extend(
+                (self.target, self.engine, t_ns, name, _with_replica(labels, replica), value)
+                for name, labels, value in samples
+            )
+        if not answered:
+            self.failures += 1
+            return False
+        self.scrapes += 1
+        return True
+
+    def _fetch(self, url: str) -> list[tuple[str, str, float]]:
+        request = urllib.request.Request(url, headers=self.headers)
         try:
             with urllib.request.urlopen(request, timeout=max(self.interval_s, 1.0)) as resp:
                 text = resp.read().decode("utf-8", "replace")
         except (urllib.error.URLError, OSError, ValueError) as exc:
-            self.failures += 1
-            log.debug("target %s: metrics scrape failed: %s", self.target, exc)
-            return False
-        samples = parse_prometheus(text)
-        if not samples:
-            self.failures += 1
-            return False
-        self.scrapes += 1
-        self.rows.extend(
-            (self.target, self.engine, t_ns, name, labels, value) for name, labels, value in samples
-        )
-        return True
+            log.debug("target %s: metrics scrape of %s failed: %s", self.target, url, exc)
+            return []
+        return parse_prometheus(text)
 
     def table(self) -> pa.Table:
         columns: list[list[object]] = [[] for _ in SCHEMA]

@@ -32,6 +32,7 @@ def _target_info(t: ResolvedTarget, sessions_planned: int) -> TargetInfo:
         name=t.name, url=redact_url(t.url), engine=t.engine, dialect=t.dialect, model=t.model,
         emulated=t.emulated, api_key_env=t.api_key_env, api_key_file=t.api_key_file,
         server_info=t.server_info or {}, sessions_planned=sessions_planned,
+        replicas=[redact_url(u) for u in t.replicas],
     )  # fmt: skip
 
 

@@ -60,6 +60,22 @@ class TargetSpec(BaseModel):
         description="file holding the API key (its first line); never pass a key as a flag",
         json_schema_extra=flag("--api-key-file", group="Targets", metavar="FILE"),
     )
+    replicas: list[str] = Field(
+        default_factory=list,
+        description="a fleet: the base URLs of the replicas behind this target's router, whose "
+        "metrics are scraped beside the run (default: the workers the router lists, where it lists them)",
+        json_schema_extra=flag(
+            "--replica", group="Targets", repeat=True, metavar="[NAME=]URL",
+            help="a replica behind the target's router; repeat for each (NAME= picks the target when "
+            "there are several; default: the workers the router lists at /workers)",
+        ),
+    )  # fmt: skip
+    replicas_down: Literal["error", "warn"] = Field(
+        default="error",
+        description="a replica not answering when the run starts: error (before anything is sent) "
+        "or warn (a warning, and the run goes on with the replicas alive)",
+        json_schema_extra=flag("--replicas-down", group="Targets"),
+    )
 
 
 class TimeoutSpec(BaseModel):

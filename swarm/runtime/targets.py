@@ -16,6 +16,7 @@ from swarm.clients.client import normalise_base_url, read_api_key, redact_url
 from swarm.engines.registry import check_dialect, get_engine
 from swarm.errors import InputError
 from swarm.runtime.context import ResolvedTarget
+from swarm.runtime.fleet import fleet_replicas
 from swarm.runtime.metrics_scraper import ServerMetricsScraper
 from swarm.runtime.specs import TargetSpec
 
@@ -41,6 +42,10 @@ def resolve_target(spec: TargetSpec) -> ResolvedTarget:
         )
     profile = get_engine(engine)
     dialect = check_dialect(profile, spec.dialect or profile.default_dialect)
+    key = read_api_key(spec.api_key_env, spec.api_key_file)
+    replicas = fleet_replicas(
+        spec.name, url, spec.replicas, spec.replicas_down, {"Authorization": f"Bearer {key}"} if key else {}
+    )
     return ResolvedTarget(
         name=spec.name,
         url=url,
@@ -56,6 +61,7 @@ def resolve_target(spec: TargetSpec) -> ResolvedTarget:
             "metrics_path": result.metrics_path,
             "block_tokens": result.block_tokens,
         },
+        replicas=replicas,
     )
 
 
@@ -92,7 +98,8 @@ def embedded_targets(extra_args: list[str]) -> Iterator[list[TargetSpec]]:
 
 
 def scraper_for(target: ResolvedTarget, interval_s: float) -> ServerMetricsScraper | None:
-    """A scraper of the target's Prometheus endpoint (its engine's path), if it has one."""
+    """A scraper of the target's Prometheus endpoint (its engine's path), if it has one; of a
+    fleet, every replica's endpoint, each sample labelled with its replica."""
     path = get_engine(target.engine).metrics_path
     if not path or interval_s <= 0:
         return None
@@ -101,4 +108,5 @@ def scraper_for(target: ResolvedTarget, interval_s: float) -> ServerMetricsScrap
     return ServerMetricsScraper(
         target=target.name, engine=target.engine, url=target.url.rstrip("/") + path,
         interval_s=interval_s, headers=headers,
+        replicas=tuple((u, u.rstrip("/") + path) for u in target.replicas),
     )  # fmt: skip

@@ -48,6 +48,11 @@ class TargetInfo(BaseModel):
     api_key_env: str | None = Field(default=None, description="name of the variable holding the key")
     api_key_file: str | None = Field(default=None, description="path of the file holding the key")
     server_info: dict[str, Any] = Field(default_factory=dict, description="what the server said")
+    replicas: list[str] = Field(
+        default_factory=list,
+        description="a fleet: the replicas behind the router at `url` (base URLs, credentials removed); "
+        "empty for one server",
+    )
     outcome: str = Field(
         default="pending",
         description="how this target's part of the run ended: complete, interrupted, stopped, failed, "

@@ -66,6 +66,8 @@ TRACE_SCHEMA = pa.schema(
         pa.field("repeat", pa.int32()),
         pa.field("clock", _STR),
         pa.field("chunk_lag_ns", pa.list_(_I64)),
+        pa.field("replica", _STR),
+        pa.field("replica_from", _STR),
     ],
     metadata={b"swarm.schema_version": str(SCHEMA_VERSION).encode()},
 )
