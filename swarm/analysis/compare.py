@@ -21,6 +21,7 @@ from typing import Any
 
 from swarm.analysis import metrics as m
 from swarm.analysis.figures import Distribution, TargetFigures
+from swarm.analysis.fleet import FleetFigures
 from swarm.analysis.intervals import FIGURES, Interval, Units, ratio_interval
 from swarm.analysis.report import LoadedRun, build_run_report, workload_differences, workload_identity
 from swarm.analysis.reuse_loss import default_block_tokens, reuse_loss
@@ -92,6 +93,8 @@ class Comparison:
     emulated: dict[str, bool] = field(default_factory=dict)
     #: per column, where its prefix reuse was lost (``reuse_loss``)
     reuse: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: per column that is a fleet, how much of its prompt was missed for routing (``routing``)
+    routing: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -101,7 +104,34 @@ class Comparison:
             "warnings": self.warnings,
             "emulated": self.emulated,
             "reuse": self.reuse,
+            "routing": self.routing,
         }
+
+
+def routing(fleet: FleetFigures) -> dict[str, Any]:
+    """A fleet's hit and its routed-away misses, both over its prompt tokens (``fleet``)."""
+    prompt = sum(r.prompt_tokens for r in fleet.replicas)
+    routed = sum(r.routed_away for r in fleet.replicas)
+    return {
+        "replicas": len(fleet.replicas),
+        "imbalance": fleet.imbalance,
+        "hit": fleet.hit,
+        "routed_away_of_prompt": routed / prompt if prompt else None,
+        "routed_away_of_misses": fleet.share("routed_away"),
+    }
+
+
+def routing_share(a: dict[str, Any], b: dict[str, Any]) -> float | None:
+    """Of the hit difference between two fleets (``routing``), the share their routed-away
+    misses explain: ``(routed_b - routed_a) / (hit_a - hit_b)``, both over prompt tokens (a
+    hit point lost to routing is a prompt token missed while another replica held it); None
+    where the hits are equal."""
+    if a["hit"] is None or b["hit"] is None or a["routed_away_of_prompt"] is None or b["routed_away_of_prompt"] is None:
+        return None
+    gap = a["hit"] - b["hit"]
+    if abs(gap) < 1e-9:
+        return None
+    return (b["routed_away_of_prompt"] - a["routed_away_of_prompt"]) / gap
 
 
 def lead(values: list[float | None], better: str, tie_within: float = 0.0) -> tuple[int | None, float | None]:
@@ -172,11 +202,13 @@ def compare(
     columns: list[tuple[str, LoadedRun, str]] = []
     all_targets = [t for r in runs for t in r.targets()]
     figures = []
+    fleet_of: list[FleetFigures | None] = []
     for run, report in zip(runs, reports, strict=True):
         for target in run.targets():
             label = target if all_targets.count(target) == 1 else f"{run.manifest.run_id}:{target}"
             columns.append((label, run, target))
             figures.append(report.targets[target].figures)
+            fleet_of.append(report.targets[target].fleet)
     if len(columns) < 2:
         raise InputError("compare needs at least two targets (one run with several, or several runs)")
     emulated = {
@@ -213,7 +245,10 @@ def compare(
         stated = (info.server_info or {}).get("block_tokens") if info else None
         block = int(stated or default_block_tokens(engine))
         reuse[label] = reuse_loss(run.rows_of(target), block, engine).as_dict()
+    fleets = {
+        label: routing(fleet) for (label, _, target), fleet in zip(columns, fleet_of, strict=True) if fleet is not None
+    }
     return Comparison(
         columns=[c[0] for c in columns], rows=rows, workloads=identities, warnings=warnings, emulated=emulated,
-        reuse=reuse,
+        reuse=reuse, routing=fleets,
     )  # fmt: skip

@@ -49,7 +49,36 @@ def emulate(
         data = {**load_calibration(calibration, data.get("engine")).settings(), **data}
     if (tokenizer := data.get("tokenizer")) is not None and not os.path.isfile(tokenizer):
         raise InputError(f"--tokenizer {tokenizer}: no such file")
-    serve(validated(EmulatorConfig, data, "swarm emulate", given), exit_with_parent)
+    config = validated(EmulatorConfig, data, "swarm emulate", given)
+    replicas = int(given.get("replicas") or 1)
+    if replicas > 1:
+        serve_fleet(config, replicas)
+    else:
+        serve(config, exit_with_parent)
+
+
+#: printed under a fleet's URLs: SGLang's router in front of them (sglang-router on PyPI)
+ROUTER_HINT = "python -m sglang_router.launch_router --host 127.0.0.1 --port 30000 --policy cache_aware --worker-urls"
+
+
+def serve_fleet(config: EmulatorConfig, count: int) -> None:
+    """``count`` replicas of ``config``, one process each, until SIGINT/SIGTERM; their URLs
+    printed one per line once all listen, then a router's command line for them."""
+    import signal
+
+    from swarm.emulator.replicas import EmulatorFleet
+
+    stop = []
+    fleet = EmulatorFleet(config, count)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.append(True))
+    try:
+        for i, url in enumerate(fleet.urls):
+            print(f"swarm emulator replica {i} ({config.engine} profile, {config.timing} timing) listening on {url}")
+        print(f"a router in front of them: {ROUTER_HINT} {' '.join(fleet.urls)}", flush=True)
+        fleet.wait(lambda: bool(stop))
+    finally:
+        fleet.stop()
 
 
 def serve(config: EmulatorConfig, exit_with_parent: bool) -> None:

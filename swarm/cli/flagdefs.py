@@ -92,6 +92,7 @@ FLAGS: dict[str, FlagDef] = {
     'replay': FlagDef(decls=('--replay',), kind='str', help="sweep a replay of this run folder or trace (its reading flags as swarm replay's; or a --spec with a replay: part)", group='Sweep', metavar='SOURCE', origin=('SweepOptions.replay',)),
     'replica': FlagDef(decls=('--replica',), kind='list[str]', help="a replica behind the target's router; repeat for each (NAME= picks the target when there are several; default: the workers the router lists at /workers)", group='Targets', metavar='[NAME=]URL', origin=('TargetSpec.replicas',)),
     'replica_name': FlagDef(decls=('--replica-name',), kind='str', help="the name this server gives itself in every response's X-Swarm-Replica header, so a client behind a router knows which replica served it (default: its own URL)", group='Emulator', origin=('EmulatorConfig.replica_name',)),
+    'replicas': FlagDef(decls=('--replicas',), kind='int', help='serve a fleet: this many replicas, one process each, on the port and the ones after it (each a free one with --port 0); put a router in front (swarm run --target NAME=ROUTER_URL)', group='Emulator', default_text='1', origin=('EmulateOptions.replicas',)),
     'replicas_down': FlagDef(decls=('--replicas-down',), kind='str', help='a replica not answering when the run starts: error (before anything is sent) or warn (a warning, and the run goes on with the replicas alive)', group='Targets', default_text='error', choices=('error', 'warn'), origin=('TargetSpec.replicas_down',)),
     'request_timeout': FlagDef(decls=('--request-timeout',), kind='float', help='a whole request, seconds', group='Timeouts', default_text='600', origin=('TimeoutSpec.total_s',)),
     'reset_cache': FlagDef(decls=('--reset-cache',), kind='bool', help="empty each target's prefix cache before each point, where the engine can", group='Sweep', default_text='on', origin=('SweepSpec.reset_cache',)),
@@ -274,6 +275,7 @@ _TARGET_SPEC: dict[str, tuple[tuple[str, ...], ...]] = {
     'engine': (('engine',),),
 }
 _EMULATE_OPTIONS: dict[str, tuple[tuple[str, ...], ...]] = {
+    'replicas': (),
     'calibration': (),
 }
 _TARGET_SPEC_2: dict[str, tuple[tuple[str, ...], ...]] = {

@@ -98,6 +98,13 @@ class EmulateOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    replicas: int = Field(
+        default=1, ge=1, le=64,
+        description="serve a fleet: this many replicas, one process each, on the port and the ones after "
+        "it (each a free one with --port 0); put a router in front (swarm run --target NAME=ROUTER_URL)",
+        json_schema_extra=flag("--replicas", group="Emulator"),
+    )  # fmt: skip
+
     calibration: Path | None = Field(
         default=None,
         description="serve the twin a calibration file describes (swarm calibrate -o FILE): its "

@@ -258,6 +258,29 @@ def reuse_sentences(comparison: dict[str, Any]) -> list[str]:
     return out
 
 
+def routing_sentences(comparison: dict[str, Any]) -> list[str]:
+    """Per fleet its routed-away misses; for two fleets, the share of their hit difference that
+    routing explains (``analysis.compare.routing_share``)."""
+    from swarm.analysis.compare import routing_share
+
+    fleets = comparison.get("routing") or {}
+    out = [
+        f"{c}: {f['replicas']} replicas, imbalance {fmt(f['imbalance'], '.2f')}x, cache hit {fmt(f['hit'], '.1%')}, "
+        f"misses routed away {fmt(f['routed_away_of_prompt'], '.1%')} of prompt tokens "
+        f"({fmt(f['routed_away_of_misses'], '.0%')} of its misses)"
+        for c, f in fleets.items()
+    ]
+    if len(fleets) == 2:
+        (a, fa), (b, fb) = sorted(fleets.items(), key=lambda kv: -(kv[1]["hit"] or 0.0))
+        share = routing_share(fa, fb)
+        if share is not None:
+            out.append(
+                f"routing: {a}'s cache hit is {100 * ((fa['hit'] or 0) - (fb['hit'] or 0)):.1f} points above {b}'s; "
+                f"misses routed away explain {share:.0%} of that"
+            )
+    return out
+
+
 def compare_command(
     run_dirs: list[str], as_json: bool, slos: list[str], force: bool, tie_within: float = 0.02,
     output: str | None = None,
@@ -283,6 +306,8 @@ def compare_command(
         console.print(reuse_table(result))
         for line in reuse_sentences(result):
             console.print(line, soft_wrap=True, highlight=False)
+    for line in routing_sentences(result):
+        console.print(line, soft_wrap=True, highlight=False)
     console.print(
         f"[dim]a lead under {tie_within:.0%} is a tie (--tie-within); ratios: runner-up / leader for "
         "figures where lower is better, leader / runner-up where higher is better[/dim]"
