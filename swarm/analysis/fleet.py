@@ -26,6 +26,17 @@ Per replica (rows that name it; first attempts and retries alike, warm-ups left 
   The requests of every replica seed the blocks seen (warm-ups included; failed requests not).
 - ``server_hit``: the replica's own hit ratio from its scraped counters (``engine_metrics``),
   where it was scraped: how a fleet of engines that do not name themselves is still split.
+
+A replica **lost** mid-run (``replica_losses``): one whose last answer (the end of its last
+request that succeeded) came more than ``LOST_QUIET_S`` before the fleet's last send, and that
+either failed requests after it or stopped answering its scrapes before the others did. For
+each: ``gone_at_s`` (that last answer, from the run's first send); ``failed`` (requests of any
+replica that failed ending after it) and ``retried`` (retries sent after it);
+``errors_recovered_after_s`` (from ``gone_at`` to the end of the last of those failures);
+``hit_recovered_after_s`` (to the end of the first ``HIT_BIN_S`` bin after it whose fleet hit,
+cached / prompt over the requests ending in it, is back to ``HIT_RECOVERED`` of the hit over the
+``HIT_BASELINE_S`` before it; None when it never was); ``sessions_lost_prefix`` (sessions served
+by it before and sent to another replica after: their cached prefix went with it).
 """
 
 from __future__ import annotations
@@ -68,6 +79,26 @@ class ReplicaFigures:
         return asdict(self) | {"hit": self.hit, "hit_vs_ideal": self.hit_vs_ideal}
 
 
+#: a replica silent this long before the fleet's last send may have been lost (seconds)
+LOST_QUIET_S = 2.0
+#: the hit ratio's recovery after a loss: bins, the share of the hit before that counts as back,
+#: and how long before the loss that hit is taken over (seconds)
+HIT_BIN_S = 1.0
+HIT_RECOVERED = 0.9
+HIT_BASELINE_S = 10.0
+
+
+@dataclass
+class ReplicaLoss:
+    replica: str
+    gone_at_s: float
+    failed: int
+    retried: int
+    errors_recovered_after_s: float
+    hit_recovered_after_s: float | None
+    sessions_lost_prefix: int
+
+
 @dataclass
 class FleetFigures:
     """One target's fleet: its replicas' figures and the fleet's totals."""
@@ -77,6 +108,8 @@ class FleetFigures:
     unattributed: int = 0
     #: how the requests were attributed: ``header``, or None (replicas scraped only)
     attributed_by: str | None = None
+    #: replicas lost mid-run (``replica_losses``)
+    losses: list[ReplicaLoss] = field(default_factory=list)
 
     @property
     def imbalance(self) -> float | None:
@@ -106,6 +139,7 @@ class FleetFigures:
             "hit": self.hit,
             "missed_tokens": self.missed_tokens,
             "miss_shares": {p: self.share(p) for p in ("compulsory", "evicted", "routed_away")},
+            "losses": [asdict(loss) for loss in self.losses],
         }
 
 
@@ -120,8 +154,8 @@ def _leading(hashes: list[int], seen: set[int]) -> int:
 
 
 _COLUMNS = (
-    "replica", "sent_ns", "status", "block_hashes", "prompt_tokens", "prompt_tokens_est", "cached_tokens",
-    "ideal_cached_tokens_est", "warmup", "repeat",
+    "replica", "sent_ns", "e2e_ns", "status", "block_hashes", "prompt_tokens", "prompt_tokens_est", "cached_tokens",
+    "ideal_cached_tokens_est", "warmup", "repeat", "session_id", "attempt",
 )  # fmt: skip
 
 
@@ -204,4 +238,88 @@ def fleet_figures(table: pa.Table, metrics: pa.Table | None = None, replicas: li
         replicas=sorted(by.values(), key=lambda r: r.replica),
         unattributed=unnamed.num_rows,
         attributed_by="header" if attributed else None,
+        losses=replica_losses(attributed, _last_scrapes(metrics)),
     )
+
+
+def _last_scrapes(metrics: pa.Table | None) -> dict[str, int]:
+    """Per replica, the time of its last scrape that answered (ns)."""
+    if metrics is None or not metrics.num_rows:
+        return {}
+    out: dict[str, int] = {}
+    for labels, t_ns in zip(metrics["labels"].to_pylist(), metrics["t_ns"].to_pylist(), strict=True):
+        for pair in labels.split(","):
+            if pair.startswith(REPLICA_LABEL + "="):
+                replica = pair[len(REPLICA_LABEL) + 1 :]
+                out[replica] = max(out.get(replica, 0), t_ns)
+    return out
+
+
+def _end(row: dict[str, Any]) -> int:
+    return int(row["sent_ns"]) + int(row["e2e_ns"] or 0)
+
+
+def replica_losses(rows: list[dict[str, Any]], last_scrape: dict[str, int]) -> list[ReplicaLoss]:
+    """The replicas lost mid-run, by the rule in the module docstring (``rows``: the fleet's
+    attributed rows, warm-ups and every repeat included)."""
+    if not rows:
+        return []
+    start = min(int(r["sent_ns"]) for r in rows)
+    last_send = max(int(r["sent_ns"]) for r in rows)
+    scraped_last = max(last_scrape.values(), default=0)
+    losses = []
+    for replica in sorted({r["replica"] for r in rows}):
+        mine = [r for r in rows if r["replica"] == replica]
+        answered = [_end(r) for r in mine if r["status"] == "ok"]
+        gone = max(answered, default=start)
+        failed_after = any(r["status"] != "ok" and _end(r) >= gone for r in mine)
+        scrapes_stopped = replica in last_scrape and scraped_last - last_scrape[replica] > LOST_QUIET_S * 1e9
+        if last_send - gone <= LOST_QUIET_S * 1e9 or not (failed_after or scrapes_stopped):
+            continue
+        failures = [_end(r) for r in rows if r["status"] != "ok" and _end(r) >= gone]
+        before = {r["session_id"] for r in mine if r["status"] == "ok"}
+        moved = {r["session_id"] for r in rows if r["replica"] != replica and r["sent_ns"] > gone and r["session_id"] in before}
+        losses.append(
+            ReplicaLoss(
+                replica=replica,
+                gone_at_s=(gone - start) / 1e9,
+                failed=len(failures),
+                retried=sum(1 for r in rows if (r.get("attempt") or 0) > 0 and r["sent_ns"] > gone),
+                errors_recovered_after_s=(max(failures) - gone) / 1e9 if failures else 0.0,
+                hit_recovered_after_s=_hit_recovery(rows, gone),
+                sessions_lost_prefix=len(moved),
+            )
+        )
+    return losses
+
+
+def _hit_recovery(rows: list[dict[str, Any]], gone: int) -> float | None:
+    """Seconds from ``gone`` to the end of the first bin after it whose fleet hit is back to
+    ``HIT_RECOVERED`` of the hit in the ``HIT_BASELINE_S`` before it (None: never, or no hit
+    before to come back to)."""
+    import numpy as np
+
+    ok = [r for r in rows if r["status"] == "ok" and not r.get("warmup")]
+    if not ok:
+        return None
+    ends = np.array([_end(r) for r in ok], dtype=np.int64)
+    order = np.argsort(ends)
+    ends = ends[order]
+    prompt = np.cumsum(np.array([r["prompt_tokens"] or 0 for r in ok], dtype=float)[order])
+    cached = np.cumsum(np.array([r["cached_tokens"] or 0 for r in ok], dtype=float)[order])
+
+    def hit(lo: int, hi: int) -> float | None:
+        a, b = np.searchsorted(ends, [lo, hi])
+        below = (prompt[a - 1], cached[a - 1]) if a else (0.0, 0.0)
+        tokens = prompt[b - 1] - below[0] if b else 0.0
+        return float((cached[b - 1] - below[1]) / tokens) if b > a and tokens else None
+
+    baseline = hit(gone - int(HIT_BASELINE_S * 1e9), gone + 1)
+    if not baseline:
+        return None
+    step = int(HIT_BIN_S * 1e9)
+    for lo in range(gone, int(ends[-1]) + 1, step):
+        now = hit(lo, lo + step)
+        if now is not None and now >= HIT_RECOVERED * baseline:
+            return (lo + step - gone) / 1e9
+    return None

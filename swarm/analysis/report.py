@@ -44,8 +44,8 @@ COLUMNS = [
 ]  # fmt: skip
 #: what a fleet's split of its misses reads besides (warm-ups kept: they fill the replicas' caches)
 FLEET_COLUMNS = [
-    "target", "replica", "sent_ns", "status", "block_hashes", "prompt_tokens", "prompt_tokens_est",
-    "cached_tokens", "ideal_cached_tokens_est", "warmup", "repeat",
+    "target", "replica", "sent_ns", "e2e_ns", "status", "block_hashes", "prompt_tokens", "prompt_tokens_est",
+    "cached_tokens", "ideal_cached_tokens_est", "warmup", "repeat", "session_id", "attempt",
 ]  # fmt: skip
 
 

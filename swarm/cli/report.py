@@ -106,12 +106,24 @@ def report_tables(report: RunReport) -> list[Table]:
 
 def fleet_table(name: str, fleet: FleetFigures) -> Table:
     """A fleet's replicas: their load, their hits, and their missed prompt tokens split by cause
-    (``analysis.fleet``), with the fleet's imbalance and routed-away share in the title."""
+    (``analysis.fleet``), with the fleet's imbalance and routed-away share in the title and a
+    line under it for each replica lost mid-run."""
+    from swarm.analysis.fleet import HIT_RECOVERED
+
     routed = fleet.share("routed_away")
+    lost = [
+        f"{loss.replica} lost at {loss.gone_at_s:.1f} s: {loss.failed} requests failed and {loss.retried} were "
+        f"retried after it, the last failure ending {loss.errors_recovered_after_s:.1f} s later; hit back to "
+        + (f"{HIT_RECOVERED:.0%} of before {loss.hit_recovered_after_s:.1f} s later" if loss.hit_recovered_after_s
+           is not None else f"{HIT_RECOVERED:.0%} of before: not within the run")
+        + f"; {loss.sessions_lost_prefix} sessions lost their cached prefix"
+        for loss in fleet.losses
+    ]  # fmt: skip
     table = Table(
         title=f"{name}: {len(fleet.replicas)} replicas, imbalance {fmt(fleet.imbalance, '.2f')}x, "
         f"misses routed away {fmt(routed, '.1%')}"
-        + (f" ({fleet.unattributed} requests named no replica)" if fleet.unattributed else "")
+        + (f" ({fleet.unattributed} requests named no replica)" if fleet.unattributed else ""),
+        caption="\n".join(lost) or None,
     )
     for col in ("replica", "requests", "share", "failed", "hit", "hit / ideal", "server hit", "missed tokens",
                 "compulsory", "evicted", "routed away"):  # fmt: skip
