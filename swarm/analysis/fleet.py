@@ -318,7 +318,7 @@ def _hit_recovery(rows: list[dict[str, Any]], gone: int) -> float | None:
     if not baseline:
         return None
     step = int(HIT_BIN_S * 1e9)
-    for lo in range(gone, int(ends[-1]) + 1, step):
+    for lo in range(gone + 1, int(ends[-1]) + 1, step):  # the bins after the last answer
         now = hit(lo, lo + step)
         if now is not None and now >= HIT_RECOVERED * baseline:
             return (lo + step - gone) / 1e9

@@ -1,0 +1,187 @@
+"""Fleets without a router: the miss split and a lost replica on hand-built rows, ``--replica``
+composition, the replica check before a run, the emulator naming itself, ``swarm emulate
+--replicas N``, and replicas scraped with their label."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from swarm.analysis.fleet import fleet_figures, replica_losses
+from swarm.cli.compose import place_replicas
+from swarm.emulator.config import EmulatorConfig
+from swarm.emulator.http_server import EmulatorThread
+from swarm.engines.engine import REPLICA_LABEL
+from swarm.errors import InputError
+from swarm.runtime.fleet import fleet_replicas
+from swarm.runtime.metrics_scraper import ServerMetricsScraper
+
+S = 1_000_000_000
+A, B = "http://127.0.0.1:1", "http://127.0.0.1:2"
+
+
+def row(replica: str | None, t_s: float, hashes: list[int], prompt: int, cached: int, ideal: int, **kw: Any) -> dict[str, Any]:
+    return {
+        "replica": replica, "sent_ns": int(t_s * S), "e2e_ns": kw.get("e2e_ns", S // 10), "status": kw.get("status", "ok"),
+        "block_hashes": hashes, "prompt_tokens": prompt, "prompt_tokens_est": prompt, "cached_tokens": cached,
+        "ideal_cached_tokens_est": ideal, "warmup": kw.get("warmup", False), "repeat": kw.get("repeat", 0),
+        "session_id": kw.get("session", 0), "attempt": 0,
+    }  # fmt: skip
+
+
+def table(rows: list[dict[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist(rows)
+
+
+def test_misses_split_into_compulsory_evicted_and_routed_away() -> None:
+    """One session's chain, its second call routed to the other replica, its third back on the
+    second: each call's miss split by the formulas of ``analysis/fleet.py``, adding up."""
+    rows = [
+        row(A, 0, [1, 2], prompt=128, cached=0, ideal=0),  # all new: compulsory 128
+        row(B, 1, [1, 2, 3], prompt=192, cached=0, ideal=128),  # 128 on A only: routed away; 64 new
+        row(B, 2, [1, 2, 3, 4], prompt=256, cached=64, ideal=192),  # B saw 192 and served 64: 128 evicted
+        row(A, 3, [9], prompt=64, cached=0, ideal=0, status="error"),  # failed: counted, not split
+    ]
+    fleet = fleet_figures(table(rows))
+    assert fleet is not None and fleet.attributed_by == "header"
+    a, b = fleet.replicas
+    assert (a.replica, a.requests, a.failed, a.compulsory, a.evicted, a.routed_away) == (A, 2, 1, 128, 0, 0)
+    assert (b.requests, b.compulsory, b.evicted, b.routed_away) == (2, 64 + 64, 128, 128)
+    assert fleet.missed_tokens == 128 + 192 + 192
+    assert fleet.share("routed_away") == pytest.approx(128 / 512)
+    assert fleet.imbalance == pytest.approx(1.0)  # two requests each
+    assert b.hit_vs_ideal == pytest.approx(64 / 320)
+
+
+def test_each_repeat_starts_with_empty_caches_and_one_server_is_no_fleet() -> None:
+    rows = [row(A, 0, [1], 64, 0, 0), row(B, 1, [1, 2], 128, 0, 64, repeat=1)]  # repeat 1 never saw block 1
+    fleet = fleet_figures(table(rows))
+    assert fleet is not None and fleet.replicas[1].routed_away == 0 and fleet.replicas[1].compulsory == 64
+    assert fleet_figures(table([row(A, 0, [1], 64, 0, 0)])) is None
+    # rows that name no replica are counted, and a listed replica that served nothing is shown
+    named = fleet_figures(table([row(A, 0, [1], 64, 0, 0), row(None, 1, [1], 64, 0, 64)]), replicas=[A, B])
+    assert named is not None and named.unattributed == 1 and [r.requests for r in named.replicas] == [1, 0]
+
+
+def test_a_replica_that_stops_answering_is_a_loss_and_one_that_ends_with_the_run_is_not() -> None:
+    rows = []
+    for i in range(10):  # A and B serve 0-10 s at 80 % hit; then A fails a request in flight
+        rows.append(row(B, i, [100 + i], 100, 80, 80, session=i % 4))
+        rows.append(row(A, i + 0.5, [200 + i], 100, 80, 80, session=4 + i % 2))
+    rows += [row(A, 10.2, [300], 100, 0, 80, status="stream_error", session=4, e2e_ns=S // 2)]
+    # A's sessions go on on B, their first two calls there missing what A held
+    rows += [row(B, 11 + k, [400 + k], 100, 10 if k < 2 else 80, 80, session=4 + k % 2) for k in range(6)]
+    losses = replica_losses(rows, last_scrape={})
+    assert [loss.replica for loss in losses] == [A]
+    loss = losses[0]
+    assert loss.gone_at_s == pytest.approx(9.6) and loss.failed == 1
+    assert loss.errors_recovered_after_s == pytest.approx(10.7 - 9.6)
+    assert loss.sessions_lost_prefix == 2  # sessions 4 and 5 went on, on B
+    assert loss.hit_recovered_after_s == pytest.approx(4.0)  # the bin [12.6, 13.6) s is the first back at 80 %
+    # the same fleet with no failure and A's scrapes going to the end: A just had no more work
+    quiet = [r for r in rows if r["status"] == "ok"]
+    assert replica_losses(quiet, last_scrape={A: 20 * S, B: 20 * S}) == []
+    # ... while scrapes that stopped say it went
+    assert [x.replica for x in replica_losses(quiet, last_scrape={A: 10 * S, B: 20 * S})] == [A]
+
+
+def test_replicas_go_to_their_target() -> None:
+    one = [{"name": "fleet"}]
+    place_replicas(["http://127.0.0.1:1", "http://127.0.0.1:2"], one)
+    assert one[0]["replicas"] == ["http://127.0.0.1:1", "http://127.0.0.1:2"]
+    two = [{"name": "rr"}, {"name": "ca"}]
+    place_replicas(["ca=http://127.0.0.1:3"], two)
+    assert "replicas" not in two[0] and two[1]["replicas"] == ["http://127.0.0.1:3"]
+    with pytest.raises(InputError, match="name the one it is behind"):
+        place_replicas(["http://127.0.0.1:4"], two)
+
+
+class _Router(BaseHTTPRequestHandler):
+    workers: list[dict[str, Any]] = []
+
+    def do_GET(self) -> None:  # noqa: N802 - the standard library's name
+        body = json.dumps({"workers": self.workers}).encode() if self.path == "/workers" else b"{}"
+        self.send_response(200 if self.path == "/workers" else 404)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_router() -> Iterator[tuple[str, type[_Router]]]:
+    handler = type("Listing", (_Router,), {"workers": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", handler
+    server.shutdown()
+    server.server_close()
+
+
+def test_replicas_are_read_from_the_router_and_checked_before_the_run(fake_router: tuple[str, type[_Router]]) -> None:
+    url, listing = fake_router
+    with EmulatorThread(EmulatorConfig(engine="sglang", port=0, timing="zero")) as emu:
+        assert fleet_replicas("t", emu.url, [], "error", {}) == ()  # a plain engine: no /workers
+        with pytest.raises(InputError, match="lists no workers"):
+            fleet_replicas("t", url, [], "error", {})
+        dead = "http://127.0.0.1:9"  # discard port: nothing listens
+        listing.workers = [{"url": emu.url}, {"url": dead}]
+        with pytest.raises(InputError, match=r"1 of 2 replicas \(listed by the router\) not answering: http://127.0.0.1:9"):
+            fleet_replicas("t", url, [], "error", {})
+        assert fleet_replicas("t", url, [], "warn", {}) == (emu.url,)
+        assert fleet_replicas("t", url, [emu.url], "error", {}) == (emu.url,)  # given replicas win
+        with pytest.raises(InputError, match="not answering"):
+            fleet_replicas("t", url, [dead], "warn", {})  # none alive: an error even with warn
+
+
+def test_the_emulator_names_itself_and_replicas_are_scraped_with_their_label() -> None:
+    named = EmulatorConfig(engine="sglang", port=0, timing="zero", replica_name="left")
+    with EmulatorThread(named) as left, EmulatorThread(EmulatorConfig(engine="sglang", port=0, timing="zero")) as right:
+        with urllib.request.urlopen(left.url + "/health") as resp:
+            assert resp.headers["X-Swarm-Replica"] == "left"
+        with urllib.request.urlopen(right.url + "/v1/models") as resp:
+            assert resp.headers["X-Swarm-Replica"] == right.url
+        scraper = ServerMetricsScraper(
+            target="fleet", engine="sglang", url="http://127.0.0.1:9/metrics",
+            replicas=((left.url, left.url + "/metrics"), (right.url, right.url + "/metrics")),
+        )  # fmt: skip
+        assert scraper.scrape_once()
+        urls = (left.url, right.url)
+    times = {r[2] for r in scraper.rows}
+    labelled = {lab for r in scraper.rows for lab in r[4].split(",") if lab.startswith(REPLICA_LABEL)}
+    assert len(times) == 1 and labelled == {f"{REPLICA_LABEL}={u}" for u in urls}
+
+
+def test_emulate_replicas_serves_a_fleet_and_stops_it_whole() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "swarm", "emulate", "--replicas", "2", "--port", "0", "--timing", "zero"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline() for _ in range(3)]
+        urls = [line.rsplit(" ", 1)[1].strip() for line in lines[:2]]
+        assert all("listening on http://127.0.0.1:" in line for line in lines[:2]), lines
+        assert "sglang_router.launch_router" in lines[2] and urls[0] in lines[2] and urls[1] in lines[2]
+        names = set()
+        for url in urls:
+            with urllib.request.urlopen(url + "/health") as resp:
+                names.add(resp.headers["X-Swarm-Replica"])
+        assert names == set(urls)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    for url in urls:  # the replicas went with it
+        with pytest.raises(OSError):
+            urllib.request.urlopen(url + "/health", timeout=2)
