@@ -11,7 +11,7 @@ import threading
 import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 import pytest
@@ -106,9 +106,9 @@ def test_replicas_go_to_their_target() -> None:
 
 
 class _Router(BaseHTTPRequestHandler):
-    workers: list[dict[str, Any]] = []
+    workers: ClassVar[list[dict[str, Any]]] = []
 
-    def do_GET(self) -> None:  # noqa: N802 - the standard library's name
+    def do_GET(self) -> None:
         body = json.dumps({"workers": self.workers}).encode() if self.path == "/workers" else b"{}"
         self.send_response(200 if self.path == "/workers" else 404)
         self.end_headers()
