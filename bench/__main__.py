@@ -15,6 +15,8 @@ Cases (default: all but ray-scale and cluster, about 8-9 minutes on a 2-core mac
 - ``default-run``: the README's ``swarm run``: wall time, late sends, emulated ITL vs the model
 - ``h1-parse``: CPU per streamed response, the client's HTTP/1.1 exchange (httptools, llhttp)
   vs the previous hand-written parser (kept in the case as the baseline)
+- ``router``: TTFT p50 / p99 through SGLang's router (``sglang-router``) vs direct to the same
+  emulator, the same load (not in the default: needs the router installed)
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ CASES = (
     "replay-timing",
     "default-run",
     "h1-parse",
+    "router",
     "ray-scale",
     "cluster",
 )
-DEFAULT = CASES[:-2]
+DEFAULT = tuple(c for c in CASES if c not in ("router", "ray-scale", "cluster"))
 
 
 def main() -> None:
@@ -47,7 +50,7 @@ def main() -> None:
         "cases",
         nargs="*",
         metavar="CASE",
-        help=f"cases to run: {', '.join(CASES)} (default: all but ray-scale and cluster)",
+        help=f"cases to run: {', '.join(CASES)} (default: all but router, ray-scale and cluster)",
     )
     parser.add_argument("--json", action="store_true", help="print a JSON list of result rows")
     parser.add_argument("--quick", action="store_true", help="smallest sizes only (a smoke run)")
@@ -93,6 +96,10 @@ def main() -> None:
             from bench import h1_parse
 
             rows += h1_parse.run()
+        elif case == "router":
+            from bench import router
+
+            rows += router.run()
         elif case == "ray-scale":
             from bench import ray_scale
 
