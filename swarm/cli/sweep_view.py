@@ -25,6 +25,8 @@ _SPECS = {
     "lost": ".0%",
     "KV use": ".1%",
     "cache use": ".0%",
+    "routed away": ".0%",
+    "imbalance": ".2f",
 }
 
 

@@ -6,7 +6,8 @@ run (``--repeat``), sends the same seeded traffic, so without a reset an engine 
 previous one's prompts and its hit rate would count work it never did. The way per engine is its module's ``cache_reset``
 (``swarm/engines/``: SGLang ``POST /flush_cache``, vLLM ``POST /reset_prefix_cache``, llama.cpp
 ``POST /slots/<id>?action=erase`` for each slot ``GET /slots`` lists); swarm's emulator accepts
-``POST /swarm/flush_cache`` in every profile. TensorRT-LLM's server has none: the point records
+``POST /swarm/flush_cache`` in every profile. A fleet's replicas are each emptied the same way
+(its router is not asked). TensorRT-LLM's server has none: the point records
 ``none``, and the report warns that reuse from an earlier point may count there (as it does
 for a reset that failed).
 """
@@ -79,24 +80,27 @@ def _erase_slots(base: str, reset: CacheReset, key: str | None, timeout_s: float
 
 
 def reset_prefix_cache(target: ResolvedTarget, timeout_s: float = 30.0, retry_s: float = 15.0) -> str:
-    """Empty ``target``'s prefix cache; returns what was done (``"POST /swarm/flush_cache"``), or
-    ``"none"`` when the engine has no way, or ``"failed: ..."`` (logged as a warning; the report
-    lists the point)."""
-    base = target.url.rstrip("/")
+    """Empty ``target``'s prefix cache (a fleet's: every replica's, not the router's); returns
+    what was done (``"POST /swarm/flush_cache"``), or ``"none"`` when the engine has no way, or
+    ``"failed: ..."`` (logged as a warning; the report lists the point)."""
     key = read_api_key(target.api_key_env, target.api_key_file)
     reset = emulated.CACHE_RESET if target.emulated else get_engine(target.engine).cache_reset
     if reset is None:
         return "none"
-    try:
-        if reset.per_slot:
-            return _erase_slots(base, reset, key, timeout_s)
-        _flush(base + reset.path, key, timeout_s, retry_s)
-        return f"POST {reset.path}"
-    except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError) as exc:
-        hint = ""
-        if isinstance(exc, urllib.error.HTTPError) and exc.code in reset.failure_hints:
-            hint = f" ({reset.failure_hints[exc.code]})"
-        log.warning(
-            "could not empty the prefix cache of %s at %s: %s%s", target.name, redact_url(base), exc, hint
-        )
-        return f"failed: {type(exc).__name__}: {exc}{hint}"
+    done = []
+    for base in [u.rstrip("/") for u in target.replicas] or [target.url.rstrip("/")]:
+        try:
+            if reset.per_slot:
+                done.append(_erase_slots(base, reset, key, timeout_s))
+            else:
+                _flush(base + reset.path, key, timeout_s, retry_s)
+                done.append(f"POST {reset.path}")
+        except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError) as exc:
+            hint = ""
+            if isinstance(exc, urllib.error.HTTPError) and exc.code in reset.failure_hints:
+                hint = f" ({reset.failure_hints[exc.code]})"
+            log.warning(
+                "could not empty the prefix cache of %s at %s: %s%s", target.name, redact_url(base), exc, hint
+            )
+            return f"failed: {redact_url(base)}: {type(exc).__name__}: {exc}{hint}"
+    return done[0] if len(done) == 1 else f"{done[0]} on each of {len(done)} replicas"

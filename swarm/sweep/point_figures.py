@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 
 from swarm.analysis import metrics as m
 from swarm.analysis.figures import Distribution
+from swarm.analysis.fleet import fleet_figures
 from swarm.record import LATE_NS
 
 #: The default share of the median in-flight level that marks the steady state.
@@ -299,6 +300,10 @@ class PointFigures:
     goodput: PointGoodput | None = None
     #: the client's own lag behind the kernel's receive stamps (``metrics.client_lag_ms``)
     client_lag_ms: Distribution = field(default_factory=lambda: Distribution.of(np.zeros(0)))
+    #: a fleet's point (rows naming two replicas or more, ``analysis.fleet``): ``replicas``,
+    #: ``imbalance``, ``routed_away_share`` (of the missed prompt tokens) and
+    #: ``routed_away_of_prompt``; None for one server
+    fleet: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -407,7 +412,25 @@ def _figures(rows: pa.Table, window: SteadyWindow, tasks: Tasks, slo: m.SLO | No
         error_rate=m.errors(rows)["error_rate"],
         goodput=good,
         client_lag_ms=Distribution.of(m.client_lag_ms(rows)),
+        fleet=fleet_point(rows),
     )
+
+
+def fleet_point(rows: pa.Table) -> dict[str, Any] | None:
+    """A fleet's figures over a point's rows (``analysis.fleet.fleet_figures``: the miss split
+    counts each window's rows in send order), None where they name fewer than two replicas."""
+    if "replica" not in rows.column_names or "block_hashes" not in rows.column_names:
+        return None
+    fleet = fleet_figures(rows)
+    if fleet is None:
+        return None
+    prompt = sum(r.prompt_tokens for r in fleet.replicas)
+    return {
+        "replicas": len(fleet.replicas),
+        "imbalance": fleet.imbalance,
+        "routed_away_share": fleet.share("routed_away"),
+        "routed_away_of_prompt": sum(r.routed_away for r in fleet.replicas) / prompt if prompt else None,
+    }
 
 
 @dataclass(frozen=True)

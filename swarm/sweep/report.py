@@ -382,6 +382,9 @@ def headline_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
                     intervals[column] = (interval["low"] / scale, interval["high"] / scale)
             if intervals:
                 row["_intervals"] = intervals
+            if "fleet.imbalance" in p["figures"]:
+                row["routed away"] = p["figures"].get("fleet.routed_away_share")
+                row["imbalance"] = p["figures"]["fleet.imbalance"]
             row["KV use"] = p["engine"].get("kv_usage")
             if p["engine"].get("cache_usage") is not None:
                 row["cache use"] = p["engine"]["cache_usage"]
