@@ -97,6 +97,18 @@ def _first_present(table: pa.Table, names: tuple[str, ...]) -> str | None:
     return next((n for n in names if n in present), None)
 
 
+def cache_token_deltas(table: pa.Table) -> tuple[float, float] | None:
+    """(Δ cached prompt tokens, Δ prompt tokens) between the first and the last scrape, by the
+    first of ``CACHE_COUNTERS`` the samples have (None: no such pair, or one scrape)."""
+    for hits_name, queries_name, includes_hits in CACHE_COUNTERS:
+        th, hits = _series(table, hits_name)
+        tq, queries = _series(table, queries_name)
+        if hits.size >= 2 and tq.size == th.size and np.array_equal(th, tq):
+            d_hits, d_queries = float(hits[-1] - hits[0]), float(queries[-1] - queries[0])
+            return d_hits, d_queries + (0.0 if includes_hits else d_hits)
+    return None
+
+
 def target_figures(table: pa.Table, start_ns: int | None = None) -> dict[str, Any]:
     """The figures above for one target's samples; timelines in seconds from ``start_ns``
     (default: the first scrape)."""

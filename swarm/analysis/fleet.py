@@ -24,8 +24,10 @@ Per replica (rows that name it; first attempts and retries alike, warm-ups left 
 
   Each request's three parts add up to its miss; shares are over the fleet's missed tokens.
   The requests of every replica seed the blocks seen (warm-ups included; failed requests not).
-- ``server_hit``: the replica's own hit ratio from its scraped counters (``engine_metrics``),
-  where it was scraped: how a fleet of engines that do not name themselves is still split.
+- ``server_hit`` and ``server_prompt_tokens``: the replica's own hit ratio and prompt tokens
+  from its scraped counters (``engine_metrics.cache_token_deltas``), where it was scraped: how a
+  fleet of engines that do not name themselves is still split (then ``load_share`` and the
+  imbalance are by those prompt tokens).
 
 A replica **lost** mid-run (``replica_losses``): one whose last answer (the end of its last
 request that succeeded) came more than ``LOST_QUIET_S`` before the fleet's last send, and that
@@ -66,6 +68,8 @@ class ReplicaFigures:
     evicted: int = 0
     routed_away: int = 0
     server_hit: float | None = None
+    #: prompt tokens the replica's own counters say it took during the run
+    server_prompt_tokens: float | None = None
 
     @property
     def hit(self) -> float | None:
@@ -113,7 +117,11 @@ class FleetFigures:
 
     @property
     def imbalance(self) -> float | None:
-        counts = [r.requests for r in self.replicas]
+        """The busiest replica's requests over the mean (by the replicas' own prompt-token
+        counters where no request named its replica)."""
+        counts = [float(r.requests) for r in self.replicas]
+        if self.attributed_by is None:
+            counts = [r.server_prompt_tokens or 0.0 for r in self.replicas]
         return max(counts) / (sum(counts) / len(counts)) if counts and sum(counts) else None
 
     @property
@@ -206,7 +214,7 @@ def fleet_figures(table: pa.Table, metrics: pa.Table | None = None, replicas: li
     """The fleet figures of one target's rows (``table``), with its scraped samples
     (``metrics``, that target's) for each replica's ``server_hit``; None where the rows name
     fewer than two replicas and none were listed (one server: nothing to split)."""
-    from swarm.analysis.engine_metrics import target_figures
+    from swarm.analysis.engine_metrics import cache_token_deltas
 
     named = table.column("replica") if "replica" in table.column_names else None
     if named is None or named.null_count == table.num_rows:
@@ -224,13 +232,20 @@ def fleet_figures(table: pa.Table, metrics: pa.Table | None = None, replicas: li
         repeats.setdefault(int(row.get("repeat") or 0), []).append(row)
     for rows in repeats.values():
         _tally(by, rows)
-    total = sum(r.requests for r in by.values())
     for figures in by.values():
-        figures.load_share = figures.requests / total if total else 0.0
+        deltas = None
         if metrics is not None and metrics.num_rows:
             mine = metrics.filter(_of_replica(metrics["labels"], figures.replica))
-            if mine.num_rows:
-                figures.server_hit = target_figures(mine)["cache_hit_ratio"]
+            deltas = cache_token_deltas(mine) if mine.num_rows else None
+        if deltas is not None:
+            figures.server_prompt_tokens = deltas[1]
+            figures.server_hit = deltas[0] / deltas[1] if deltas[1] > 0 else None
+    shares = {f.replica: float(f.requests) for f in by.values()}
+    if not attributed:  # nothing named its replica: the load by the replicas' own counters
+        shares = {f.replica: f.server_prompt_tokens or 0.0 for f in by.values()}
+    total = sum(shares.values())
+    for figures in by.values():
+        figures.load_share = shares[figures.replica] / total if total else 0.0
     unnamed = table if named is None else table.filter(pc.is_null(named))
     if "warmup" in unnamed.column_names:
         unnamed = unnamed.filter(pc.invert(pc.fill_null(unnamed["warmup"], False)))
