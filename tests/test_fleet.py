@@ -185,3 +185,22 @@ def test_emulate_replicas_serves_a_fleet_and_stops_it_whole() -> None:
     for url in urls:  # the replicas went with it
         with pytest.raises(OSError):
             urllib.request.urlopen(url + "/health", timeout=2)
+
+
+def test_a_fleet_that_names_no_replica_is_split_and_judged_by_the_replicas_counters() -> None:
+    """Real engines do not name themselves: the load share comes from each replica's own
+    prompt-token counters, and a replica whose scrapes stop before a failure is lost."""
+    rows = [row(None, t, [t], 100, 50, 50) for t in range(10)] + [row(None, 6.5, [99], 100, 0, 0, status="stream_error")]
+    metrics = pa.Table.from_pylist([
+        {"target": "f", "engine": "llamacpp", "t_ns": t * S, "metric": name, "labels": f"{REPLICA_LABEL}={rep}", "value": v}
+        for rep, last, per_s in ((A, 6, 30.0), (B, 10, 10.0)) for t in range(last + 1)
+        for name, v in (("llamacpp:prompt_tokens_total", per_s * t), ("llamacpp:prompt_tokens_cached_total", per_s * t))
+    ])  # fmt: skip
+    fleet = fleet_figures(table(rows), metrics, replicas=[A, B])
+    assert fleet is not None and fleet.attributed_by is None and fleet.unattributed == 11
+    a, b = fleet.replicas
+    assert a.server_prompt_tokens == pytest.approx(2 * 180) and b.server_prompt_tokens == pytest.approx(2 * 100)
+    assert a.load_share == pytest.approx(360 / 560) and a.server_hit == pytest.approx(0.5)
+    assert fleet.imbalance == pytest.approx(360 / 280)
+    (loss,) = fleet.losses
+    assert loss.replica == A and loss.gone_at_s == pytest.approx(6.0) and loss.sessions_lost_prefix is None

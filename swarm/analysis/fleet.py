@@ -100,7 +100,8 @@ class ReplicaLoss:
     retried: int
     errors_recovered_after_s: float
     hit_recovered_after_s: float | None
-    sessions_lost_prefix: int
+    #: None where no request named its replica
+    sessions_lost_prefix: int | None
 
 
 @dataclass
@@ -217,11 +218,9 @@ def fleet_figures(table: pa.Table, metrics: pa.Table | None = None, replicas: li
     from swarm.analysis.engine_metrics import cache_token_deltas
 
     named = table.column("replica") if "replica" in table.column_names else None
-    if named is None or named.null_count == table.num_rows:
-        attributed: list[dict[str, Any]] = []
-    else:
-        cols = [c for c in _COLUMNS if c in table.column_names]
-        attributed = table.filter(pc.is_valid(named)).select(cols).to_pylist()
+    cols = [c for c in _COLUMNS if c in table.column_names]
+    everything = table.select(cols).to_pylist() if named is not None else []
+    attributed = [r for r in everything if r["replica"] is not None]
     listed = list(replicas or [])
     distinct = {r["replica"] for r in attributed}
     if len(distinct | set(listed)) < 2:
@@ -253,7 +252,7 @@ def fleet_figures(table: pa.Table, metrics: pa.Table | None = None, replicas: li
         replicas=sorted(by.values(), key=lambda r: r.replica),
         unattributed=unnamed.num_rows,
         attributed_by="header" if attributed else None,
-        losses=replica_losses(attributed, _last_scrapes(metrics)),
+        losses=replica_losses(everything, _last_scrapes(metrics)),
     )
 
 
@@ -276,24 +275,31 @@ def _end(row: dict[str, Any]) -> int:
 
 def replica_losses(rows: list[dict[str, Any]], last_scrape: dict[str, int]) -> list[ReplicaLoss]:
     """The replicas lost mid-run, by the rule in the module docstring (``rows``: the fleet's
-    attributed rows, warm-ups and every repeat included)."""
+    rows, warm-ups and every repeat included). A replica no row names (an engine that does not
+    name itself) is judged by its scrapes alone: gone at its last one, when it stopped more
+    than ``LOST_QUIET_S`` before the others and a request failed after it; then which
+    sessions lost their prefix is not known (None)."""
     if not rows:
         return []
     start = min(int(r["sent_ns"]) for r in rows)
     last_send = max(int(r["sent_ns"]) for r in rows)
     scraped_last = max(last_scrape.values(), default=0)
+    named = {r["replica"] for r in rows if r["replica"] is not None}
     losses = []
-    for replica in sorted({r["replica"] for r in rows}):
+    for replica in sorted(named | set(last_scrape)):
         mine = [r for r in rows if r["replica"] == replica]
         answered = [_end(r) for r in mine if r["status"] == "ok"]
-        gone = max(answered, default=start)
-        failed_after = any(r["status"] != "ok" and _end(r) >= gone for r in mine)
-        scrapes_stopped = replica in last_scrape and scraped_last - last_scrape[replica] > LOST_QUIET_S * 1e9
-        if last_send - gone <= LOST_QUIET_S * 1e9 or not (failed_after or scrapes_stopped):
-            continue
+        gone = max(answered) if answered else last_scrape.get(replica, start)
         failures = [_end(r) for r in rows if r["status"] != "ok" and _end(r) >= gone]
-        before = {r["session_id"] for r in mine if r["status"] == "ok"}
-        moved = {r["session_id"] for r in rows if r["replica"] != replica and r["sent_ns"] > gone and r["session_id"] in before}
+        failed_after = any(r["status"] != "ok" and _end(r) >= gone for r in (mine if named else rows))
+        scrapes_stopped = replica in last_scrape and scraped_last - last_scrape[replica] > LOST_QUIET_S * 1e9
+        quiet = last_send - gone > LOST_QUIET_S * 1e9
+        if not (quiet and (failed_after or scrapes_stopped) if named else quiet and scrapes_stopped and failed_after):
+            continue
+        moved: set[Any] | None = None
+        if named:
+            before = {r["session_id"] for r in mine if r["status"] == "ok"}
+            moved = {r["session_id"] for r in rows if r["replica"] not in (replica, None) and r["sent_ns"] > gone and r["session_id"] in before}
         losses.append(
             ReplicaLoss(
                 replica=replica,
@@ -302,7 +308,7 @@ def replica_losses(rows: list[dict[str, Any]], last_scrape: dict[str, int]) -> l
                 retried=sum(1 for r in rows if (r.get("attempt") or 0) > 0 and r["sent_ns"] > gone),
                 errors_recovered_after_s=(max(failures) - gone) / 1e9 if failures else 0.0,
                 hit_recovered_after_s=_hit_recovery(rows, gone),
-                sessions_lost_prefix=len(moved),
+                sessions_lost_prefix=len(moved) if moved is not None else None,
             )
         )
     return losses

@@ -116,7 +116,8 @@ def fleet_table(name: str, fleet: FleetFigures) -> Table:
         f"retried after it, the last failure ending {loss.errors_recovered_after_s:.1f} s later; hit back to "
         + (f"{HIT_RECOVERED:.0%} of before {loss.hit_recovered_after_s:.1f} s later" if loss.hit_recovered_after_s
            is not None else f"{HIT_RECOVERED:.0%} of before: not within the run")
-        + f"; {loss.sessions_lost_prefix} sessions lost their cached prefix"
+        + (f"; {loss.sessions_lost_prefix} sessions lost their cached prefix" if loss.sessions_lost_prefix is not None
+           else "; which sessions lost their prefix is not known (no response named its replica)")
         for loss in fleet.losses
     ]  # fmt: skip
     table = Table(
