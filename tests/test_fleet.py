@@ -204,3 +204,16 @@ def test_a_fleet_that_names_no_replica_is_split_and_judged_by_the_replicas_count
     assert fleet.imbalance == pytest.approx(360 / 280)
     (loss,) = fleet.losses
     assert loss.replica == A and loss.gone_at_s == pytest.approx(6.0) and loss.sessions_lost_prefix is None
+
+
+def test_a_run_with_a_replica_down_stops_before_sending_naming_it(tmp_path: Any) -> None:
+    with EmulatorThread(EmulatorConfig(engine="sglang", port=0, timing="zero")) as emu:
+        done = subprocess.run(
+            [sys.executable, "-m", "swarm", "run", "--target", f"fleet={emu.url}", "--replica", emu.url,
+             "--replica", "http://127.0.0.1:9", "--executor", "inprocess", "--agents", "2", "-o", str(tmp_path)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "1 of 2 replicas (given) not answering: http://127.0.0.1:9" in done.stderr
+    assert "--replicas-down warn" in done.stderr
+    assert not any(tmp_path.iterdir())  # nothing was started, nothing written

@@ -358,6 +358,8 @@ SGLANG = SGLangBehaviour(
         Route("GET", "/get_server_info", "server_info"),
         Route("GET", "/server_info", "server_info"),
         Route("GET", "/get_model_info", "model_info"),
+        # newer SGLang's name for it; SGLang's router asks it first of every worker it adds
+        Route("GET", "/model_info", "model_info"),
         Route("GET", "/metrics", "prometheus"),
     ),
 )
