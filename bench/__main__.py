@@ -1,6 +1,6 @@
 """``python -m bench [CASE ...] [--json] [--quick]`` runs the benchmark cases and prints one table.
 
-Cases (default: all but ray-scale and cluster, about 8-9 minutes on a 2-core machine):
+Cases (default: all but router, ray-scale and cluster, about 8-9 minutes on a 2-core machine):
 
 - ``path``: streamed chunks/s through swarm's full path vs a bare aiohttp loop (ratio)
 - ``client-delay``: receive time minus the emulator's send stamp, TTFT and ITL, 500 / 2,000 /

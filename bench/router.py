@@ -53,17 +53,26 @@ def _router(worker: str) -> Iterator[str]:
         while True:
             try:
                 with urllib.request.urlopen(url + "/workers", timeout=2) as resp:
-                    if any(w.get("is_healthy") for w in json.loads(resp.read()).get("workers", [])):
-                        break
-            except OSError:
+                    listed = json.loads(resp.read())
+                if any(isinstance(w, dict) and w.get("is_healthy") for w in listed.get("workers", [])):
+                    break
+            except (OSError, ValueError, AttributeError):
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("sglang-router did not start (pip install sglang-router)")
+                raise RuntimeError(
+                    "sglang-router did not list its worker healthy within 60 s"
+                    + (f" (it exited with {proc.returncode}; pip install sglang-router?)" if proc.poll() is not None else "")
+                )
             time.sleep(0.2)
         yield url
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=10)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def measure() -> dict[str, Any]:
@@ -84,6 +93,8 @@ def measure() -> dict[str, Any]:
         report = subprocess.run(
             [sys.executable, "-m", "swarm", "report", folder, "--json"], capture_output=True, text=True, timeout=300
         )
+        if report.returncode != 0:
+            raise RuntimeError(f"swarm report failed ({report.returncode}): {report.stderr[-2000:]}")
     targets = json.loads(report.stdout)["targets"]
     return {name: targets[name]["figures"] for name in ("direct", "routed")}
 

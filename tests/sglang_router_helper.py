@@ -42,7 +42,24 @@ def _healthy_workers(url: str) -> int:
             data = json.loads(resp.read())
     except (urllib.error.URLError, OSError, ValueError):
         return -1
-    return sum(1 for w in data.get("workers", []) if w.get("is_healthy"))
+    workers = data.get("workers", []) if isinstance(data, dict) else []
+    return sum(1 for w in workers if isinstance(w, dict) and w.get("is_healthy"))
+
+
+def wait_for_counter(url: str, metric: str, at_least: float, timeout_s: float = 120) -> None:
+    """Until the server at ``url`` counts ``at_least`` of ``metric`` on ``/metrics`` (traffic
+    has reached it, however slowly the run started on a busy machine)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url + "/metrics", timeout=2) as resp:
+                text = resp.read().decode()
+            if sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(metric)) >= at_least:
+                return
+        except (OSError, ValueError, IndexError):
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} did not count {at_least:g} of {metric} within {timeout_s:.0f} s")
 
 
 @contextlib.contextmanager

@@ -80,7 +80,7 @@ def test_a_replica_that_stops_answering_is_a_loss_and_one_that_ends_with_the_run
     rows += [row(A, 10.2, [300], 100, 0, 80, status="stream_error", session=4, e2e_ns=S // 2)]
     # A's sessions go on on B, their first two calls there missing what A held
     rows += [row(B, 11 + k, [400 + k], 100, 10 if k < 2 else 80, 80, session=4 + k % 2) for k in range(6)]
-    losses = replica_losses(rows, last_scrape={})
+    losses = replica_losses(rows, last_scrape_ns={})
     assert [loss.replica for loss in losses] == [A]
     loss = losses[0]
     assert loss.gone_at_s == pytest.approx(9.6) and loss.failed == 1
@@ -89,9 +89,9 @@ def test_a_replica_that_stops_answering_is_a_loss_and_one_that_ends_with_the_run
     assert loss.hit_recovered_after_s == pytest.approx(4.0)  # the bin [12.6, 13.6) s is the first back at 80 %
     # the same fleet with no failure and A's scrapes going to the end: A just had no more work
     quiet = [r for r in rows if r["status"] == "ok"]
-    assert replica_losses(quiet, last_scrape={A: 20 * S, B: 20 * S}) == []
+    assert replica_losses(quiet, last_scrape_ns={A: 20 * S, B: 20 * S}) == []
     # ... while scrapes that stopped say it went
-    assert [x.replica for x in replica_losses(quiet, last_scrape={A: 10 * S, B: 20 * S})] == [A]
+    assert [x.replica for x in replica_losses(quiet, last_scrape_ns={A: 10 * S, B: 20 * S})] == [A]
 
 
 def test_replicas_go_to_their_target() -> None:
@@ -132,15 +132,16 @@ def fake_router() -> Iterator[tuple[str, type[_Router]]]:
 def test_replicas_are_read_from_the_router_and_checked_before_the_run(fake_router: tuple[str, type[_Router]]) -> None:
     url, listing = fake_router
     with EmulatorThread(EmulatorConfig(engine="sglang", port=0, timing="zero")) as emu:
-        assert fleet_replicas("t", emu.url, [], "error", {}) == ()  # a plain engine: no /workers
+        assert fleet_replicas("t", emu.url, [], "error", {}) == {}  # a plain engine: no /workers
         with pytest.raises(InputError, match="lists no workers"):
             fleet_replicas("t", url, [], "error", {})
         dead = "http://127.0.0.1:9"  # discard port: nothing listens
         listing.workers = [{"url": emu.url}, {"url": dead}]
         with pytest.raises(InputError, match=r"1 of 2 replicas \(listed by the router\) not answering: http://127.0.0.1:9"):
             fleet_replicas("t", url, [], "error", {})
-        assert fleet_replicas("t", url, [], "warn", {}) == (emu.url,)
-        assert fleet_replicas("t", url, [emu.url], "error", {}) == (emu.url,)  # given replicas win
+        # the replicas alive, each with the name it answers with (the emulator: its URL)
+        assert fleet_replicas("t", url, [], "warn", {}) == {emu.url: emu.url}
+        assert fleet_replicas("t", url, [emu.url], "error", {}) == {emu.url: emu.url}  # given replicas win
         with pytest.raises(InputError, match="not answering"):
             fleet_replicas("t", url, [dead], "warn", {})  # none alive: an error even with warn
 
@@ -217,3 +218,42 @@ def test_a_run_with_a_replica_down_stops_before_sending_naming_it(tmp_path: Any)
     assert "1 of 2 replicas (given) not answering: http://127.0.0.1:9" in done.stderr
     assert "--replicas-down warn" in done.stderr
     assert not any(tmp_path.iterdir())  # nothing was started, nothing written
+
+
+def test_rows_name_replicas_by_the_names_they_answered_with() -> None:
+    """A replica started with ``--replica-name`` (or reached as localhost) is the manifest's URL
+    in the report, not a second replica."""
+    rows = [row("left", 0, [1], 64, 0, 0), row("right", 1, [1, 2], 128, 0, 64)]
+    fleet = fleet_figures(table(rows), replicas=[A, B], names={A: "left", B: "right"})
+    assert fleet is not None and [(r.replica, r.requests) for r in fleet.replicas] == [(A, 1), (B, 1)]
+    assert fleet.replicas[1].routed_away == 64
+
+
+def test_a_lost_replicas_counters_still_count_in_the_fleets_sum() -> None:
+    from swarm.analysis.engine_metrics import target_figures
+
+    samples = [
+        {"target": "f", "engine": "sglang", "t_ns": t * S, "metric": name, "labels": f"{REPLICA_LABEL}={rep}", "value": v}
+        for rep, last in ((A, 2), (B, 4)) for t in range(last + 1)
+        for name, v in (("sglang:prompt_tokens_total", 100.0 * t), ("sglang:cached_tokens_total", 50.0 * t))
+    ]  # fmt: skip
+    figures = target_figures(pa.Table.from_pylist(samples))
+    assert figures["cache_hit_ratio"] == pytest.approx(0.5)  # A's 200 prompt tokens are not lost with it
+
+
+def test_a_sweep_point_counts_its_window_with_what_came_before_seeding_the_caches() -> None:
+    from swarm.sweep.point_figures import SteadyWindow, fleet_point
+
+    rows = [row(A, 0, [1, 2], 128, 0, 0), row(B, 10, [1, 2, 3], 192, 0, 128)]  # the window holds the second only
+    window = SteadyWindow(start_ns=5 * S, end_ns=20 * S, requests=1, rule="test")
+    point = fleet_point([(table(rows), window)])
+    assert point is not None and point["routed_away_share"] == pytest.approx(128 / 192)
+
+
+def test_routing_explains_the_share_of_a_hit_gap_its_misses_account_for() -> None:
+    from swarm.analysis.compare import routing_share
+
+    cache_aware = {"hit": 0.9, "routed_away_of_prompt": 0.0}
+    round_robin = {"hit": 0.8, "routed_away_of_prompt": 0.05}
+    assert routing_share(cache_aware, round_robin) == pytest.approx(0.5)
+    assert routing_share(cache_aware, cache_aware) is None

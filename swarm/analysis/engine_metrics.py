@@ -17,7 +17,8 @@ Prometheus endpoint (see ``swarm.runtime.metrics_scraper`` for the file) and der
 - ``emulator``: for swarm's emulator only, whether it kept its step-time model
   (``emulator_figures``)
 
-Series of several label sets are summed. Names come from the engine modules (``swarm/engines/``,
+Series of several label sets are summed (a counter's last value carried forward to the scrapes
+that lack it, its first back: a fleet's replica that stopped answering keeps its count). Names come from the engine modules (``swarm/engines/``,
 each series by what it means), matched as the engines publish them, so a file from any engine
 that uses one of these names is understood.
 """
@@ -92,6 +93,32 @@ def _series(table: pa.Table, metric: str) -> tuple[np.ndarray, np.ndarray]:
     return times, np.bincount(inverse, weights=v)
 
 
+def _counter_series(table: pa.Table, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """A counter's (scrape times ns, value summed over label sets), each label set's last value
+    carried forward to the scrapes that lack it (a fleet's replica that stopped answering: its
+    count so far still counts), and its first value back to the scrapes before it (one that
+    answered late: only what it counted from then on is a change)."""
+    rows = table.filter(pc.equal(table["metric"], metric))
+    if rows.num_rows == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    t = rows["t_ns"].to_numpy()
+    v = rows["value"].to_numpy()
+    times, at = np.unique(t, return_inverse=True)
+    labels, of = np.unique(np.asarray(rows["labels"].to_pylist(), dtype=object), return_inverse=True)
+    grid = np.full((labels.size, times.size), np.nan)
+    grid[of, at] = v
+    for row in grid:  # carry each series' last value forward
+        seen = ~np.isnan(row)
+        if seen.any():
+            index = np.where(seen, np.arange(row.size), 0)
+            np.maximum.accumulate(index, out=index)
+            filled = row[index]
+            first = int(np.argmax(seen))
+            filled[:first] = row[first]
+            row[:] = filled
+    return times, np.nan_to_num(grid).sum(axis=0)
+
+
 def _first_present(table: pa.Table, names: tuple[str, ...]) -> str | None:
     present = set(pc.unique(table["metric"]).to_pylist())
     return next((n for n in names if n in present), None)
@@ -101,8 +128,8 @@ def cache_token_deltas(table: pa.Table) -> tuple[float, float] | None:
     """(Δ cached prompt tokens, Δ prompt tokens) between the first and the last scrape, by the
     first of ``CACHE_COUNTERS`` the samples have (None: no such pair, or one scrape)."""
     for hits_name, queries_name, includes_hits in CACHE_COUNTERS:
-        th, hits = _series(table, hits_name)
-        tq, queries = _series(table, queries_name)
+        th, hits = _counter_series(table, hits_name)
+        tq, queries = _counter_series(table, queries_name)
         if hits.size >= 2 and tq.size == th.size and np.array_equal(th, tq):
             d_hits, d_queries = float(hits[-1] - hits[0]), float(queries[-1] - queries[0])
             return d_hits, d_queries + (0.0 if includes_hits else d_hits)
@@ -120,8 +147,8 @@ def target_figures(table: pa.Table, start_ns: int | None = None) -> dict[str, An
     out["cache_source"] = None
     out["cache_timeline"] = {"t_s": [], "hit_ratio": []}
     for hits_name, queries_name, includes_hits in CACHE_COUNTERS:
-        th, hits = _series(table, hits_name)
-        tq, queries = _series(table, queries_name)
+        th, hits = _counter_series(table, hits_name)
+        tq, queries = _counter_series(table, queries_name)
         if hits.size >= 2 and tq.size == th.size and np.array_equal(th, tq):
             if not includes_hits:
                 queries = queries + hits
@@ -181,7 +208,7 @@ def window_means(table: pa.Table, start_ns: int, end_ns: int) -> dict[str, Any]:
 
 def _delta(table: pa.Table, metric: str) -> float | None:
     """Last minus first scrape of a counter; None with fewer than two scrapes."""
-    _, values = _series(table, metric)
+    _, values = _counter_series(table, metric)
     return float(values[-1] - values[0]) if values.size >= 2 else None
 
 

@@ -136,6 +136,12 @@ class FleetFigures:
 
     @property
     def hit(self) -> float | None:
+        """Cached over prompt tokens of the requests; by the replicas' own counters where no
+        request named its replica."""
+        if self.attributed_by is None:
+            counted = [r for r in self.replicas if r.server_prompt_tokens and r.server_hit is not None]
+            prompt_f = sum(r.server_prompt_tokens or 0.0 for r in counted)
+            return sum((r.server_prompt_tokens or 0.0) * (r.server_hit or 0.0) for r in counted) / prompt_f if prompt_f else None
         prompt = sum(r.prompt_tokens for r in self.replicas)
         return sum(r.cached_tokens for r in self.replicas) / prompt if prompt else None
 
@@ -168,21 +174,24 @@ _COLUMNS = (
 )  # fmt: skip
 
 
-def _tally(by: dict[str, ReplicaFigures], rows: list[dict[str, Any]]) -> None:
-    """The miss split of one repeat's rows, in send order (the caches are emptied between repeats)."""
+def _tally(by: dict[str, ReplicaFigures], rows: list[dict[str, Any]], window_ns: tuple[int, int] | None) -> None:
+    """The miss split of one repeat's rows, in send order (the caches are emptied between
+    repeats); with ``window_ns``, only the rows sent in ``[start, end)`` are counted, every row
+    before them seeding what the replicas have seen."""
     seen_any: set[int] = set()
     seen: dict[str, set[int]] = {}
     for row in sorted(rows, key=lambda r: r["sent_ns"]):
         replica, ok = row["replica"], row["status"] == "ok"
         hashes = list(row["block_hashes"] or ())
-        if not row.get("warmup"):
+        counted = not row.get("warmup") and (window_ns is None or window_ns[0] <= row["sent_ns"] < window_ns[1])
+        if counted:
             figures = by.setdefault(replica, ReplicaFigures(replica))
             figures.requests += 1
             figures.failed += not ok
         if not ok:
             continue
         local_seen = seen.setdefault(replica, set())
-        if not row.get("warmup"):
+        if counted:
             prompt = row["prompt_tokens"] if row["prompt_tokens"] is not None else (row["prompt_tokens_est"] or 0)
             cached = row["cached_tokens"] or 0
             global_blocks = _leading(hashes, seen_any)
@@ -211,52 +220,67 @@ def _of_replica(labels: pa.ChunkedArray, replica: str) -> pa.ChunkedArray:
     return pc.or_(ends, pc.or_(pc.match_substring(labels, "," + pair + ","), pc.starts_with(labels, pair + ",")))
 
 
-def fleet_figures(table: pa.Table, metrics: pa.Table | None = None, replicas: list[str] | None = None) -> FleetFigures | None:
+def fleet_figures(
+    table: pa.Table,
+    metrics: pa.Table | None = None,
+    replicas: list[str] | None = None,
+    names: dict[str, str] | None = None,
+    windows_ns: dict[int, tuple[int, int]] | None = None,
+) -> FleetFigures | None:
     """The fleet figures of one target's rows (``table``), with its scraped samples
-    (``metrics``, that target's) for each replica's ``server_hit``; None where the rows name
-    fewer than two replicas and none were listed (one server: nothing to split)."""
-    from swarm.analysis.engine_metrics import cache_token_deltas
-
+    (``metrics``, that target's) for each replica's ``server_*``. ``replicas``: the URLs the
+    manifest lists; ``names``: the name each of them gives itself (``X-Swarm-Replica``, the rows'
+    ``replica``), mapped back to its URL; ``windows_ns``: per repeat, the window whose rows are
+    counted (a sweep point's steady window; the rows before it only seed the caches). None where
+    fewer than two replicas are named or listed (one server: nothing to split)."""
     named = table.column("replica") if "replica" in table.column_names else None
     cols = [c for c in _COLUMNS if c in table.column_names]
     everything = table.select(cols).to_pylist() if named is not None else []
+    url_of = {name: url for url, name in (names or {}).items()}
+    for row in everything:
+        if row["replica"] is not None:
+            row["replica"] = url_of.get(row["replica"], row["replica"])
     attributed = [r for r in everything if r["replica"] is not None]
     listed = list(replicas or [])
-    distinct = {r["replica"] for r in attributed}
-    if len(distinct | set(listed)) < 2:
+    if len({r["replica"] for r in attributed} | set(listed)) < 2:
         return None
     by: dict[str, ReplicaFigures] = {u: ReplicaFigures(u) for u in listed}
     repeats: dict[int, list[dict[str, Any]]] = {}
     for row in attributed:
         repeats.setdefault(int(row.get("repeat") or 0), []).append(row)
-    for rows in repeats.values():
-        _tally(by, rows)
-    for figures in by.values():
-        deltas = None
-        if metrics is not None and metrics.num_rows:
-            mine = metrics.filter(_of_replica(metrics["labels"], figures.replica))
-            deltas = cache_token_deltas(mine) if mine.num_rows else None
-        if deltas is not None:
-            figures.server_prompt_tokens = deltas[1]
-            figures.server_hit = deltas[0] / deltas[1] if deltas[1] > 0 else None
+    for repeat, rows in repeats.items():
+        _tally(by, rows, (windows_ns or {}).get(repeat) if windows_ns is not None else None)
+    _server_figures(by, metrics)
     shares = {f.replica: float(f.requests) for f in by.values()}
     if not attributed:  # nothing named its replica: the load by the replicas' own counters
         shares = {f.replica: f.server_prompt_tokens or 0.0 for f in by.values()}
     total = sum(shares.values())
     for figures in by.values():
         figures.load_share = shares[figures.replica] / total if total else 0.0
-    unnamed = table if named is None else table.filter(pc.is_null(named))
-    if "warmup" in unnamed.column_names:
-        unnamed = unnamed.filter(pc.invert(pc.fill_null(unnamed["warmup"], False)))
+    unnamed = [r for r in everything if r["replica"] is None and not r.get("warmup")] if everything else []
     return FleetFigures(
         replicas=sorted(by.values(), key=lambda r: r.replica),
-        unattributed=unnamed.num_rows,
+        unattributed=len(unnamed) if named is not None else table.num_rows,
         attributed_by="header" if attributed else None,
-        losses=replica_losses(everything, _last_scrapes(metrics)),
+        losses=replica_losses(everything, _last_scrapes_ns(metrics)) if windows_ns is None else [],
     )
 
 
-def _last_scrapes(metrics: pa.Table | None) -> dict[str, int]:
+def _server_figures(by: dict[str, ReplicaFigures], metrics: pa.Table | None) -> None:
+    """Each replica's ``server_prompt_tokens`` and ``server_hit`` from its own counters."""
+    from swarm.analysis.engine_metrics import cache_token_deltas
+
+    if metrics is None or not metrics.num_rows:
+        return
+    for figures in by.values():
+        mine = metrics.filter(_of_replica(metrics["labels"], figures.replica))
+        deltas = cache_token_deltas(mine) if mine.num_rows else None
+        if deltas is not None:
+            figures.server_prompt_tokens = deltas[1]
+            figures.server_hit = deltas[0] / deltas[1] if deltas[1] > 0 else None
+
+
+def _last_scrapes_ns(metrics: pa.Table | None) -> dict[str, int]:
     """Per replica, the time of its last scrape that answered (ns)."""
     if metrics is None or not metrics.num_rows:
         return {}
@@ -269,53 +293,56 @@ def _last_scrapes(metrics: pa.Table | None) -> dict[str, int]:
     return out
 
 
-def _end(row: dict[str, Any]) -> int:
+def _end_ns(row: dict[str, Any]) -> int:
     return int(row["sent_ns"]) + int(row["e2e_ns"] or 0)
 
 
-def replica_losses(rows: list[dict[str, Any]], last_scrape: dict[str, int]) -> list[ReplicaLoss]:
+def replica_losses(rows: list[dict[str, Any]], last_scrape_ns: dict[str, int]) -> list[ReplicaLoss]:
     """The replicas lost mid-run, by the rule in the module docstring (``rows``: the fleet's
-    rows, warm-ups and every repeat included). A replica no row names (an engine that does not
-    name itself) is judged by its scrapes alone: gone at its last one, when it stopped more
-    than ``LOST_QUIET_S`` before the others and a request failed after it; then which
+    rows, warm-ups and every repeat included; a failure that names no replica, as a router's
+    error for a worker it lost, counts for every replica). A replica no row names (an engine
+    that does not name itself) is judged by its scrapes: gone at its last one, when it stopped
+    more than ``LOST_QUIET_S`` before the others' and a request failed after it; then which
     sessions lost their prefix is not known (None)."""
     if not rows:
         return []
     start = min(int(r["sent_ns"]) for r in rows)
     last_send = max(int(r["sent_ns"]) for r in rows)
-    scraped_last = max(last_scrape.values(), default=0)
-    named = {r["replica"] for r in rows if r["replica"] is not None}
+    scraped_last = max(last_scrape_ns.values(), default=0)
     losses = []
-    for replica in sorted(named | set(last_scrape)):
+    for replica in sorted({r["replica"] for r in rows if r["replica"] is not None} | set(last_scrape_ns)):
         mine = [r for r in rows if r["replica"] == replica]
-        answered = [_end(r) for r in mine if r["status"] == "ok"]
-        gone = max(answered) if answered else last_scrape.get(replica, start)
-        failures = [_end(r) for r in rows if r["status"] != "ok" and _end(r) >= gone]
-        failed_after = any(r["status"] != "ok" and _end(r) >= gone for r in (mine if named else rows))
-        scrapes_stopped = replica in last_scrape and scraped_last - last_scrape[replica] > LOST_QUIET_S * 1e9
-        quiet = last_send - gone > LOST_QUIET_S * 1e9
-        if not (quiet and (failed_after or scrapes_stopped) if named else quiet and scrapes_stopped and failed_after):
+        answered = [_end_ns(r) for r in mine if r["status"] == "ok"]
+        gone_ns = max(answered) if answered else last_scrape_ns.get(replica, start)
+        failures = [_end_ns(r) for r in rows if r["status"] != "ok" and _end_ns(r) >= gone_ns]
+        failed_after = any(r["status"] != "ok" and _end_ns(r) >= gone_ns and r["replica"] in (replica, None) for r in rows)
+        scrapes_stopped = replica in last_scrape_ns and scraped_last - last_scrape_ns[replica] > LOST_QUIET_S * 1e9
+        quiet = last_send - gone_ns > LOST_QUIET_S * 1e9
+        if not (quiet and (failed_after or scrapes_stopped) if answered else quiet and scrapes_stopped and failed_after):
             continue
         moved: set[Any] | None = None
-        if named:
+        if answered:
             before = {r["session_id"] for r in mine if r["status"] == "ok"}
-            moved = {r["session_id"] for r in rows if r["replica"] not in (replica, None) and r["sent_ns"] > gone and r["session_id"] in before}
+            moved = {
+                r["session_id"] for r in rows
+                if r["replica"] not in (replica, None) and r["sent_ns"] > gone_ns and r["session_id"] in before
+            }  # fmt: skip
         losses.append(
             ReplicaLoss(
                 replica=replica,
-                gone_at_s=(gone - start) / 1e9,
+                gone_at_s=(gone_ns - start) / 1e9,
                 failed=len(failures),
-                retried=sum(1 for r in rows if (r.get("attempt") or 0) > 0 and r["sent_ns"] > gone),
-                errors_recovered_after_s=(max(failures) - gone) / 1e9 if failures else 0.0,
-                hit_recovered_after_s=_hit_recovery(rows, gone),
+                retried=sum(1 for r in rows if (r.get("attempt") or 0) > 0 and r["sent_ns"] > gone_ns),
+                errors_recovered_after_s=(max(failures) - gone_ns) / 1e9 if failures else 0.0,
+                hit_recovered_after_s=_hit_recovery_s(rows, gone_ns),
                 sessions_lost_prefix=len(moved) if moved is not None else None,
             )
         )
     return losses
 
 
-def _hit_recovery(rows: list[dict[str, Any]], gone: int) -> float | None:
-    """Seconds from ``gone`` to the end of the first bin after it whose fleet hit is back to
+def _hit_recovery_s(rows: list[dict[str, Any]], gone_ns: int) -> float | None:
+    """Seconds from ``gone_ns`` to the end of the first bin after it whose fleet hit is back to
     ``HIT_RECOVERED`` of the hit in the ``HIT_BASELINE_S`` before it (None: never, or no hit
     before to come back to)."""
     import numpy as np
@@ -323,10 +350,12 @@ def _hit_recovery(rows: list[dict[str, Any]], gone: int) -> float | None:
     ok = [r for r in rows if r["status"] == "ok" and not r.get("warmup")]
     if not ok:
         return None
-    ends = np.array([_end(r) for r in ok], dtype=np.int64)
+    ends = np.array([_end_ns(r) for r in ok], dtype=np.int64)
     order = np.argsort(ends)
     ends = ends[order]
-    prompt = np.cumsum(np.array([r["prompt_tokens"] or 0 for r in ok], dtype=float)[order])
+    prompt = np.cumsum(
+        np.array([r["prompt_tokens"] if r["prompt_tokens"] is not None else (r["prompt_tokens_est"] or 0) for r in ok], dtype=float)[order]
+    )
     cached = np.cumsum(np.array([r["cached_tokens"] or 0 for r in ok], dtype=float)[order])
 
     def hit(lo: int, hi: int) -> float | None:
@@ -335,12 +364,12 @@ def _hit_recovery(rows: list[dict[str, Any]], gone: int) -> float | None:
         tokens = prompt[b - 1] - below[0] if b else 0.0
         return float((cached[b - 1] - below[1]) / tokens) if b > a and tokens else None
 
-    baseline = hit(gone - int(HIT_BASELINE_S * 1e9), gone + 1)
+    baseline = hit(gone_ns - int(HIT_BASELINE_S * 1e9), gone_ns + 1)
     if not baseline:
         return None
     step = int(HIT_BIN_S * 1e9)
-    for lo in range(gone + 1, int(ends[-1]) + 1, step):  # the bins after the last answer
+    for lo in range(gone_ns + 1, int(ends[-1]) + 1, step):  # the bins after the last answer
         now = hit(lo, lo + step)
         if now is not None and now >= HIT_RECOVERED * baseline:
-            return (lo + step - gone) / 1e9
+            return (lo + step - gone_ns) / 1e9
     return None

@@ -22,7 +22,7 @@ from swarm.analysis.figures import RunReport, TargetReport, first_engine
 from swarm.analysis.fleet import FleetFigures, fleet_figures
 from swarm.analysis.intervals import target_intervals
 from swarm.record import LATE_NS
-from swarm.trace.manifest import RunManifest, WorkerInfo, changed_contents
+from swarm.trace.manifest import RunManifest, TargetInfo, WorkerInfo, changed_contents
 from swarm.trace.reader import (
     BadPart,
     RunLocation,
@@ -277,16 +277,17 @@ def workload_differences(runs: list[tuple[str, RunManifest]]) -> list[str]:
     return out
 
 
-def _fleet(run: LoadedRun, name: str, rows: pa.Table, replicas: list[str]) -> FleetFigures | None:
+def _fleet(run: LoadedRun, name: str, rows: pa.Table, info: TargetInfo | None) -> FleetFigures | None:
     """The target's fleet figures, where it is one: replicas listed in the manifest, or its
     rows naming two replicas or more (read again with the block hashes and warm-ups)."""
+    replicas = info.replicas if info is not None else []
     named = rows["replica"] if "replica" in rows.column_names else None
     if not replicas and (named is None or len(pc.unique(named.drop_null())) < 2):
         return None
     table, _ = read_requests_tolerant(as_storage(run.location), columns=FLEET_COLUMNS)
     table = table.filter(pc.equal(table["target"], name)) if table.num_rows else table
     samples = run.server.filter(pc.equal(run.server["target"], name)) if run.server is not None else None
-    return fleet_figures(table, samples, replicas)
+    return fleet_figures(table, samples, replicas, info.replica_names if info is not None else None)
 
 
 def build_run_report(run: LoadedRun, slo: m.SLO | None = None, *, intervals: bool = True) -> RunReport:
@@ -315,7 +316,7 @@ def build_run_report(run: LoadedRun, slo: m.SLO | None = None, *, intervals: boo
             },
             server=server,
             intervals=target_intervals(rows) if intervals else {},
-            fleet=_fleet(run, name, rows, info.replicas if info else []),
+            fleet=_fleet(run, name, rows, info),
         )
     return RunReport(
         run={

@@ -68,10 +68,10 @@ def serve_fleet(config: EmulatorConfig, count: int) -> None:
 
     from swarm.emulator.replicas import EmulatorFleet
 
-    stop = []
-    fleet = EmulatorFleet(config, count)
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    stop: list[bool] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):  # before the replicas start: a stop while they do waits for them
         signal.signal(sig, lambda *_: stop.append(True))
+    fleet = EmulatorFleet(config, count)
     try:
         for i, url in enumerate(fleet.urls):
             print(f"swarm emulator replica {i} ({config.engine} profile, {config.timing} timing) listening on {url}")

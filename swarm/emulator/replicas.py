@@ -69,8 +69,9 @@ def _serve_replica(config: EmulatorConfig, urls: multiprocessing.Queue[str]) -> 
             await serve_forever(config, lambda server: urls.put(server.url))
         except asyncio.CancelledError:
             pass
-        except InputError as exc:
-            urls.put(f"error: {exc}")
+        except Exception as exc:  # the parent is waiting for a URL: it gets the cause instead, and stops
+            urls.put(f"error: {type(exc).__name__}: {exc}" if not isinstance(exc, InputError) else f"error: {exc}")
+            raise
         finally:
             watcher.cancel()
 
@@ -78,7 +79,8 @@ def _serve_replica(config: EmulatorConfig, urls: multiprocessing.Queue[str]) -> 
 
 
 class EmulatorFleet:
-    """``count`` replicas of ``config``, each its own process; ``urls`` once all listen."""
+    """``count`` replicas of ``config``, each its own process; ``urls`` once all listen, in
+    the order the replicas were configured (port order)."""
 
     def __init__(self, config: EmulatorConfig, count: int) -> None:
         context = multiprocessing.get_context("spawn")
@@ -91,20 +93,30 @@ class EmulatorFleet:
                 proc.start()
                 self.procs.append(proc)
             self._collect(count)
+            self.urls.sort(key=lambda u: int(u.rsplit(":", 1)[1]))
         except BaseException:
             self.stop()
             raise
 
     def _collect(self, count: int) -> None:
-        for _ in range(count):
+        """Each replica's URL as it starts listening; InputError with the cause when one fails,
+        exits or takes longer than ``STARTUP_TIMEOUT_S``."""
+        import time
+
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while len(self.urls) < count:
             try:
-                said = self._urls.get(timeout=STARTUP_TIMEOUT_S)
+                said = self._urls.get(timeout=0.2)
             except queue.Empty:
-                raise InputError(f"a replica did not start within {STARTUP_TIMEOUT_S:.0f} s") from None
+                dead = [p for p in self.procs if p.exitcode is not None]
+                if dead:
+                    raise InputError(f"a replica exited with code {dead[0].exitcode} before it listened") from None
+                if time.monotonic() > deadline:
+                    raise InputError(f"a replica did not start within {STARTUP_TIMEOUT_S:.0f} s") from None
+                continue
             if said.startswith("error: "):
                 raise InputError(f"a replica did not start: {said[7:]}")
             self.urls.append(said)
-        self.urls.sort(key=lambda u: int(u.rsplit(":", 1)[1]))
 
     def stop(self) -> None:
         for proc in self.procs:
@@ -115,6 +127,8 @@ class EmulatorFleet:
             if proc.is_alive():
                 proc.kill()
                 proc.join()
+        self._urls.close()
+        self._urls.join_thread()
 
     def wait(self, stopping: Callable[[], bool]) -> None:
         """Until ``stopping()`` or every replica has ended."""

@@ -87,7 +87,7 @@ def reset_prefix_cache(target: ResolvedTarget, timeout_s: float = 30.0, retry_s:
     reset = emulated.CACHE_RESET if target.emulated else get_engine(target.engine).cache_reset
     if reset is None:
         return "none"
-    done = []
+    done, failed = [], []
     for base in [u.rstrip("/") for u in target.replicas] or [target.url.rstrip("/")]:
         try:
             if reset.per_slot:
@@ -102,5 +102,7 @@ def reset_prefix_cache(target: ResolvedTarget, timeout_s: float = 30.0, retry_s:
             log.warning(
                 "could not empty the prefix cache of %s at %s: %s%s", target.name, redact_url(base), exc, hint
             )
-            return f"failed: {redact_url(base)}: {type(exc).__name__}: {exc}{hint}"
+            failed.append(f"{redact_url(base)}: {type(exc).__name__}: {exc}{hint}" if target.replicas else f"{type(exc).__name__}: {exc}{hint}")
+    if failed:
+        return "failed: " + "; ".join(failed)
     return done[0] if len(done) == 1 else f"{done[0]} on each of {len(done)} replicas"

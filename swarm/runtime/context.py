@@ -37,6 +37,8 @@ class ResolvedTarget:
     server_info: dict[str, Any] | None = None
     #: a fleet's replicas behind the router at ``url`` (base URLs; empty: one server)
     replicas: tuple[str, ...] = ()
+    #: of each replica that names itself (``X-Swarm-Replica``), that name, by its URL
+    replica_names: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ def _target_info(t: ResolvedTarget, sessions_planned: int) -> TargetInfo:
         emulated=t.emulated, api_key_env=t.api_key_env, api_key_file=t.api_key_file,
         server_info=t.server_info or {}, sessions_planned=sessions_planned,
         replicas=[redact_url(u) for u in t.replicas],
+        replica_names={redact_url(u): n for u, n in t.replica_names.items()},
     )  # fmt: skip
 
 

@@ -43,7 +43,7 @@ def resolve_target(spec: TargetSpec) -> ResolvedTarget:
     profile = get_engine(engine)
     dialect = check_dialect(profile, spec.dialect or profile.default_dialect)
     key = read_api_key(spec.api_key_env, spec.api_key_file)
-    replicas = fleet_replicas(
+    named = fleet_replicas(
         spec.name, url, spec.replicas, spec.replicas_down, {"Authorization": f"Bearer {key}"} if key else {}
     )
     return ResolvedTarget(
@@ -61,7 +61,8 @@ def resolve_target(spec: TargetSpec) -> ResolvedTarget:
             "metrics_path": result.metrics_path,
             "block_tokens": result.block_tokens,
         },
-        replicas=replicas,
+        replicas=tuple(named),
+        replica_names={u: n for u, n in named.items() if n},
     )
 
 
@@ -108,5 +109,5 @@ def scraper_for(target: ResolvedTarget, interval_s: float) -> ServerMetricsScrap
     return ServerMetricsScraper(
         target=target.name, engine=target.engine, url=target.url.rstrip("/") + path,
         interval_s=interval_s, headers=headers,
-        replicas=tuple((u, u.rstrip("/") + path) for u in target.replicas),
+        replicas=tuple((redact_url(u), u.rstrip("/") + path) for u in target.replicas),
     )  # fmt: skip

@@ -23,7 +23,7 @@ Conventions:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -331,7 +331,8 @@ class PointFigures:
 def point_figures(table: pa.Table, window: SteadyWindow, slo: m.SLO | None = None) -> PointFigures:
     """The figures of ``table`` (one target's rows) in ``window``; the whole-run figures are
     ``point_figures(table, whole_run_window(table))``."""
-    return _figures(rows_in(table, window), window, tasks_in(table, window), slo)
+    figures = _figures(rows_in(table, window), window, tasks_in(table, window), slo)
+    return replace(figures, fleet=fleet_point([(table, window)]))
 
 
 def repeat_tables(table: pa.Table) -> list[pa.Table]:
@@ -368,7 +369,8 @@ def pooled_figures(parts: list[tuple[pa.Table, SteadyWindow]], slo: m.SLO | None
     window = pooled_window([w for _, w in parts])
     rows = pa.concat_tables([rows_in(t, w) for t, w in parts])
     completions = np.concatenate([_completions_ms(t, w) for t, w in parts])
-    return _figures(rows, window, _tasks_of(completions, window.duration_s), slo)
+    figures = _figures(rows, window, _tasks_of(completions, window.duration_s), slo)
+    return replace(figures, fleet=fleet_point(parts))
 
 
 def _figures(rows: pa.Table, window: SteadyWindow, tasks: Tasks, slo: m.SLO | None) -> PointFigures:
@@ -412,16 +414,22 @@ def _figures(rows: pa.Table, window: SteadyWindow, tasks: Tasks, slo: m.SLO | No
         error_rate=m.errors(rows)["error_rate"],
         goodput=good,
         client_lag_ms=Distribution.of(m.client_lag_ms(rows)),
-        fleet=fleet_point(rows),
     )
 
 
-def fleet_point(rows: pa.Table) -> dict[str, Any] | None:
-    """A fleet's figures over a point's rows (``analysis.fleet.fleet_figures``: the miss split
-    counts each window's rows in send order), None where they name fewer than two replicas."""
-    if "replica" not in rows.column_names or "block_hashes" not in rows.column_names:
+def fleet_point(parts: list[tuple[pa.Table, SteadyWindow]]) -> dict[str, Any] | None:
+    """A fleet's figures at a point (``analysis.fleet.fleet_figures``): each repeat's rows in its
+    window counted, the rows before seeding what the replicas had seen; None where they name
+    fewer than two replicas."""
+    tables = [t for t, _ in parts]
+    if any("replica" not in t.column_names or "block_hashes" not in t.column_names for t in tables):
         return None
-    fleet = fleet_figures(rows)
+    windows: dict[int, tuple[int, int]] = {}
+    for table, window in parts:
+        repeats = pc.unique(table["repeat"]).to_pylist() if "repeat" in table.column_names else [0]
+        for repeat in repeats:
+            windows[int(repeat or 0)] = (window.start_ns, window.end_ns + 1)  # the window holds its end
+    fleet = fleet_figures(pa.concat_tables(tables) if len(tables) > 1 else tables[0], windows_ns=windows)
     if fleet is None:
         return None
     prompt = sum(r.prompt_tokens for r in fleet.replicas)

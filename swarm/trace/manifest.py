@@ -53,6 +53,11 @@ class TargetInfo(BaseModel):
         description="a fleet: the replicas behind the router at `url` (base URLs, credentials removed); "
         "empty for one server",
     )
+    replica_names: dict[str, str] = Field(
+        default_factory=dict,
+        description="of each replica that names itself in X-Swarm-Replica (the trace's `replica`), that "
+        "name by its URL in `replicas`",
+    )
     outcome: str = Field(
         default="pending",
         description="how this target's part of the run ended: complete, interrupted, stopped, failed, "
