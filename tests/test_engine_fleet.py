@@ -59,7 +59,7 @@ def test_a_llamacpp_fleet_behind_the_router_loses_a_server_and_the_report_says_s
             run = subprocess.Popen(
                 [*SWARM, "run", "--target", f"fleet={url}", "--engine", "llamacpp", "--executor", "inprocess",
                  "--profile", str(tmp_path / "tiny_reasoner.yaml"), "--topology", str(tmp_path / "tot_2x2.yaml"),
-                 "--agents", "40", "--arrival", "constant:1", "--duration", "30", "--seed", "1",
+                 "--agents", "40", "--arrival", "constant:1", "--duration", "24", "--seed", "1",
                  "--output", str(tmp_path / "runs"), "--json"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             )  # fmt: skip
