@@ -360,6 +360,8 @@ SGLANG = SGLangBehaviour(
         Route("GET", "/get_model_info", "model_info"),
         # newer SGLang's name for it; SGLang's router asks it first of every worker it adds
         Route("GET", "/model_info", "model_info"),
+        # what SGLang's router reads as a worker's load (power_of_two)
+        Route("GET", "/get_load", "load"),
         Route("GET", "/metrics", "prometheus"),
     ),
 )

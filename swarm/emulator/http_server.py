@@ -249,6 +249,16 @@ class _Handlers:
     async def server_info(self, request: web.Request) -> web.Response:
         return json_response(self._info())
 
+    async def load(self, request: web.Request) -> web.Response:
+        """SGLang's ``/get_load``: per data-parallel rank (one here) its requests, those waiting,
+        and its KV tokens in use, which SGLang's router sums as a worker's load
+        (``--policy power_of_two``; read as sglang-router 0.3.2 reads it)."""
+        model = self.model
+        return json_response(
+            [{"dp_rank": 0, "num_reqs": len(model.running) + len(model.waiting), "num_waiting_reqs": len(model.waiting),
+              "num_tokens": model.kv_used}]
+        )  # fmt: skip
+
     async def model_info(self, request: web.Request) -> web.Response:
         return json_response({"model_path": self.config.model, "is_generation": True, "emulator": True})
 
