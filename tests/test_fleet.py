@@ -260,7 +260,9 @@ def test_routing_explains_the_share_of_a_hit_gap_its_misses_account_for() -> Non
 
 
 def test_the_sglang_twin_states_its_load_as_sglangs_router_reads_it() -> None:
-    with EmulatorThread(EmulatorConfig(engine="sglang", port=0, timing="zero")) as emu:
-        with urllib.request.urlopen(emu.url + "/get_load") as resp:
-            (rank,) = json.loads(resp.read())
+    with (
+        EmulatorThread(EmulatorConfig(engine="sglang", port=0, timing="zero")) as emu,
+        urllib.request.urlopen(emu.url + "/get_load") as resp,
+    ):
+        (rank,) = json.loads(resp.read())
     assert rank == {"dp_rank": 0, "num_reqs": 0, "num_waiting_reqs": 0, "num_tokens": 0}
