@@ -124,16 +124,25 @@ def _first_present(table: pa.Table, names: tuple[str, ...]) -> str | None:
     return next((n for n in names if n in present), None)
 
 
-def cache_token_deltas(table: pa.Table) -> tuple[float, float] | None:
-    """(Δ cached prompt tokens, Δ prompt tokens) between the first and the last scrape, by the
-    first of ``CACHE_COUNTERS`` the samples have (None: no such pair, or one scrape)."""
+def _cache_counters_of(table: pa.Table) -> tuple[str, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The first of ``CACHE_COUNTERS`` the samples have, scraped together at least twice: (its
+    source in words, scrape times, cached prompt tokens, prompt tokens with the hits in)."""
     for hits_name, queries_name, includes_hits in CACHE_COUNTERS:
         th, hits = _counter_series(table, hits_name)
         tq, queries = _counter_series(table, queries_name)
         if hits.size >= 2 and tq.size == th.size and np.array_equal(th, tq):
-            d_hits, d_queries = float(hits[-1] - hits[0]), float(queries[-1] - queries[0])
-            return d_hits, d_queries + (0.0 if includes_hits else d_hits)
+            return f"{hits_name} / {queries_name}", th, hits, queries if includes_hits else queries + hits
     return None
+
+
+def cache_token_deltas(table: pa.Table) -> tuple[float, float] | None:
+    """(Δ cached prompt tokens, Δ prompt tokens) between the first and the last scrape, by the
+    first of ``CACHE_COUNTERS`` the samples have (None: no such pair, or one scrape)."""
+    found = _cache_counters_of(table)
+    if found is None:
+        return None
+    _, _, hits, queries = found
+    return float(hits[-1] - hits[0]), float(queries[-1] - queries[0])
 
 
 def target_figures(table: pa.Table, start_ns: int | None = None) -> dict[str, Any]:
@@ -146,22 +155,17 @@ def target_figures(table: pa.Table, start_ns: int | None = None) -> dict[str, An
     out["cache_hit_ratio"] = None
     out["cache_source"] = None
     out["cache_timeline"] = {"t_s": [], "hit_ratio": []}
-    for hits_name, queries_name, includes_hits in CACHE_COUNTERS:
-        th, hits = _counter_series(table, hits_name)
-        tq, queries = _counter_series(table, queries_name)
-        if hits.size >= 2 and tq.size == th.size and np.array_equal(th, tq):
-            if not includes_hits:
-                queries = queries + hits
-            d_hits, d_queries = np.diff(hits), np.diff(queries)
-            total = float(queries[-1] - queries[0])
-            out["cache_hit_ratio"] = float(hits[-1] - hits[0]) / total if total > 0 else None
-            out["cache_source"] = f"{hits_name} / {queries_name}"
-            valid = d_queries > 0
-            out["cache_timeline"] = {
-                "t_s": ((th[1:][valid] - origin) / 1e9).tolist(),
-                "hit_ratio": (d_hits[valid] / d_queries[valid]).tolist(),
-            }
-            break
+    if (found := _cache_counters_of(table)) is not None:
+        source, th, hits, queries = found
+        d_hits, d_queries = np.diff(hits), np.diff(queries)
+        total = float(queries[-1] - queries[0])
+        out["cache_hit_ratio"] = float(hits[-1] - hits[0]) / total if total > 0 else None
+        out["cache_source"] = source
+        valid = d_queries > 0
+        out["cache_timeline"] = {
+            "t_s": ((th[1:][valid] - origin) / 1e9).tolist(),
+            "hit_ratio": (d_hits[valid] / d_queries[valid]).tolist(),
+        }
     if out["cache_source"] is None and (gauge := _first_present(table, CACHE_GAUGES)) is not None:
         t, v = _series(table, gauge)
         out["cache_hit_ratio"] = float(v[-1])
