@@ -83,11 +83,7 @@ def serve_fleet(config: EmulatorConfig, count: int) -> None:
 
 def serve(config: EmulatorConfig, exit_with_parent: bool) -> None:
     """Serve ``config`` until SIGINT/SIGTERM, or until the parent process is gone."""
-    import asyncio
-    import os
-    import signal
-
-    from swarm.emulator.http_server import RunningEmulator, serve_forever
+    from swarm.emulator.http_server import RunningEmulator, serve_until_stopped
 
     def ready(server: RunningEmulator) -> None:
         injected = " with injected faults" if config.faults is not None and config.faults.active else ""
@@ -96,26 +92,4 @@ def serve(config: EmulatorConfig, exit_with_parent: bool) -> None:
             flush=True,
         )
 
-    async def main() -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)
-        parent = os.getppid()
-
-        async def watch_parent() -> None:  # a killed parent (kill -9) cannot stop us itself
-            while os.getppid() == parent:
-                await asyncio.sleep(0.5)
-            task.cancel()
-
-        watcher = loop.create_task(watch_parent()) if exit_with_parent else None
-        try:
-            await serve_forever(config, ready)
-        except asyncio.CancelledError:
-            pass
-        finally:
-            if watcher is not None:
-                watcher.cancel()
-
-    asyncio.run(main())
+    serve_until_stopped(config, ready, exit_with_parent)

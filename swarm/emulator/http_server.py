@@ -554,3 +554,36 @@ async def serve_forever(config: EmulatorConfig, ready: Any = None) -> None:
         await asyncio.Event().wait()
     finally:
         await server.close()
+
+
+def serve_until_stopped(config: EmulatorConfig, ready: Any = None, exit_with_parent: bool = False) -> None:
+    """Serve ``config`` in this process until SIGINT or SIGTERM, or, with ``exit_with_parent``,
+    until the process that started this one is gone (a killed parent cannot stop us itself):
+    ``swarm emulate``, and each replica of ``--replicas N``. An ``InputError`` (the port taken)
+    is raised."""
+    import os
+    import signal
+
+    async def main() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        parent = os.getppid()
+
+        async def watch_parent() -> None:
+            while os.getppid() == parent:
+                await asyncio.sleep(0.5)
+            task.cancel()
+
+        watcher = loop.create_task(watch_parent()) if exit_with_parent else None
+        try:
+            await serve_forever(config, ready)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+
+    asyncio.run(main())

@@ -45,37 +45,13 @@ def replica_configs(config: EmulatorConfig, count: int) -> list[EmulatorConfig]:
 
 
 def _serve_replica(config: EmulatorConfig, urls: multiprocessing.Queue[str]) -> None:  # pragma: no cover - a child
-    import asyncio
-    import os
-    import signal
+    from swarm.emulator.http_server import serve_until_stopped
 
-    from swarm.emulator.http_server import serve_forever
-
-    async def main() -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)
-        parent = os.getppid()
-
-        async def watch_parent() -> None:
-            while os.getppid() == parent:
-                await asyncio.sleep(0.5)
-            task.cancel()
-
-        watcher = loop.create_task(watch_parent())
-        try:
-            await serve_forever(config, lambda server: urls.put(server.url))
-        except asyncio.CancelledError:
-            pass
-        except Exception as exc:  # the parent is waiting for a URL: it gets the cause instead, and stops
-            urls.put(f"error: {type(exc).__name__}: {exc}" if not isinstance(exc, InputError) else f"error: {exc}")
-            raise
-        finally:
-            watcher.cancel()
-
-    asyncio.run(main())
+    try:
+        serve_until_stopped(config, lambda server: urls.put(server.url), exit_with_parent=True)
+    except Exception as exc:  # the parent is waiting for a URL: it gets the cause instead, and stops
+        urls.put(f"error: {exc}" if isinstance(exc, InputError) else f"error: {type(exc).__name__}: {exc}")
+        raise
 
 
 class EmulatorFleet:
