@@ -21,6 +21,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from bench.common import Row
@@ -32,37 +33,45 @@ ARRIVAL = "poisson:6"
 DURATION_S = 20
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
+def _healthy_workers(url: str) -> int:
+    """How many workers the router at ``url`` lists healthy (-1: it does not answer yet)."""
+    try:
+        with urllib.request.urlopen(url + "/workers", timeout=2) as resp:
+            data = json.loads(resp.read())
+    except (OSError, ValueError):
+        return -1
+    workers = data.get("workers", []) if isinstance(data, dict) else []
+    return sum(1 for w in workers if isinstance(w, dict) and w.get("is_healthy"))
+
+
 @contextlib.contextmanager
-def _router(worker: str) -> Iterator[str]:
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", str(port),
-         "--prometheus-host", "127.0.0.1", "--prometheus-port", str(_free_port()), "--policy", "round_robin",
-         "--worker-urls", worker, "--log-level", "warn"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
+def sglang_router(workers: list[str], policy: str, log_path: Path, timeout_s: float = 60) -> Iterator[str]:
+    """SGLang's router (``sglang-router``) on free loopback ports, its Prometheus listener on
+    loopback too, in front of ``workers`` with ``policy``: its URL once it lists every worker
+    healthy, until the block ends; then its whole process group is stopped (the bench case and
+    the fleet tests share it)."""
+    port = free_port()
+    args = [
+        sys.executable, "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", str(port),
+        "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()), "--policy", policy,
+        "--worker-urls", *workers, "--log-level", "warn",
+    ]  # fmt: skip
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/workers", timeout=2) as resp:
-                    listed = json.loads(resp.read())
-                if any(isinstance(w, dict) and w.get("is_healthy") for w in listed.get("workers", [])):
-                    break
-            except (OSError, ValueError, AttributeError):
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(
-                    "sglang-router did not list its worker healthy within 60 s"
-                    + (f" (it exited with {proc.returncode}; pip install sglang-router?)" if proc.poll() is not None else "")
-                )
+        deadline = time.monotonic() + timeout_s
+        while _healthy_workers(url) < len(workers):
+            if proc.poll() is not None:
+                raise RuntimeError(f"the router exited with {proc.returncode}: {log_path.read_text()[-2000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the router did not list {len(workers)} healthy workers in {timeout_s:.0f} s")
             time.sleep(0.2)
         yield url
     finally:
@@ -79,17 +88,21 @@ def measure() -> dict[str, Any]:
     from swarm.emulator.process import EmulatorProcess
 
     emulator_args = ["--engine", "sglang", "--timing", "fixed", f"--first-token-ms={FIRST_TOKEN_MS}", f"--token-ms={TOKEN_MS}"]
-    with EmulatorProcess(emulator_args) as emulator, _router(emulator.url) as routed, tempfile.TemporaryDirectory() as tmp:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        EmulatorProcess(emulator_args) as emulator,
+        sglang_router([emulator.url], "round_robin", Path(tmp) / "router.log") as routed,
+    ):
         out = subprocess.run(
             [sys.executable, "-m", "swarm", "run", "--json", "--no-progress", "--executor", "inprocess",
              "--target", f"direct={emulator.url}", "--target", f"routed={routed}", "--engine", "sglang",
              "--profile", "support_agent", "--agents", str(AGENTS), "--arrival", ARRIVAL, "--duration", str(DURATION_S),
-             "--seed", "1", "-o", tmp],
+             "--seed", "1", "-o", os.path.join(tmp, "runs")],
             capture_output=True, text=True, timeout=600,
         )  # fmt: skip
         if out.returncode not in (0, 1, 3):
             raise RuntimeError(f"swarm run failed ({out.returncode}): {out.stderr[-2000:]}")
-        (folder,) = [os.path.join(tmp, d) for d in os.listdir(tmp)]
+        (folder,) = [os.path.join(tmp, "runs", d) for d in os.listdir(os.path.join(tmp, "runs"))]
         report = subprocess.run(
             [sys.executable, "-m", "swarm", "report", folder, "--json"], capture_output=True, text=True, timeout=300
         )

@@ -19,8 +19,10 @@ import pytest
 from engine_workload import write_spec_files
 from llama_server import locate
 from server_process import wait_healthy
-from sglang_router_helper import available, free_port, router, wait_for_counter
+from sglang_router_helper import available, wait_for_counter
 
+from bench.router import free_port
+from bench.router import sglang_router as router
 from swarm.trace.reader import read_requests
 
 pytestmark = pytest.mark.engine

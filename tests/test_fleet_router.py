@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sglang_router_helper import available, router, wait_for_counter
+from sglang_router_helper import available, wait_for_counter
 
+from bench.router import sglang_router as router
 from swarm.emulator.process import EmulatorProcess
 
 pytestmark = pytest.mark.slow
