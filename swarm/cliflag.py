@@ -24,6 +24,7 @@ GROUPS = (
     "Sweep",
     "Emulator",
     "Engine scheduler",
+    "Simulation",
 )
 
 

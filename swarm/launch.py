@@ -9,7 +9,7 @@ Both send as the spec's ``SendSpec`` part says, on the in-process or the Ray exe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swarm.errors import InputError
 from swarm.replay.formats import scale_waits, trace_format
@@ -19,9 +19,13 @@ from swarm.runtime.executor import Executor, InProcessExecutor
 from swarm.runtime.frame import OnTargetStart, RunResult, run_on_targets
 from swarm.runtime.replay_source import ReplaySource
 from swarm.runtime.specs import ReplaySpec, RunSpec, SendSpec
+from swarm.sim.spec import SimulationSpec
 from swarm.workload.catalog import Catalog
 from swarm.workload.tokenizer import get_tokenizer
 from swarm.workload.workload import Workload, check_mix
+
+if TYPE_CHECKING:
+    from swarm.sim.executor import SimulatedExecutor
 
 
 def make_executor(spec: SendSpec, *, keep_workers: bool = False) -> Executor:
@@ -60,6 +64,49 @@ def execute_run(
             "workload_digests": workload.content_digests(),
         },
         on_target_start=on_target_start,
+    )
+
+
+def execute_simulation(
+    spec: RunSpec,
+    simulation: SimulationSpec,
+    *,
+    catalog: Catalog | None = None,
+    on_target_start: OnTargetStart | None = None,
+    source: str = "run spec",
+    executor: SimulatedExecutor | None = None,
+) -> RunResult:
+    """``spec``'s workload sent, in virtual time, to ``simulation``'s engine twins (one target
+    each, ``swarm simulate``); the run folder is an ordinary one whose manifest says
+    ``simulated``. A spec with targets (URLs) or the Ray executor is refused: a simulation
+    models twins, in this process. ``executor``: one made of ``simulation`` (its ``accounts``
+    say what each target's run cost)."""
+    from swarm.sim.executor import SimulatedExecutor, twin_targets
+
+    if spec.targets:
+        raise InputError(
+            f"swarm simulate models engine twins and cannot simulate a server at a URL "
+            f"({', '.join(t.name for t in spec.targets)}): name the twins with --engine, or use swarm run"
+        )
+    if spec.executor != "inprocess":
+        raise InputError("swarm simulate runs in this process: --executor ray does not apply")
+    if not simulation.twins:
+        raise InputError("swarm simulate: no engine twin to simulate")
+    check_mix(spec.workload, catalog, source)
+    workload = Workload(spec.workload, catalog)
+    return run_on_targets(
+        AgentSource(workload, spec.limits(), spec.retry()),
+        spec,
+        executor if executor is not None else SimulatedExecutor(simulation),
+        manifest_fields={
+            "seed": spec.workload.seed,
+            "spec": spec.model_dump(mode="json", exclude={"targets"}),
+            "spec_hash": workload.traffic_hash(),
+            "workload_digests": workload.content_digests(),
+            "simulated": simulation.manifest_entry(),
+        },
+        on_target_start=on_target_start,
+        resolved=twin_targets(simulation),
     )
 
 

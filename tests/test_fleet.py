@@ -190,13 +190,19 @@ def test_emulate_replicas_serves_a_fleet_and_stops_it_whole() -> None:
 
 def test_a_fleet_that_names_no_replica_is_split_and_judged_by_the_replicas_counters() -> None:
     """Real engines do not name themselves: the load share comes from each replica's own
-    prompt-token counters, and a replica whose scrapes stop before a failure is lost."""
+    prompt-token counters, and a replica whose scrapes stop while the others' go on is lost,
+    failures or not (a router retries what found a dead worker before its stream began)."""
     rows = [row(None, t, [t], 100, 50, 50) for t in range(10)] + [row(None, 6.5, [99], 100, 0, 0, status="stream_error")]
-    metrics = pa.Table.from_pylist([
-        {"target": "f", "engine": "llamacpp", "t_ns": t * S, "metric": name, "labels": f"{REPLICA_LABEL}={rep}", "value": v}
-        for rep, last, per_s in ((A, 6, 30.0), (B, 10, 10.0)) for t in range(last + 1)
-        for name, v in (("llamacpp:prompt_tokens_total", per_s * t), ("llamacpp:prompt_tokens_cached_total", per_s * t))
-    ])  # fmt: skip
+
+    def scrapes(replicas: tuple[tuple[str, int, float], ...]) -> pa.Table:
+        """Each replica scraped every second to its ``last``, its counters rising ``per_s``."""
+        return pa.Table.from_pylist([
+            {"target": "f", "engine": "llamacpp", "t_ns": t * S, "metric": name, "labels": f"{REPLICA_LABEL}={rep}", "value": v}
+            for rep, last, per_s in replicas for t in range(last + 1)
+            for name, v in (("llamacpp:prompt_tokens_total", per_s * t), ("llamacpp:prompt_tokens_cached_total", per_s * t))
+        ])  # fmt: skip
+
+    metrics = scrapes(((A, 6, 30.0), (B, 10, 10.0)))
     fleet = fleet_figures(table(rows), metrics, replicas=[A, B])
     assert fleet is not None and fleet.attributed_by is None and fleet.unattributed == 11
     a, b = fleet.replicas
@@ -205,6 +211,11 @@ def test_a_fleet_that_names_no_replica_is_split_and_judged_by_the_replicas_count
     assert fleet.imbalance == pytest.approx(360 / 280)
     (loss,) = fleet.losses
     assert loss.replica == A and loss.gone_at_s == pytest.approx(6.0) and loss.sessions_lost_prefix is None
+    retried = fleet_figures(table(rows[:-1]), metrics, replicas=[A, B])  # the router hid the failure
+    assert retried is not None and [x.replica for x in retried.losses] == [A]
+    both_to_the_end = scrapes(((A, 10, 30.0), (B, 10, 10.0)))  # A merely had no more work
+    quiet = fleet_figures(table(rows[:-1]), both_to_the_end, replicas=[A, B])
+    assert quiet is not None and quiet.losses == []
 
 
 def test_a_run_with_a_replica_down_stops_before_sending_naming_it(tmp_path: Any) -> None:

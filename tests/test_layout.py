@@ -29,6 +29,7 @@ SECTIONS = {
     "shape": "Shape",
     "runtime": "Runtime",
     "cluster": "Ray",
+    "sim": "Simulation",
     "launch": "Launch",
     "sweep": "Sweeps",
     "cli": "CLI",
@@ -278,7 +279,7 @@ def test_the_circle_check_finds_a_circle() -> None:
 #: command module (what two commands share is library code, or one of these)
 CLI_SUPPORT = {
     "cli/__init__.py", "cli/app.py", "cli/flags.py", "cli/flagdef.py", "cli/flagdefs.py", "cli/compose.py",
-    "cli/options.py", "cli/sending.py", "cli/live.py", "cli/sweep_view.py",
+    "cli/options.py", "cli/sending.py", "cli/live.py", "cli/sweep_view.py", "cli/twins.py",
 }  # fmt: skip
 
 

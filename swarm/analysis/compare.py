@@ -95,6 +95,8 @@ class Comparison:
     reuse: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: per column that is a fleet, how much of its prompt was missed for routing (``routing``)
     routing: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: per column, whether it is a simulated run's (``swarm simulate``)
+    simulated: dict[str, bool] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -105,6 +107,7 @@ class Comparison:
             "emulated": self.emulated,
             "reuse": self.reuse,
             "routing": self.routing,
+            "simulated": self.simulated,
         }
 
 
@@ -180,12 +183,13 @@ def _lead_interval(
 
 def compare(
     runs: list[LoadedRun], slo: m.SLO | None = None, *, force: bool = False, tie_within: float = TIE_WITHIN,
-    intervals: bool = True,
+    intervals: bool = True, across_clocks: bool = False,
 ) -> Comparison:  # fmt: skip
     """The matrix for every target of ``runs``; a lead smaller than ``tie_within`` (a share:
     0.05 is 5 %), or whose 95 % interval (``intervals``: over repeats, or sessions) reaches 1.0,
     is a tie. The runs' own warnings (a generator that fell behind, an emulator that could not
-    keep its model, failures) come first: they make a verdict suspect."""
+    keep its model, failures) come first: they make a verdict suspect. Simulated columns beside
+    measured ones name no leader unless ``across_clocks`` (``clocks_verdict``)."""
     named = [(r.manifest.run_id, r.manifest) for r in runs]
     identities = {rid: workload_identity(mf) for rid, mf in named}
     warnings = []
@@ -248,7 +252,28 @@ def compare(
     fleets = {
         label: routing(fleet) for (label, _, target), fleet in zip(columns, fleet_of, strict=True) if fleet is not None
     }
+    simulated = {label: run.manifest.simulated is not None for label, run, _ in columns}
+    if (note := clocks_verdict(simulated, rows, across_clocks)) is not None:
+        warnings.insert(0, note)
     return Comparison(
         columns=[c[0] for c in columns], rows=rows, workloads=identities, warnings=warnings, emulated=emulated,
-        reuse=reuse, routing=fleets,
+        reuse=reuse, routing=fleets, simulated=simulated,
     )  # fmt: skip
+
+
+def clocks_verdict(simulated: dict[str, bool], rows: list[dict[str, Any]], across_clocks: bool) -> str | None:
+    """Simulated columns beside measured ones: a simulated figure is a model's, so no row names a
+    leader (``withheld``) unless ``across_clocks``; either way a warning naming each side (None
+    when all columns are of one kind)."""
+    if len(set(simulated.values())) < 2:
+        return None
+    sides = ", ".join(f"{label} {'simulated' if sim else 'measured'}" for label, sim in simulated.items())
+    if across_clocks:
+        return f"simulated and measured side by side ({sides}): leaders named as asked (--across-clocks)"
+    for row in rows:
+        if row["leader"] is not None:
+            row["leader"], row["withheld"] = None, True
+    return (
+        f"simulated and measured side by side ({sides}): no leader named, as a simulated figure is a "
+        "model's and a measured one a server's (--across-clocks to name them anyway)"
+    )

@@ -31,7 +31,11 @@ Per replica (rows that name it; first attempts and retries alike, warm-ups left 
 
 A replica **lost** mid-run (``replica_losses``): one whose last answer (the end of its last
 request that succeeded) came more than ``LOST_QUIET_S`` before the fleet's last send, and that
-either failed requests after it or stopped answering its scrapes before the others did. For
+either failed requests after it or stopped answering its scrapes before the others did. A
+replica no response names (a real engine) is judged by its scrapes alone: lost when its last
+answered scrape came more than ``LOST_QUIET_S`` before both the others' last and the fleet's
+last send (failures are not required: a router retries a request that found a dead worker
+before its stream began, so the loss may fail nothing the client sees). For
 each: ``gone_at_s`` (that last answer, from the run's first send); ``failed`` (requests of any
 replica that failed ending after it) and ``retried`` (retries sent after it);
 ``errors_recovered_after_s`` (from ``gone_at`` to the end of the last of those failures);
@@ -111,7 +115,8 @@ class FleetFigures:
     replicas: list[ReplicaFigures] = field(default_factory=list)
     #: rows that named no replica (a refused connection; an engine that does not name itself)
     unattributed: int = 0
-    #: how the requests were attributed: ``header``, or None (replicas scraped only)
+    #: how the requests were attributed: ``header``, ``simulated`` (``swarm simulate``), or None
+    #: (replicas scraped only)
     attributed_by: str | None = None
     #: replicas lost mid-run (``replica_losses``)
     losses: list[ReplicaLoss] = field(default_factory=list)
@@ -170,7 +175,7 @@ def _leading(hashes: list[int], seen: set[int]) -> int:
 
 _COLUMNS = (
     "replica", "sent_ns", "e2e_ns", "status", "block_hashes", "prompt_tokens", "prompt_tokens_est", "cached_tokens",
-    "ideal_cached_tokens_est", "warmup", "repeat", "session_id", "attempt",
+    "ideal_cached_tokens_est", "warmup", "repeat", "session_id", "attempt", "replica_from",
 )  # fmt: skip
 
 
@@ -261,7 +266,7 @@ def fleet_figures(
     return FleetFigures(
         replicas=sorted(by.values(), key=lambda r: r.replica),
         unattributed=len(unnamed) if named is not None else table.num_rows,
-        attributed_by="header" if attributed else None,
+        attributed_by=(attributed[0].get("replica_from") or "header") if attributed else None,
         losses=replica_losses(everything, _last_scrapes_ns(metrics)) if windows_ns is None else [],
     )
 
@@ -302,8 +307,9 @@ def replica_losses(rows: list[dict[str, Any]], last_scrape_ns: dict[str, int]) -
     rows, warm-ups and every repeat included; a failure that names no replica, as a router's
     error for a worker it lost, counts for every replica). A replica no row names (an engine
     that does not name itself) is judged by its scrapes: gone at its last one, when it stopped
-    more than ``LOST_QUIET_S`` before the others' and a request failed after it; then which
-    sessions lost their prefix is not known (None)."""
+    more than ``LOST_QUIET_S`` before the others' and the fleet's last send; then which
+    sessions lost their prefix is not known (None); no failure is required of it (a router's
+    retries may have hidden them)."""
     if not rows:
         return []
     start = min(int(r["sent_ns"]) for r in rows)
@@ -318,7 +324,7 @@ def replica_losses(rows: list[dict[str, Any]], last_scrape_ns: dict[str, int]) -
         failed_after = any(r["status"] != "ok" and _end_ns(r) >= gone_ns and r["replica"] in (replica, None) for r in rows)
         scrapes_stopped = replica in last_scrape_ns and scraped_last - last_scrape_ns[replica] > LOST_QUIET_S * 1e9
         quiet = last_send - gone_ns > LOST_QUIET_S * 1e9
-        if not (quiet and (failed_after or scrapes_stopped) if answered else quiet and scrapes_stopped and failed_after):
+        if not (quiet and (failed_after or scrapes_stopped) if answered else quiet and scrapes_stopped):
             continue
         moved: set[Any] | None = None
         if answered:

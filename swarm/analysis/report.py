@@ -45,7 +45,7 @@ COLUMNS = [
 #: what a fleet's split of its misses reads besides (warm-ups kept: they fill the replicas' caches)
 FLEET_COLUMNS = [
     "target", "replica", "sent_ns", "e2e_ns", "status", "block_hashes", "prompt_tokens", "prompt_tokens_est",
-    "cached_tokens", "ideal_cached_tokens_est", "warmup", "repeat", "session_id", "attempt",
+    "cached_tokens", "ideal_cached_tokens_est", "warmup", "repeat", "session_id", "attempt", "replica_from",
 ]  # fmt: skip
 
 
@@ -139,11 +139,21 @@ def lost_worker_warning(mf: RunManifest, w: WorkerInfo, shown_sessions: int = 5)
     )
 
 
+#: the first warning of a simulated run's report (``swarm simulate``)
+SIMULATED_WARNING = (
+    "simulated in virtual time (swarm simulate): every figure is the engine twins' model "
+    "advanced by a discrete-event clock, not a measurement of a server; a twin calibrated "
+    "against an engine carries that calibration's error (docs/simulation.md)"
+)
+
+
 def run_warnings(run: LoadedRun, targets: dict[str, TargetReport]) -> list[str]:
     """What a reader of the figures must know first: a run that did not finish, rows lost,
     requests that failed, a generator that fell behind its schedule."""
     mf = run.manifest
     out: list[str] = []
+    if mf.simulated is not None:
+        out.append(SIMULATED_WARNING)
     if mf.status.value == "running":
         out.append(
             "the run never finished (its manifest still says running): the process was killed or "
@@ -328,6 +338,7 @@ def build_run_report(run: LoadedRun, slo: m.SLO | None = None, *, intervals: boo
             "created_at": mf.created_at,
             "workload": workload_identity(mf),
             "unfinished_parts": run.unfinished_parts,
+            "simulated": mf.simulated,
         },
         slo=slo.describe() if slo is not None else None,
         targets=targets,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from swarm.cli import calibrate, emulate, export, probe, replay, report, run, shape, sweep  # noqa: F401 - they register commands
+from swarm.cli import calibrate, emulate, export, probe, replay, report, run, shape, simulate, sweep  # noqa: F401 - they register commands
 from swarm.cli.app import app
 from swarm.errors import InputError
 

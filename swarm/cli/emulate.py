@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from swarm.cli.app import app
-from swarm.cli.flags import Given, takes, validated
-from swarm.errors import InputError
+from swarm.cli.flags import Given, takes
+from swarm.cli.twins import emulator_config
 
 if TYPE_CHECKING:
     from swarm.emulator.config import EmulatorConfig
@@ -33,23 +33,7 @@ def emulate(
     given: Given,
 ) -> None:
     """Serve an emulated engine (SGLang, TensorRT-LLM or vLLM API) on loopback until Ctrl-C."""
-    import os
-
-    from swarm.emulator.config import EmulatorConfig
-
-    engines = given.get("engine", [])
-    if len(engines) > 1:
-        raise InputError(f"swarm emulate serves one engine: --engine given {len(engines)} times")
-    data = given.apply({})
-    if engines:
-        data["engine"] = engines[0]
-    if (calibration := given.get("calibration")) is not None:
-        from swarm.engines.calibration import load_calibration
-
-        data = {**load_calibration(calibration, data.get("engine")).settings(), **data}
-    if (tokenizer := data.get("tokenizer")) is not None and not os.path.isfile(tokenizer):
-        raise InputError(f"--tokenizer {tokenizer}: no such file")
-    config = validated(EmulatorConfig, data, "swarm emulate", given)
+    config = emulator_config(given)
     replicas = int(given.get("replicas") or 1)
     if replicas > 1:
         serve_fleet(config, replicas)

@@ -47,6 +47,7 @@ FLAGS: dict[str, FlagDef] = {
     'faults': FlagDef(decls=('--faults',), kind='str', help="inject faults, seeded: KIND=RATE pairs and parameters, e.g. 'mixed=0.05,stall_s=2,seed=7' or 'http_500=0.01,cut=0.02,refuse=0.01' (kinds: refuse http_500 http_503 http_429 slow_headers stall_first stall_mid cut malformed no_done oversized; docs/reliability.md)", group='Emulator', parse='faults', origin=('EmulatorConfig.faults',)),
     'first_token_ms': FlagDef(decls=('--first-token-ms',), kind='float', help='fixed timing: time to first token, ms', group='Emulator', default_text='50', origin=('EmulatorConfig.first_token_ms',)),
     'first_token_timeout': FlagDef(decls=('--first-token-timeout',), kind='float', help='from sending to the first token, seconds', group='Timeouts', default_text='120', origin=('TimeoutSpec.first_token_s',)),
+    'fleet': FlagDef(decls=('--fleet',), kind='int', help='each twin a fleet of this many replicas behind --routing (1: one engine, no router)', group='Simulation', default_text='1', metavar='N', origin=('SimulationSpec.fleet',)),
     'flush_interval': FlagDef(decls=('--flush-interval',), kind='float', help='close a trace part at least this often, seconds: what a kill -9 can lose', group='Output', default_text='10', origin=('SendSpec.flush_interval_s',)),
     'format': FlagDef(decls=('--format',), kind='str', help="the source's trace format (trtllm, otel_genai, agentic_coding, swarm, aiperf_dag, bailian, mooncake, azure, burstgpt; default: from the source); swarm export: the one to write (mooncake or csv; default mooncake)", group='Replay source', origin=('TraceSourceSpec.format',)),
     'hicache_ratio': FlagDef(decls=('--hicache-ratio',), kind='float', help="sglang: the host tier's size over the device prefix cache's, as SGLang's --hicache-ratio (default 2.0)", group='Engine scheduler', origin=('EmulatorConfig.hicache_ratio',)),
@@ -98,6 +99,7 @@ FLAGS: dict[str, FlagDef] = {
     'reset_cache': FlagDef(decls=('--reset-cache',), kind='bool', help="empty each target's prefix cache before each point, where the engine can", group='Sweep', default_text='on', origin=('SweepSpec.reset_cache',)),
     'retries': FlagDef(decls=('--retries',), kind='int', help='retries of a failed call (429, 5xx, connect, timeout, broken stream); each attempt is its own trace row linked to the first. Off by default: a load generator must not hide failures', group='Sending', default_text='0', origin=('SendSpec.retries',)),
     'retry_backoff': FlagDef(decls=('--retry-backoff',), kind='float', help="seconds before retry k: this times 2**(k-1), or the 429/503's Retry-After", group='Sending', default_text='0.5', origin=('SendSpec.retry_backoff_s',)),
+    'routing': FlagDef(decls=('--routing',), kind='str', help="how a fleet's router picks a replica: in turn, the fewest in flight, or SGLang's router's cache-aware policy (sim/routing.py)", group='Simulation', default_text='cache_aware', choices=('round_robin', 'least_load', 'cache_aware'), origin=('SimulationSpec.routing',)),
     'sample': FlagDef(decls=('--sample',), kind='float', help='flat traces: keep this fraction of requests, seeded (whole conversations where the format has them)', group='Replay source', origin=('TraceSourceSpec.sample',)),
     'sample_seed': FlagDef(decls=('--sample-seed',), kind='int', help='seed of --sample', group='Replay source', default_text='0', origin=('TraceSourceSpec.sample_seed',)),
     'schedule_policy': FlagDef(decls=('--schedule-policy',), kind='str', help="sglang: order of the waiting queue, as SGLang's --schedule-policy (default lpm: longest cached prefix first; fcfs)", group='Engine scheduler', choices=('lpm', 'fcfs'), origin=('EmulatorConfig.schedule_policy',)),
@@ -222,6 +224,25 @@ _OUTPUT_OPTIONS_2: dict[str, tuple[tuple[str, ...], ...]] = {
     'html': (),
     'slo': (),
 }
+_SEND_SPEC_2: dict[str, tuple[tuple[str, ...], ...]] = {
+    'engine': (('targets', '*', 'engine'),),
+    'max_in_flight': (('max_in_flight',),),
+    'duration': (('duration_s',),),
+    'max_requests': (('max_requests',),),
+    'repeat': (('repeats',),),
+    'retries': (('retries',),),
+    'retry_backoff': (('retry_backoff_s',),),
+    'request_timeout': (('timeouts', 'total_s'),),
+    'max_error_rate': (('max_error_rate',),),
+    'error_window': (('error_window',),),
+    'record_text': (('record_text',),),
+    'flush_interval': (('flush_interval_s',),),
+    'emulator_arg': (('emulator_args',),),
+}
+_SIMULATION_SPEC: dict[str, tuple[tuple[str, ...], ...]] = {
+    'fleet': (),
+    'routing': (),
+}
 _EMULATOR_CONFIG: dict[str, tuple[tuple[str, ...], ...]] = {
     'host': (('host',),),
     'port': (('port',),),
@@ -340,6 +361,7 @@ COMMANDS: dict[str, dict[str, tuple[tuple[str, ...], ...]]] = {
     'run': {**_SEND_SPEC, **_WORKLOAD_SPEC, **_OUTPUT_OPTIONS},
     'replay': {**_SEND_SPEC, **_REPLAY_SOURCE_SPEC, **_OUTPUT_OPTIONS},
     'sweep': {**_SWEEP_OPTIONS, **_SEND_SPEC, **_WORKLOAD_SPEC, **_REPLAY_SOURCE_SPEC, **_SWEEP_SPEC, **_OUTPUT_OPTIONS, **_OUTPUT_OPTIONS_2, 'tokenizer': (('workload', 'tokenizer'), ('replay', 'tokenizer')), 'start_at': (('workload', 'start_at'), ('replay', 'start_at'))},
+    'simulate': {**_SEND_SPEC_2, **_WORKLOAD_SPEC, **_SIMULATION_SPEC, **_OUTPUT_OPTIONS},
     'emulate': {**_EMULATOR_CONFIG, **_TARGET_SPEC, **_EMULATE_OPTIONS},
     'calibrate': {**_TARGET_SPEC_2, **_CALIBRATE_OPTIONS, **_OUTPUT_OPTIONS_3},
     'probe': {**_TARGET_SPEC_3, **_OUTPUT_OPTIONS_4},

@@ -180,3 +180,31 @@ def takes(command: str) -> Callable[[F], F]:
         return command_fn  # type: ignore[return-value]
 
     return wrap
+
+
+def parse_flags(command: str, args: list[str], source: str) -> Given:
+    """``args`` read as ``swarm COMMAND``'s flags of the table would be (``--emulator-arg``'s
+    list as ``swarm emulate`` reads it); a flag it does not take, or a bad value, is an
+    InputError naming ``source``."""
+    import typer
+
+    from swarm.errors import InputError
+
+    holder: list[Given] = []
+    parser = typer.Typer(add_completion=False)
+
+    @parser.command()
+    @takes(command)
+    def _read(*, given: Given) -> None:
+        holder.append(given)
+
+    try:
+        typer.main.get_command(parser).main(list(args), prog_name=f"swarm {command}", standalone_mode=False)
+    except Exception as exc:  # click's usage errors (typer may carry its own copy of click)
+        message = getattr(exc, "format_message", None)
+        if not callable(message):
+            raise
+        raise InputError(f"{source}: {message()}") from None
+    if not holder:
+        raise InputError(f"{source}: {' '.join(args)} not read")
+    return holder[0]

@@ -28,6 +28,7 @@ from swarm.cli.options import CalibrateOptions, EmulateOptions, OutputOptions, S
 from swarm.emulator.config import EmulatorConfig
 from swarm.replay.source_spec import ReplaySourceSpec, TraceSourceSpec
 from swarm.runtime.specs import SendSpec, TargetSpec
+from swarm.sim.spec import SimulationSpec
 from swarm.sweep.spec import SweepSpec
 from swarm.workload.workload import WorkloadSpec
 
@@ -52,6 +53,12 @@ _SEND = Source(SendSpec)
 _WORKLOAD = Source(WorkloadSpec, ("workload",))
 _REPLAY = Source(ReplaySourceSpec, ("replay",), skip=("source",))
 _SENDERS_OUTPUT = Source(OutputOptions, None, ("spec", "output", "json_out", "progress"))
+#: what of sending a simulation takes: its twins (``--engine``: one target each), its limits and
+#: its output; no URL, client, timing clock, Ray or scraping
+_SIMULATED_SENDING = (
+    "engine", "max_in_flight", "duration", "max_requests", "repeat", "retries", "retry_backoff",
+    "request_timeout", "max_error_rate", "error_window", "record_text", "flush_interval", "emulator_arg",
+)
 
 #: per command, the models it takes flags from, in the order ``--help`` lists them
 SOURCES: dict[str, tuple[Source, ...]] = {
@@ -60,6 +67,10 @@ SOURCES: dict[str, tuple[Source, ...]] = {
     "sweep": (
         Source(SweepOptions, None), _SEND, _WORKLOAD, _REPLAY, Source(SweepSpec, ("sweep",)), _SENDERS_OUTPUT,
         Source(OutputOptions, None, ("html", "slo")),
+    ),
+    "simulate": (
+        Source(SendSpec, (), _SIMULATED_SENDING), _WORKLOAD, Source(SimulationSpec, None, ("fleet", "routing")),
+        _SENDERS_OUTPUT,
     ),
     "emulate": (
         Source(EmulatorConfig), Source(TargetSpec, None, ("engine",), bind=(("engine", ("engine",)),)),

@@ -55,6 +55,9 @@ def compare(
     tie_within: Annotated[
         float, typer.Option(min=0, help="a lead smaller than this share is a tie (0.02: 2 %)")
     ] = 0.02,
+    across_clocks: Annotated[
+        bool, typer.Option(help="name leaders between simulated (swarm simulate) and measured runs")
+    ] = False,
     *,
     given: Given,
 ) -> None:
@@ -71,17 +74,19 @@ def compare(
 
         print_sweep_comparison(run_dirs, as_json, output)
         return
-    compare_command(run_dirs, as_json, given.get("slo", []), force, tie_within, output)
+    compare_command(run_dirs, as_json, given.get("slo", []), force, tie_within, output, across_clocks)
 
 
 def report_tables(report: RunReport) -> list[Table]:
     """The report's table (``rows.REPORT_ROWS``) and a by-depth table per target that has one."""
     targets = report.targets
     names = list(targets)
-    overview = Table(title=f"report {report.run['run_id']} (from the trace)")
+    simulated = report.run.get("simulated") is not None
+    overview = Table(title=f"report {report.run['run_id']} ({'simulated, ' if simulated else ''}from the trace)")
     overview.add_column("figure")
     for n in names:
-        overview.add_column(n + (" (emulated)" if targets[n].emulated else ""), justify="right")
+        label = " (simulated)" if simulated else " (emulated)" if targets[n].emulated else ""
+        overview.add_column(n + label, justify="right")
     for row in report_rows(report.slo is not None):
         overview.add_row(row.title(), *[row.cell(targets[n]) for n in names])
     tables = [overview]
@@ -193,7 +198,8 @@ def compare_table(comparison: dict[str, Any]) -> Table:
     table = Table(title="compare (from the traces)")
     table.add_column("dimension")
     for c in comparison["columns"]:
-        table.add_column(c + (" (emulated)" if comparison["emulated"].get(c) else ""), justify="right")
+        kind = " (simulated)" if comparison.get("simulated", {}).get(c) else " (emulated)" if comparison["emulated"].get(c) else ""
+        table.add_column(c + kind, justify="right")
     table.add_column("leader (ratio)", justify="left")
     for row in comparison["rows"]:
         spec = {"": ".1%", "tok": ",.0f"}.get(row["unit"], ".1f")
@@ -206,6 +212,8 @@ def compare_table(comparison: dict[str, Any]) -> Table:
         within = f", 95 % {interval['low']:.2f}-{interval['high']:.2f}" if interval else ""
         if row["leader"] is not None:
             lead = f"{row['leader']} ({fmt(row['ratio'], '.2f')}x{within})"
+        elif row.get("withheld"):
+            lead = f"withheld ({fmt(row['ratio'], '.2f')}x{within})"
         elif row.get("tie"):
             lead = f"tie ({fmt(row['ratio'], '.2f')}x{within})"
         table.add_row(row["dimension"] + unit + better, *[fmt(v, spec) for v in row["values"]], lead)
@@ -296,7 +304,7 @@ def routing_sentences(comparison: dict[str, Any]) -> list[str]:
 
 def compare_command(
     run_dirs: list[str], as_json: bool, slos: list[str], force: bool, tie_within: float = 0.02,
-    output: str | None = None,
+    output: str | None = None, across_clocks: bool = False,
 ) -> None:  # fmt: skip
     from swarm.analysis.compare import compare
     from swarm.analysis.metrics import parse_slos
@@ -307,7 +315,7 @@ def compare_command(
         runs = [load_run(d) for d in run_dirs]
     except (ValueError, FileNotFoundError) as exc:
         raise InputError(str(exc)) from None
-    result = compare(runs, slo, force=force, tie_within=tie_within).as_dict()
+    result = compare(runs, slo, force=force, tie_within=tie_within, across_clocks=across_clocks).as_dict()
     if as_json:
         write_or_print(json.dumps(result, indent=2, default=str), output)
         return

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from swarm.cli.app import app
 from swarm.cli.flags import Given, takes, validated
-from swarm.cli.sending import send_with_view, spec_data
+from swarm.cli.sending import send_with_view, spec_data, with_showdown
 
 if TYPE_CHECKING:
     from swarm.runtime.frame import RunResult
@@ -41,11 +41,7 @@ def run_command(given: Given) -> int:
     from swarm.runtime.specs import RunSpec
 
     data, source = spec_data(given)
-    if _showdown(given, data):
-        from swarm.workload.showdown import SHOWDOWN_DURATION_S, showdown_workload
-
-        data["workload"] = showdown_workload(data.get("workload", {}))
-        data.setdefault("duration_s", SHOWDOWN_DURATION_S)
+    with_showdown(given, data)
     spec = validated(RunSpec, data, source, given)
 
     def closing(result: RunResult, console: Console) -> None:
@@ -66,12 +62,6 @@ def run_command(given: Given) -> int:
         lambda on_start: execute_run(spec, on_target_start=on_start, source=source),
         sessions=spec.workload.agents, given=given, json_extra=not_run, closing=closing,
     )  # fmt: skip
-
-
-def _showdown(given: Given, data: dict[str, Any]) -> bool:
-    """Whether this run is the emulated showdown: no spec file, no target, no profile or
-    topology named (``workload/showdown.py``)."""
-    return given.get("spec") is None and not data.get("targets") and "mix" not in data.get("workload", {})
 
 
 @app.command()

@@ -44,6 +44,17 @@ def spec_data(given: Given, skip: tuple[str, ...] = ()) -> tuple[dict[str, Any],
     return data, (f"{path} (with flags)" if path is not None else "flags")
 
 
+def with_showdown(given: Given, data: dict[str, Any]) -> None:
+    """With no spec file, no target and no profile or topology named, the emulated showdown's
+    workload and duration (``workload/showdown.py``) in ``data``: what ``swarm run`` and
+    ``swarm simulate`` send when told nothing."""
+    if given.get("spec") is None and not data.get("targets") and "mix" not in data.get("workload", {}):
+        from swarm.workload.showdown import SHOWDOWN_DURATION_S, showdown_workload
+
+        data["workload"] = showdown_workload(data.get("workload", {}))
+        data.setdefault("duration_s", SHOWDOWN_DURATION_S)
+
+
 def finish_code(manifest: RunManifest, console: Console) -> int:
     """Say why a run did not complete (on ``console``) and return the run's exit code."""
     status = manifest.status.value

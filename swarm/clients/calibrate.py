@@ -19,7 +19,8 @@ what is left of the time budget:
    no batch larger than the slots a server states (llama.cpp);
 4. **capacity** (twins with a pool of tokens, whose server states at most
    ``capacity_max_tokens`` or nothing): how many fresh prompts the prefix cache holds
-   (``_Probe.run_capacity``); the room found becomes the twin's cache.
+   (``_Probe.run_capacity``); the room found becomes the twin's cache. Where it runs, it has
+   ``CAPACITY_SHARE`` of the budget to itself: prefill and decode stop at the rest.
 
 A request that fails ends the probe: the file keeps what was measured, ``complete: false``, and
 a note naming the phase and the error. The fit fills what the points cannot give with the
@@ -36,6 +37,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 
@@ -92,6 +94,16 @@ class ProbeEnded(Exception):
     """A request failed, or the time budget ran out: the probe stops with what it has."""
 
 
+class BudgetSpent(ProbeEnded):
+    """The time budget (or a phase's share of it) ran out."""
+
+
+#: of the time budget, the share kept for the capacity phase where there is one: prefill and
+#: decode stop at the rest, so the room the twin's cache gets is measured (a slow engine, vLLM's
+#: CPU build at about 150 ms a step, spent a 240 s budget in prefill and decode alone)
+CAPACITY_SHARE = 0.4
+
+
 def _prompt(words: int, nonce: str) -> tuple[ChatMessage, ...]:
     body = " ".join(WORDS[i % len(WORDS)] for i in range(words))
     return (ChatMessage("user", f"probe {nonce} {body}"),)
@@ -118,7 +130,7 @@ class _Probe:
 
     async def send(self, messages: tuple[ChatMessage, ...], max_tokens: int) -> RequestRecord:
         if time.monotonic() > self.deadline:
-            raise ProbeEnded(f"the time budget of {self.plan.budget_s:g} s ran out")
+            raise BudgetSpent(f"the time budget of {self.plan.budget_s:g} s ran out")
         record = await self.client.send(EngineRequest(messages=messages, max_tokens=max_tokens, ignore_eos=True))
         if not record.ok or record.ttft_ns is None:
             raise ProbeEnded(f"a request failed ({record.status.value}: {record.error or record.http_status})")
@@ -234,7 +246,6 @@ async def calibrate(
     stated, notes = await _stated(url, found)
     say(f"{found.engine} at {found.url}: stated {stated or 'nothing'}")
     base = normalise_base_url(url)
-    complete = True
     async with open_transport(base) as transport:
         client = HttpEngineClient(
             transport, base, get_engine(found.engine), model=model or found.model or "default",
@@ -248,17 +259,7 @@ async def calibrate(
         if found.engine in emulated.POOL_TWINS and not (isinstance(pool, int) and pool > plan.capacity_max_tokens):
             run.capacity_start = max(2, pool // (2 * (plan.capacity_words + 32))) if isinstance(pool, int) else 2
             phases.append(run.run_capacity)
-        for phase in phases:
-            try:
-                await phase()
-            except ProbeEnded as exc:
-                complete = False
-                notes.append(
-                    f"the probe ended early in {phase.__name__.removeprefix('run_')} ({exc}): "
-                    f"{len(run.prefill)} prefill and {len(run.decode)} decode points measured"
-                )
-                say(notes[-1])
-                break
+        complete = await _run_phases(run, phases, notes, say)
     if run.unreported:
         notes.append(
             "the server reports no cached tokens (SGLang: --enable-cache-report; vLLM: "
@@ -269,6 +270,41 @@ async def calibrate(
     if found.engine not in emulated.TWINS:
         notes.append(f"the emulator has no {found.engine} twin yet: swarm emulate cannot serve this file")
     return _calibration(found, stated, run, complete, notes, fallback, tail_breaks)
+
+
+async def _run_phases(
+    run: _Probe, phases: list[Callable[[], Any]], notes: list[str], say: Callable[[str], None]
+) -> bool:
+    """The probe's phases in order; whether all ran to their end. With a capacity phase, the
+    others stop at ``1 - CAPACITY_SHARE`` of the budget (a note says so) and it gets the rest;
+    a failed request ends the probe (the file keeps what was measured)."""
+    end = run.deadline
+    capacity = run.run_capacity in phases
+    if capacity:
+        run.deadline = end - CAPACITY_SHARE * run.plan.budget_s
+    complete = True
+    for phase in phases:
+        name = phase.__name__.removeprefix("run_")
+        if phase == run.run_capacity:
+            run.deadline = end
+        elif capacity and time.monotonic() > run.deadline:
+            continue  # its share spent: on to the capacity phase
+        try:
+            await phase()
+        except ProbeEnded as exc:
+            complete = False
+            points = f"{len(run.prefill)} prefill and {len(run.decode)} decode points measured"
+            if isinstance(exc, BudgetSpent) and capacity and phase != run.run_capacity:
+                notes.append(
+                    f"{name} stopped at its share of the time budget ({1 - CAPACITY_SHARE:.0%} of "
+                    f"{run.plan.budget_s:g} s, the rest kept for the capacity phase): {points}"
+                )
+                say(notes[-1])
+                continue
+            notes.append(f"the probe ended early in {name} ({exc}): {points}")
+            say(notes[-1])
+            break
+    return complete
 
 
 def _swa_tail(found: ProbeResult, run: _Probe, stated: dict[str, object], notes: list[str]) -> tuple[int, ...]:

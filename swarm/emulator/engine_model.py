@@ -150,6 +150,7 @@ class Generation:
         "preemptions",
         "prefill_left",
         "prompt",
+        "times",
     )
 
     def __init__(self, model: EngineModel, prompt: list[str], max_new: int, arrived_s: float):
@@ -174,6 +175,9 @@ class Generation:
         self.computed: int | None = None
         self._lock_handle: object = None
         self._words = output_words(prompt, max_new)
+        #: the time of each emission, for a reader that waits for the end (``finished``)
+        #: rather than for each token; None: not kept
+        self.times: list[float] | None = None
 
     @property
     def prompt_tokens(self) -> int:
@@ -187,7 +191,10 @@ class Generation:
             self.first_token_s = now_s
         if len(self.output) >= self.max_new:
             self.finished = True
-        self._event.set()
+        if self.times is None:
+            self._event.set()
+        else:  # a reader of the end only: woken at the finish (``EngineModel._release``)
+            self.times.append(now_s)
 
     async def tokens(self) -> AsyncGenerator[list[str], None]:
         """Yield lists of newly generated words as they come out, until the request finishes."""
@@ -207,8 +214,33 @@ class Generation:
                     yield words
         finally:
             if not self.finished:
-                self.cancelled = True
-                self._model.cancelled_waiting = True
+                self.cancel()
+
+    async def finished_wait(self) -> None:
+        """Wait until the request has finished, waking once rather than at every token (the
+        step-loop timing only; its emissions are in ``times`` when ``times`` was set to a list
+        before it began). A reader that goes (cancelled) cancels the request."""
+        try:
+            while not self.finished:
+                self._event.clear()
+                await self._event.wait()
+        finally:
+            if not self.finished:
+                self.cancel()
+
+    def cancel(self) -> None:
+        """The reader went: the request leaves the queue, or the batch at its next step."""
+        self.cancelled = True
+        self._model.cancelled_waiting = True
+
+
+def _loop_now() -> float:
+    """The running event loop's clock (``time.monotonic`` for asyncio's own loops; the virtual
+    clock under ``swarm simulate``), else the monotonic clock."""
+    try:
+        return asyncio.get_running_loop().time()
+    except RuntimeError:
+        return time.monotonic()
 
 
 class EngineModel:
@@ -343,7 +375,7 @@ class EngineModel:
     # -- requests ------------------------------------------------------------------------------
 
     def submit(self, prompt: list[str], max_new: int | None, now_s: float | None = None) -> Generation:
-        """A request arrives (at ``now_s``, default the monotonic clock's now)."""
+        """A request arrives (at ``now_s``, default the event loop's clock now)."""
         if len(prompt) > self.config.max_prompt_tokens:
             raise PromptTooLong(
                 f"prompt has {len(prompt)} tokens, more than the maximum {self.config.max_prompt_tokens}"
@@ -359,7 +391,7 @@ class EngineModel:
                 f"prompt of {len(prompt)} tokens exceeds the {budget} tokens one step computes "
                 "(max_num_tokens) and chunked prefill is off"
             )
-        now = time.monotonic() if now_s is None else now_s
+        now = _loop_now() if now_s is None else now_s
         gen = Generation(self, prompt, max_new or self.config.default_max_tokens, now)
         self.stats.requests_total += 1
         if self.config.timing == "batch":
@@ -442,7 +474,7 @@ class EngineModel:
         start = loop.time()
         try:
             if cfg.timing == "zero":
-                now = time.monotonic()
+                now = loop.time()
                 for _ in range(gen.max_new):
                     gen._emit(now)
                 words, gen._pending = gen._pending, []
@@ -453,11 +485,11 @@ class EngineModel:
                 delay = due - loop.time()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                gen._emit(time.monotonic())
+                gen._emit(loop.time())
                 gen._pending.clear()
                 yield [gen.output[-1]]
         finally:
-            self._finish(gen, time.monotonic())
+            self._finish(gen, loop.time())
 
     async def _step_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -469,7 +501,7 @@ class EngineModel:
         planned_end: float | None = None
         while True:
             if self.cancelled_waiting:
-                self._drop_cancelled(time.monotonic())
+                self._drop_cancelled(clock())
             if not self.running and not self.waiting:
                 self.scheduler.idle()
                 self._wake.clear()
@@ -478,12 +510,12 @@ class EngineModel:
                 continue
             step_start = clock()
             anchor = step_start if planned_end is None else max(planned_end, step_start - STEP_CATCHUP_S)
-            plan, step_s = self.begin_step(time.monotonic())
+            plan, step_s = self.begin_step(clock())
             planned_end = anchor + step_s
             delay = planned_end - clock()
             if delay > 0:
                 await asyncio.sleep(delay)
-            emitted = self.end_step(plan, time.monotonic())
+            emitted = self.end_step(plan, clock())
             st = self.stats
             st.steps += 1
             st.step_model_s += step_s

@@ -40,6 +40,16 @@ class ResolvedTarget:
     #: of each replica that names itself (``X-Swarm-Replica``), that name, by its URL
     replica_names: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def simulated(self) -> bool:
+        """An engine twin in virtual time (``swarm simulate``, a ``sim://`` URL): nothing to
+        scrape or reset over HTTP; each run of it starts with empty caches."""
+        return self.url.startswith(SIMULATED_SCHEME)
+
+
+#: the URL scheme of a simulated target (``sim://ENGINE``; of a fleet's replica ``sim://ENGINE/I``)
+SIMULATED_SCHEME = "sim://"
+
 
 @dataclass(frozen=True)
 class ProcessUsage:

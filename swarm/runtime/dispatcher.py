@@ -129,8 +129,12 @@ class Dispatcher:
         clock_ns: Callable[[], int] = time.perf_counter_ns,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         repeat: int = 0,
+        precise_release: bool = True,
     ) -> None:
         self.client = client
+        #: a timed schedule's releases spin the last ``DISPATCH_SPIN_NS`` to the instant (off on a
+        #: virtual clock, which is at the instant when it wakes)
+        self.precise_release = precise_release
         #: the repeat this run is of its target (``--repeat``), stamped on every record
         self.repeat = repeat
         self.sink = sink
@@ -475,7 +479,7 @@ class _Release:
     async def releaser(self) -> None:
         d, schedule = self.d, self.schedule
         quiet = QuietCollector() if self.timed else None
-        spin_ns = DISPATCH_SPIN_NS if self.timed else 0
+        spin_ns = DISPATCH_SPIN_NS if self.timed and d.precise_release else 0
         with quiet or contextlib.nullcontext():
             while self.next < len(schedule):
                 due = d.start_perf_ns + schedule[self.next].due_ns

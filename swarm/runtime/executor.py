@@ -48,8 +48,13 @@ class InProcessExecutor:
         return outcome
 
 
-def run_with_signals(main: Callable[[], Awaitable[T]], on_signal: Callable[[], None]) -> T:
-    """``asyncio.run`` of ``main()`` where SIGINT/SIGTERM call ``on_signal`` (a graceful stop)."""
+def run_with_signals(
+    main: Callable[[], Awaitable[T]],
+    on_signal: Callable[[], None],
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
+) -> T:
+    """``asyncio.run`` of ``main()`` where SIGINT/SIGTERM call ``on_signal`` (a graceful stop);
+    on a loop ``loop_factory`` makes (a simulation's virtual clock), else asyncio's own."""
 
     async def runner() -> T:
         loop = asyncio.get_running_loop()
@@ -69,4 +74,25 @@ def run_with_signals(main: Callable[[], Awaitable[T]], on_signal: Callable[[], N
                 if previous is not None:
                     signal.signal(signum, previous)
 
-    return asyncio.run(runner())
+    if loop_factory is None:
+        return asyncio.run(runner())
+    return _run_on(loop_factory(), runner())
+
+
+def _run_on(loop: asyncio.AbstractEventLoop, main: Awaitable[T]) -> T:
+    """``main`` to its end on ``loop``, then what ``asyncio.run`` does after: the tasks left
+    cancelled, async generators closed, the loop closed."""
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(main)
+    finally:
+        try:
+            left = asyncio.all_tasks(loop)
+            for task in left:
+                task.cancel()
+            if left:
+                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()

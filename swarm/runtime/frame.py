@@ -60,15 +60,20 @@ def run_on_targets(
     *,
     manifest_fields: dict[str, Any],
     on_target_start: OnTargetStart | None = None,
+    resolved: list[ResolvedTarget] | None = None,
 ) -> RunResult:
-    """Resolve ``spec``'s targets (or start the emulators), create the run folder and manifest,
-    run ``source`` against each target with ``executor`` (a fresh sink each), and finish the
-    manifest with status, counts, parts and workers, whatever happens."""
+    """Resolve ``spec``'s targets (or start the emulators; ``resolved``: these, a simulation's
+    twins), create the run folder and manifest, run ``source`` against each target with
+    ``executor`` (a fresh sink each), and finish the manifest with status, counts, parts and
+    workers, whatever happens."""
     run_id = new_run_id()
     location = f"{spec.output_dir.rstrip('/')}/{run_id}"
     storage = RunStorage.at(location)
     with contextlib.ExitStack() as stack:
-        targets = resolve_targets(spec.targets or stack.enter_context(embedded_targets(spec.emulator_args)))
+        if resolved is not None:
+            targets = resolved
+        else:
+            targets = resolve_targets(spec.targets or stack.enter_context(embedded_targets(spec.emulator_args)))
         stack.enter_context(executor)
         if storage.exists(""):
             raise InputError(f"{location} already exists")
@@ -110,7 +115,7 @@ def _run_target(
     """One target's run (one repeat of it): its prefix cache emptied before a repeat after the
     first, its sink and scraper, the executor's run, the counts into the book (whatever
     happens); the outcome, the sink and the rows it lost."""
-    if repeat:
+    if repeat and not target.simulated:  # a simulated twin starts each run empty
         reset = reset_prefix_cache(target)
         if reset == "none" or reset.startswith("failed"):
             log.warning("target %s, repeat %d: prefix cache not emptied (%s): reuse from the one before may count",

@@ -100,9 +100,10 @@ def embedded_targets(extra_args: list[str]) -> Iterator[list[TargetSpec]]:
 
 def scraper_for(target: ResolvedTarget, interval_s: float) -> ServerMetricsScraper | None:
     """A scraper of the target's Prometheus endpoint (its engine's path), if it has one; of a
-    fleet, every replica's endpoint, each sample labelled with its replica."""
+    fleet, every replica's endpoint, each sample labelled with its replica (none for a simulated
+    twin)."""
     path = get_engine(target.engine).metrics_path
-    if not path or interval_s <= 0:
+    if not path or interval_s <= 0 or target.simulated:
         return None
     key = read_api_key(target.api_key_env, target.api_key_file)
     headers = {"Authorization": f"Bearer {key}"} if key else {}

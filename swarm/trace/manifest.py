@@ -176,6 +176,11 @@ class RunManifest(BaseModel):
         default=None, description="file of the targets' scraped Prometheus samples, if any were had"
     )
     versions: dict[str, str] = Field(default_factory=dict)
+    simulated: dict[str, Any] | None = Field(
+        default=None,
+        description="for a simulated run (swarm simulate): the clock (virtual), each twin's settings, "
+        "its replicas and routing policy; None for a measured run",
+    )
     replay_of: dict[str, Any] | None = Field(
         default=None, description="for a replay: the source (path, format, run id), mode, speed, filters"
     )

@@ -1,0 +1,56 @@
+"""The emulator's settings from flags: what ``swarm emulate`` serves and what ``swarm simulate``
+models, built one way.
+
+Place in the map (docs/architecture.md, "CLI"): command support. ``emulator_config`` turns the
+emulate flags given (``--engine``, a ``--calibration`` file under the flags, ``--tokenizer``
+checked) into an ``EmulatorConfig``; ``twin_configs`` does it for each engine a simulation
+names, from the same ``--emulator-arg`` list ``swarm run`` hands its embedded emulators.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from swarm.cli.flags import Given, parse_flags, validated
+from swarm.errors import InputError
+
+if TYPE_CHECKING:
+    from swarm.emulator.config import EmulatorConfig
+
+
+def emulator_config(given: Given, source: str = "swarm emulate") -> EmulatorConfig:
+    """The settings the emulate flags in ``given`` say: one engine, a calibration file's
+    settings under the flags given, a tokenizer that exists."""
+    from swarm.emulator.config import EmulatorConfig
+
+    engines = given.get("engine", [])
+    if len(engines) > 1:
+        raise InputError(f"{source} serves one engine: --engine given {len(engines)} times")
+    data = given.apply({})
+    if engines:
+        data["engine"] = engines[0]
+    if (calibration := given.get("calibration")) is not None:
+        from swarm.engines.calibration import load_calibration
+
+        data = {**load_calibration(calibration, data.get("engine")).settings(), **data}
+    if (tokenizer := data.get("tokenizer")) is not None and not os.path.isfile(tokenizer):
+        raise InputError(f"--tokenizer {tokenizer}: no such file")
+    return validated(EmulatorConfig, data, source, given)
+
+
+def twin_configs(engines: Sequence[str], emulator_args: Sequence[str]) -> list[EmulatorConfig]:
+    """Per engine, the twin ``swarm run``'s embedded emulator of it would serve: the engine, the
+    arguments every embedded emulator of it gets (``runtime.targets.EMBEDDED_ARGS``), then
+    ``emulator_args`` (``--emulator-arg``: any ``swarm emulate`` flag, ``--calibration`` too)."""
+    from swarm.runtime.targets import EMBEDDED_ARGS
+
+    out = []
+    for engine in engines:
+        args = ["--engine", engine, *EMBEDDED_ARGS.get(engine, ()), *emulator_args]
+        given = parse_flags("emulate", args, f"--emulator-arg (the {engine} twin)")
+        if int(given.get("replicas") or 1) > 1:
+            raise InputError("swarm simulate: a twin's replicas are --fleet N, not --emulator-arg=--replicas")
+        out.append(emulator_config(given, f"the {engine} twin"))
+    return out

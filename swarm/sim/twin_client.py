@@ -1,0 +1,180 @@
+"""A simulated target: engine twins behind a router, answered in virtual time.
+
+Place in the map (docs/architecture.md, "Simulation"): the EngineClient of ``swarm simulate``.
+Where ``HttpEngineClient`` renders a request, sends it and times the reads of its answer,
+``TwinClient`` hands the request's prompt to the twin a ``Router`` chooses, as ``swarm
+emulate``'s HTTP server does (the same ``EngineModel``: cache, scheduler, step loop), and
+waits, on the virtual clock, for it to finish. The record is built as the HTTP client builds
+its own: ``chunk_ns`` from the twin's emissions (one per step, as one read per event of the
+real emulator's stream), ``ttft_ns`` its first, ``cached_tokens`` what the engine would report,
+``replica`` the twin that served it (``replica_from`` ``simulated``), the clock ``virtual``.
+
+A prompt the twin refuses (longer than it takes) is an ``http_error`` row with status 400, as
+the emulator answers; a request past its total timeout is a ``timeout`` row and leaves the
+twin's batch, as a client that hangs up does; a hard stop makes it ``cancelled``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import secrets
+from collections.abc import Sequence
+
+from swarm.emulator.config import EmulatorConfig
+from swarm.emulator.engine_model import EngineModel, Generation, PromptTooLong
+from swarm.emulator.tokens import PromptTokenizer
+from swarm.engines.registry import get_engine
+from swarm.record import RequestRecord, Status
+from swarm.request import EngineRequest, Timeouts
+from swarm.sim.routing import Router, make_router
+from swarm.sim.virtual_loop import VirtualClock
+
+#: ``replica_from`` of a simulated record: the simulator knows which twin served it
+REPLICA_FROM_SIMULATED = "simulated"
+
+
+class TwinFleet:
+    """One target's twins: ``replicas`` engine models of one ``EmulatorConfig`` behind a router
+    of ``routing`` (one replica: no router). Made and started inside the virtual loop."""
+
+    def __init__(self, config: EmulatorConfig, replicas: int = 1, routing: str = "round_robin") -> None:
+        if replicas < 1:
+            raise ValueError("a fleet has at least one replica")
+        self.config = config
+        self.models = [EngineModel(config) for _ in range(replicas)]
+        self.names = [f"sim://{config.engine}/{i}" for i in range(replicas)] if replicas > 1 else [f"sim://{config.engine}"]
+        self.router: Router = make_router(routing, replicas)
+        #: requests sent to each replica and not yet ended (what a router counts as its load)
+        self.loads = [0] * replicas
+        self.tokens = PromptTokenizer(config.tokenizer)
+
+    def start(self) -> None:
+        for model in self.models:
+            model.start()
+
+    async def stop(self) -> None:
+        for model in self.models:
+            await model.stop()
+
+    def prompt_of(self, request: EngineRequest) -> list[str]:
+        """The prompt's tokens, as the emulator counts a chat request's messages."""
+        return self.tokens.parts([m.content for m in request.messages])
+
+    def route(self, prompt: Sequence[str]) -> int:
+        return 0 if len(self.models) == 1 else self.router.choose(prompt, self.loads)
+
+
+class TwinClient:
+    """``EngineClient`` over a ``TwinFleet`` on a virtual clock (the module docstring)."""
+
+    def __init__(
+        self,
+        fleet: TwinFleet,
+        clock: VirtualClock,
+        *,
+        target: str,
+        engine: str,
+        dialect: str,
+        model: str,
+        timeouts: Timeouts,
+        wall_minus_perf_ns: int,
+    ) -> None:
+        self.fleet = fleet
+        self.clock = clock
+        self.target = target
+        self.engine = engine
+        self.dialect = dialect
+        self.model = model
+        self.timeouts = timeouts
+        self._wall0 = wall_minus_perf_ns
+        self.profile = get_engine(engine)
+        self._absent_is_zero = self.profile.cached_absent_means_zero
+
+    def encode(self, request: EngineRequest) -> bytes:
+        """No body to build ahead: the twin reads the request's messages (``send`` ignores a
+        payload)."""
+        return b""
+
+    async def send(self, request: EngineRequest, payload: bytes | None = None) -> RequestRecord:
+        identity = request.identity
+        if not identity.request_id or identity.target != self.target:
+            identity = dataclasses.replace(
+                identity, request_id=identity.request_id or secrets.token_hex(8), target=self.target,
+                engine=identity.engine or self.engine,
+            )  # fmt: skip
+        t0 = self.clock.now_ns
+        sent_wall = self._wall0 + t0
+        fleet = self.fleet
+        prompt = fleet.prompt_of(request)
+        replica = fleet.route(prompt)
+        status, http_status, error = Status.OK, 200, None
+        gen: Generation | None = None
+        try:
+            gen = fleet.models[replica].submit(prompt, request.max_tokens)
+        except PromptTooLong as exc:
+            status, http_status, error = Status.HTTP_ERROR, 400, str(exc)
+        if gen is not None:
+            status, error = await self._wait(gen, replica)
+        end = self.clock.now_ns
+        chunk_ns = self._chunks(gen, t0, end, request.stream) if status is Status.OK else []
+        scheduled = request.scheduled_ns if request.scheduled_ns is not None else sent_wall
+        return RequestRecord(
+            identity=identity, dialect=self.dialect, model=self.model, stream=request.stream,
+            scheduled_ns=scheduled, sent_ns=sent_wall, queue_ns=sent_wall - scheduled,
+            slot_wait_ns=request.slot_wait_ns, ttft_ns=chunk_ns[0] if chunk_ns else None, e2e_ns=end - t0,
+            chunk_ns=tuple(chunk_ns), clock="virtual", replica=fleet.names[replica],
+            replica_from=REPLICA_FROM_SIMULATED, status=status, http_status=http_status, error=error,
+            finish_reason="length" if status is Status.OK else None, max_tokens=request.max_tokens,
+            prompt_tokens=len(prompt) if gen is not None else None,
+            completion_tokens=len(gen.output) if gen is not None else None,
+            cached_tokens=self._cached(gen), prompt_tokens_est=request.prompt_tokens_est,
+            ideal_cached_tokens_est=request.ideal_cached_tokens_est, block_hashes=request.block_hashes,
+            prompt_parts=tuple(m.content for m in request.messages) if request.keep_text else None,
+            prompt_roles=tuple(m.role for m in request.messages) if request.keep_text else None,
+            output_text=" ".join(gen.output) if request.keep_text and gen is not None else None,
+        )  # fmt: skip
+
+    async def _wait(self, gen: Generation, replica: int) -> tuple[Status, str | None]:
+        """Wait for ``gen`` to finish (its emissions noted), within the total timeout."""
+        fleet = self.fleet
+        fleet.loads[replica] += 1
+        try:
+            if fleet.config.timing == "batch":
+                gen.times = []
+                await asyncio.wait_for(gen.finished_wait(), self.timeouts.total_s)
+            else:  # the fixed and zero timings emit as they are read
+                await asyncio.wait_for(self._read(gen), self.timeouts.total_s)
+        except (asyncio.TimeoutError, TimeoutError):
+            return Status.TIMEOUT, f"no end of the answer within {self.timeouts.total_s:g} s (total timeout)"
+        except asyncio.CancelledError:
+            return Status.CANCELLED, "cancelled by the run"
+        finally:
+            fleet.loads[replica] -= 1
+        return Status.OK, None
+
+    @staticmethod
+    async def _read(gen: Generation) -> None:
+        """Read ``gen``'s tokens as a stream (the fixed and zero timings); the time of each
+        read into ``gen.times`` once it ends."""
+        loop = asyncio.get_running_loop()
+        times: list[float] = []
+        async for _words in gen.tokens():
+            times.append(loop.time())
+        gen.times = times
+
+    @staticmethod
+    def _chunks(gen: Generation | None, t0: int, end: int, stream: bool) -> list[int]:
+        if gen is None or not gen.times:
+            return []
+        if not stream:  # the whole answer at once
+            return [end - t0]
+        return [round(t * 1e9) - t0 for t in gen.times]
+
+    def _cached(self, gen: Generation | None) -> int | None:
+        if gen is None:
+            return None
+        behaviour, config = self.fleet.models[0].behaviour, self.fleet.config
+        if behaviour.reports_cached_tokens(config, gen.cached_tokens):
+            return gen.cached_tokens
+        return 0 if self._absent_is_zero else None

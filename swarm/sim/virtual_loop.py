@@ -1,0 +1,80 @@
+"""A discrete-event clock for asyncio: an event loop whose time is virtual.
+
+Place in the map (docs/architecture.md, "Simulation"): what ``swarm simulate`` runs the same
+Dispatcher, request sources and engine model in. asyncio already keeps its timers in a heap
+ordered by due time; this loop's ``time()`` reads a ``VirtualClock``, and when nothing is
+ready to run, its selector moves the clock to the next timer instead of waiting for it. So
+every ``asyncio.sleep``, every engine step and every think time takes no wall time, and the
+order of events is the order their times say.
+
+Real file descriptors still work (the loop's own wake-up pipe, a thread handing work back with
+``call_soon_threadsafe``): the selector polls them without waiting first, and waits for them
+only when no timer is pending (nothing in the simulation could happen before they do).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import selectors
+import time
+from typing import Any
+
+
+class VirtualClock:
+    """Nanoseconds that move only when told. Starts at this process's ``perf_counter_ns``, so
+    a simulated run's times look like a real run's (wall = the run's start + elapsed)."""
+
+    def __init__(self, start_ns: int | None = None) -> None:
+        self.now_ns = time.perf_counter_ns() if start_ns is None else start_ns
+        self.start_ns = self.now_ns
+        #: how many times the clock jumped (one per distinct instant the simulation visited)
+        self.jumps = 0
+
+    def advance_s(self, seconds: float) -> None:
+        """Move on by ``seconds``, to the nearest nanosecond (the loop runs a timer due within a
+        nanosecond of now)."""
+        self.now_ns += max(round(seconds * 1e9), 1)
+        self.jumps += 1
+
+    def ns(self) -> int:
+        return self.now_ns
+
+    def seconds(self) -> float:
+        return self.now_ns / 1e9
+
+    @property
+    def elapsed_s(self) -> float:
+        return (self.now_ns - self.start_ns) / 1e9
+
+
+class _VirtualSelector(selectors.DefaultSelector):
+    """Polls the real descriptors; where the loop would wait ``timeout`` for its next timer,
+    moves the clock by it instead."""
+
+    def __init__(self, clock: VirtualClock) -> None:
+        super().__init__()
+        self._clock = clock
+
+    def select(self, timeout: float | None = None) -> list[tuple[Any, int]]:
+        ready: list[tuple[Any, int]] = super().select(0)
+        if ready or (timeout is not None and timeout <= 0):
+            return ready
+        if timeout is None:  # no timer left: only another thread can bring work
+            blocked: list[tuple[Any, int]] = super().select(None)
+            return blocked
+        self._clock.advance_s(timeout)
+        return []
+
+
+class VirtualTimeLoop(asyncio.SelectorEventLoop):
+    """An asyncio loop on a ``VirtualClock``: sleeping costs nothing, and time passes only
+    between events."""
+
+    def __init__(self, clock: VirtualClock | None = None) -> None:
+        self.clock = clock if clock is not None else VirtualClock()
+        super().__init__(_VirtualSelector(self.clock))
+        # asyncio runs a timer when it is due within this of now; a nanosecond, as the clock's
+        self._clock_resolution = 1e-9
+
+    def time(self) -> float:
+        return self.clock.now_ns / 1e9

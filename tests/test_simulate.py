@@ -1,0 +1,260 @@
+"""``swarm simulate``: the virtual clock, the routing policies, the twin client, the CLI, and
+the same twin run in real time (``swarm emulate`` over HTTP) and in virtual time agreeing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import EmulatorProcess
+from engine_workload import write_spec_files
+
+from swarm.analysis.compare import routing_share
+from swarm.emulator.config import EmulatorConfig
+from swarm.record import Status
+from swarm.request import ChatMessage, EngineRequest, Timeouts
+from swarm.sim.routing import CacheAware, LeastLoad, RoundRobin
+from swarm.sim.twin_client import TwinClient, TwinFleet
+from swarm.sim.virtual_loop import VirtualClock, VirtualTimeLoop
+
+SWARM = [sys.executable, "-m", "swarm"]
+
+
+def run_virtual(main: Any, clock: VirtualClock | None = None) -> Any:
+    loop = VirtualTimeLoop(clock or VirtualClock(start_ns=0))
+    try:
+        return loop.run_until_complete(main)
+    finally:
+        loop.close()
+
+
+# --- the virtual clock ---------------------------------------------------------------------------
+
+
+def test_the_virtual_loop_runs_timers_in_their_order_and_moves_its_clock_to_each() -> None:
+    clock = VirtualClock(start_ns=0)
+    seen: list[tuple[str, float]] = []
+
+    async def after(delay_s: float, tag: str) -> None:
+        await asyncio.sleep(delay_s)
+        seen.append((tag, asyncio.get_running_loop().time()))
+
+    async def main() -> None:
+        await asyncio.gather(after(3600, "hour"), after(0.5, "half"), after(10, "ten"), after(0.5, "half again"))
+
+    run_virtual(main(), clock)
+    assert [t for t, _ in seen] == ["half", "half again", "ten", "hour"]
+    assert [at for _, at in seen] == pytest.approx([0.5, 0.5, 10, 3600], abs=1e-6)
+    assert clock.elapsed_s == pytest.approx(3600, abs=1e-6)
+
+
+def test_the_virtual_loop_still_takes_work_from_another_thread() -> None:
+    """With no timer pending it waits for real descriptors: a thread's ``call_soon_threadsafe``."""
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[int] = loop.create_future()
+        threading.Thread(target=lambda: loop.call_soon_threadsafe(done.set_result, 7)).start()
+        return await done
+
+    assert run_virtual(main()) == 7
+
+
+# --- routing ----------------------------------------------------------------------------------------
+
+
+def test_round_robin_goes_in_turn_and_least_load_to_the_fewest_in_flight() -> None:
+    rr = RoundRobin(3)
+    assert [rr.choose(["a"], [0, 0, 0]) for _ in range(4)] == [0, 1, 2, 0]
+    assert LeastLoad(3).choose(["a"], [4, 1, 2]) == 1
+
+
+def test_cache_aware_follows_a_prefix_until_the_loads_part() -> None:
+    """SGLang's router's rule: a prompt goes where its prefix was sent (match share above 0.3),
+    a new one to the smallest tree, and any to the least loaded once loads part by more than
+    64 and 1.5x."""
+    router = CacheAware(3)
+    system_a, system_b = ["sys-a"] * 100, ["sys-b"] * 100
+    assert router.choose([*system_a, "t1"], [0, 0, 0]) == 0  # all trees empty: the first
+    assert router.choose([*system_b, "t1"], [1, 0, 0]) == 1  # no match: the smallest tree
+    assert router.choose([*system_a, "t2"], [1, 1, 0]) == 0  # 100 of 101 matched on 0
+    assert router.choose([*system_b, "t2"], [1, 1, 0]) == 1
+    assert router.choose(["other"] * 30 + system_a, [1, 1, 0]) == 2  # a shared tail is no prefix
+    assert router.choose([*system_a, "t3"], [100, 20, 0]) == 2  # imbalanced: the least loaded
+
+
+# --- the twin client --------------------------------------------------------------------------------
+
+
+def _request(words: int, max_tokens: int = 4, text: str = "w") -> EngineRequest:
+    return EngineRequest(messages=(ChatMessage("user", " ".join([text] * words)),), max_tokens=max_tokens)
+
+
+def test_the_twin_client_records_what_the_twin_did_on_the_virtual_clock() -> None:
+    """A step model of 10 ms + 1 ms a prefill token: a 50-token prompt's first token at the
+    end of its 60 ms prefill step, then one token a 10 ms step (plus 0.05 ms a sequence); its
+    repeat hits 49 tokens; a prompt past the twin's limit is a 400 row; one past the total
+    timeout a timeout row, and the twin's batch lets it go."""
+    clock = VirtualClock(start_ns=0)
+    config = EmulatorConfig(step_base_ms=10, prefill_ms_per_token=1.0, decode_ms_per_seq=0.0, max_prompt_tokens=200)
+
+    async def main() -> list[Any]:
+        fleet = TwinFleet(config)
+        fleet.start()
+        client = TwinClient(
+            fleet, clock, target="t", engine="sglang", dialect="openai-chat", model="m",
+            timeouts=Timeouts(total_s=0.5), wall_minus_perf_ns=0,
+        )  # fmt: skip
+        first = await client.send(_request(50))
+        again = await client.send(_request(50))
+        refused = await client.send(_request(500))
+        late = await client.send(_request(20, max_tokens=1000, text="x"))
+        after = await client.send(_request(10, text="y"))
+        await fleet.stop()
+        return [first, again, refused, late, after, fleet.models[0]]
+
+    first, again, refused, late, after, model = run_virtual(main(), clock)
+    assert first.ok and first.clock == "virtual" and first.replica == "sim://sglang" and first.replica_from == "simulated"
+    assert first.prompt_tokens == 50 and first.completion_tokens == 4 and first.cached_tokens == 0
+    assert first.ttft_ns == 60_000_000 and first.chunk_ns == (60_000_000, 70_000_000, 80_000_000, 90_000_000)
+    assert first.e2e_ns == 90_000_000
+    assert again.cached_tokens == 49 and again.ttft_ns == 11_000_000  # one uncached token
+    assert (refused.status, refused.http_status, refused.ttft_ns) == (Status.HTTP_ERROR, 400, None)
+    assert "maximum 200" in (refused.error or "")
+    assert late.status is Status.TIMEOUT and late.e2e_ns == 500_000_000
+    assert after.ok and not model.running and not model.waiting  # the timed-out request left the batch
+
+
+# --- the CLI ---------------------------------------------------------------------------------------
+
+
+def _simulate(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*SWARM, "simulate", "--output", str(tmp_path / "runs"), "--json", "--no-progress", *args],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def _report(run_dir: str) -> dict[str, Any]:
+    done = subprocess.run([*SWARM, "report", run_dir, "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def test_a_spec_with_a_url_or_a_bad_emulator_flag_is_refused_naming_it(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("targets:\n  - {name: real, url: 'http://127.0.0.1:9'}\n")
+    done = _simulate(tmp_path, "--spec", str(spec))
+    assert done.returncode == 2 and "cannot simulate a server at a URL" in done.stderr
+    done = _simulate(tmp_path, "--emulator-arg=--no-such-flag")
+    assert done.returncode == 2 and "--emulator-arg (the sglang twin): No such option: --no-such-flag" in done.stderr
+    done = _simulate(tmp_path, "--emulator-arg=--replicas=3")
+    assert done.returncode == 2 and "--fleet N" in done.stderr
+    assert not (tmp_path / "runs").exists()  # nothing was started
+
+
+def test_a_simulated_fleet_shows_what_cache_aware_routing_keeps(tmp_path: Path) -> None:
+    """Three sglang twins with room for a few sessions each, the same seeded swarm behind round
+    robin and behind the cache-aware router: cache-aware keeps the higher hit, and the report
+    attributes round robin's loss to routing; both runs say they are simulated, and compare
+    (both simulated) names a leader."""
+    write_spec_files(tmp_path)
+    common = [
+        "--engine", "sglang", "--fleet", "3", "--profile", str(tmp_path / "tiny_reasoner.yaml"),
+        "--topology", str(tmp_path / "tot_2x2.yaml"), "--agents", "60", "--arrival", "poisson:6", "--seed", "3",
+        "--emulator-arg=--kv-capacity-tokens=4000", "--emulator-arg=--cache-tokens=2400",
+    ]  # fmt: skip
+    runs = {}
+    for policy in ("round_robin", "cache_aware"):
+        done = _simulate(tmp_path, *common, "--routing", policy)
+        assert done.returncode == 0, done.stderr[-3000:]
+        out = json.loads(done.stdout)
+        assert out["simulation"][0]["simulated_s"] > 0
+        runs[policy] = out["run_dir"]
+    reports = {p: _report(d) for p, d in runs.items()}
+    for report in reports.values():
+        assert report["run"]["simulated"]["fleet"] == 3
+        assert report["warnings"][0].startswith("simulated in virtual time")
+    rr, ca = (reports[p]["targets"]["twin-sglang"]["fleet"] for p in ("round_robin", "cache_aware"))
+    assert rr["attributed_by"] == "simulated" and len(rr["replicas"]) == 3
+    assert ca["hit"] > rr["hit"] + 0.05, (ca["hit"], rr["hit"])
+    assert rr["miss_shares"]["routed_away"] > 0.2 and ca["miss_shares"]["routed_away"] == 0.0
+    compared = subprocess.run(
+        [*SWARM, "compare", runs["round_robin"], runs["cache_aware"], "--json"], capture_output=True, text=True, timeout=120
+    )  # fmt: skip
+    assert compared.returncode == 0, compared.stderr[-2000:]
+    result = json.loads(compared.stdout)
+    assert all(result["simulated"].values())
+    hit_row = next(r for r in result["rows"] if r["dimension"] == "cache hit ratio")
+    assert hit_row["leader"] is not None and hit_row["leader"].startswith(Path(runs["cache_aware"]).name)
+    by_policy = dict(zip(("round_robin", "cache_aware"), result["routing"].values(), strict=True))
+    share = routing_share(by_policy["cache_aware"], by_policy["round_robin"])
+    assert share is not None and share > 0.5  # routing explains most of the hit gap
+
+
+# --- one model, two clocks ------------------------------------------------------------------------
+
+#: a slow step (60 ms, 0.5 ms a prefill token, 1 ms a sequence), so that what real time adds (the
+#: client's and the server's own delays, a millisecond or two on a busy machine) stays a few
+#: percent of every figure
+SLOW_STEPS = ("--step-base-ms=60", "--prefill-ms-per-token=0.5", "--decode-ms-per-seq=1")
+#: the figures held, and how close (a share of the real-time run's)
+AGREEMENT = 0.05
+
+
+def _figures(report: dict[str, Any]) -> dict[str, float]:
+    (target,) = report["targets"].values()
+    f = target["figures"]
+    return {
+        "TTFT p50": f["ttft_ms"]["p50"], "TTFT p99": f["ttft_ms"]["p99"], "E2E p50": f["e2e_ms"]["p50"],
+        "output tok/s": f["throughput"]["output_tokens_per_s"], "hit": f["cache"]["hit_ratio"],
+        "task completion p50": f["sessions"]["completion_ms"]["p50"],
+    }  # fmt: skip
+
+
+def test_the_same_twin_in_real_and_in_virtual_time_agrees(tmp_path: Path, emulator_process: Any) -> None:
+    """The sglang twin served by ``swarm emulate`` and run against over HTTP in real time, and
+    the same twin simulated: the same seeded swarm gives TTFT p50 and p99, E2E p50, output
+    tokens/s, hit and task completion p50 within 5 % of each other. ``swarm compare`` of the
+    two says which is simulated and names no leader, unless told to (``--across-clocks``)."""
+    write_spec_files(tmp_path)
+    workload = [
+        "--profile", str(tmp_path / "tiny_reasoner.yaml"), "--topology", str(tmp_path / "tot_2x2.yaml"),
+        "--agents", "12", "--arrival", "constant:4", "--seed", "5", "--output", str(tmp_path / "runs"), "--json",
+    ]  # fmt: skip
+    emu: EmulatorProcess = emulator_process("--engine", "sglang", *SLOW_STEPS)
+    real = subprocess.run(
+        [*SWARM, "run", "--target", f"twin-sglang={emu.url}", "--engine", "sglang", "--executor", "inprocess",
+         "--no-progress", *workload],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert real.returncode == 0, real.stderr[-3000:]
+    simulated = subprocess.run(
+        [*SWARM, "simulate", "--engine", "sglang", *(f"--emulator-arg={a}" for a in SLOW_STEPS), "--no-progress", *workload],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert simulated.returncode == 0, simulated.stderr[-3000:]
+    runs = [json.loads(out.stdout)["run_dir"] for out in (real, simulated)]
+    measured, model = (_figures(_report(d)) for d in runs)
+    errors = {k: (model[k] - measured[k]) / measured[k] for k in measured}
+    print(f"real time: {measured}\nvirtual: {model}\nerrors: {errors}")
+    assert measured["hit"] > 0.5 and measured["TTFT p50"] > 60  # the figures are the model's, not noise
+    assert all(abs(e) <= AGREEMENT for e in errors.values()), errors
+
+    def compared(*extra: str) -> dict[str, Any]:
+        done = subprocess.run([*SWARM, "compare", *runs, "--json", *extra], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+    withheld = compared()
+    assert list(withheld["simulated"].values()) == [False, True]
+    assert "no leader named" in withheld["warnings"][0]
+    assert all(r["leader"] is None for r in withheld["rows"])
+    named = compared("--across-clocks")
+    assert any(r["leader"] is not None for r in named["rows"])
