@@ -15,6 +15,9 @@ Cases (default: all but router, ray-scale and cluster, about 8-9 minutes on a 2-
 - ``default-run``: the README's ``swarm run``: wall time, late sends, emulated ITL vs the model
 - ``h1-parse``: CPU per streamed response, the client's HTTP/1.1 exchange (httptools, llhttp)
   vs the previous hand-written parser (kept in the case as the baseline)
+- ``simulate``: ``swarm simulate`` of the emulated showdown (200 and 1,000 agents, one twin and
+  a fleet of 8): simulated seconds per wall second, clock events and requests per wall second,
+  peak memory
 - ``router``: TTFT p50 / p99 through SGLang's router (``sglang-router``) vs direct to the same
   emulator, the same load (not in the default: needs the router installed)
 """
@@ -35,6 +38,7 @@ CASES = (
     "replay-timing",
     "default-run",
     "h1-parse",
+    "simulate",
     "router",
     "ray-scale",
     "cluster",
@@ -96,6 +100,10 @@ def main() -> None:
             from bench import h1_parse
 
             rows += h1_parse.run()
+        elif case == "simulate":
+            from bench import simulate
+
+            rows += simulate.run(simulate.SIZES[:1] if args.quick else simulate.SIZES)
         elif case == "router":
             from bench import router
 

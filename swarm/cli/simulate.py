@@ -63,6 +63,9 @@ def simulate_command(given: Given) -> int:
     executor = SimulatedExecutor(simulation)
 
     def closing(result: RunResult, console: Console) -> None:
+        for t in result.manifest.targets:
+            if (why := t.shortfall()) is not None:
+                console.print(f"[dim]{t.name}:[/] {why}", highlight=False, soft_wrap=True)
         for account in executor.accounts:
             console.print(
                 f"{account.target}: {account.simulated_s:,.1f} s simulated in {account.wall_s:,.1f} s "

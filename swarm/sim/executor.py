@@ -30,12 +30,14 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class SimulationAccount:
-    """What one simulated target run cost: simulated seconds, wall seconds, clock jumps."""
+    """What one simulated target run cost: simulated seconds, wall seconds, clock jumps, and
+    the requests it sent."""
 
     target: str
     simulated_s: float
     wall_s: float
     events: int
+    requests: int = 0
 
     @property
     def speedup(self) -> float:
@@ -102,7 +104,9 @@ class SimulatedExecutor:
 
         wall0 = time.perf_counter()
         outcome = run_with_signals(main, stop.interrupt, loop_factory=lambda: VirtualTimeLoop(clock))
-        account = SimulationAccount(target.name, clock.elapsed_s, time.perf_counter() - wall0, clock.jumps)
+        account = SimulationAccount(
+            target.name, clock.elapsed_s, time.perf_counter() - wall0, clock.jumps, outcome.requests
+        )
         self.accounts.append(account)
         log.info(
             "target %s: %.1f simulated s in %.1f wall s (%.0fx real time, %d clock events)",

@@ -1,0 +1,63 @@
+"""How fast ``swarm simulate`` runs the built-in swarm: simulated seconds per wall second,
+clock events and requests per wall second, and peak memory, on one core.
+
+Each row is one ``swarm simulate`` process (the emulated showdown: the study's tree of thought
+beside Claude Code sessions started mid-life, as ``swarm run`` sends with nothing given)
+against the sglang twin, alone or as a fleet behind the cache-aware router. Issue 30's targets:
+10,000 agents for 10 simulated minutes at least 100x faster than real time, and 100,000 agents
+on 64 replicas for 10 simulated minutes in 5 minutes and 2 GB; the sizes here are smaller (a
+run at the target's size would take hours here), and the speed-up they measure says how far off
+the target is.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench.common import Row
+
+#: (agents, simulated seconds of sending, replicas)
+SIZES: tuple[tuple[int, int, int], ...] = ((200, 60, 1), (1_000, 60, 1), (1_000, 60, 8))
+#: issue 30's speed target: simulated seconds per wall second
+TARGET_SPEEDUP = 100.0
+
+
+def _one(agents: int, duration_s: int, fleet: int) -> list[Row]:
+    label = f"simulate {agents:,} agents, {duration_s} s sending" + (f", fleet of {fleet}" if fleet > 1 else "")
+    with tempfile.TemporaryDirectory() as out:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        t0 = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-m", "swarm", "simulate", "--engine", "sglang", "--agents", str(agents),
+             "--duration", str(duration_s), "--fleet", str(fleet), "--no-progress", "--json", "--output", out],
+            capture_output=True, text=True, timeout=3600,
+        )  # fmt: skip
+        wall_s = time.perf_counter() - t0
+        peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    if done.returncode != 0:
+        return [Row(f"{label} (FAILED: {done.stderr.strip()[-200:]})", None, "")]
+    result = json.loads(done.stdout)
+    (account,) = result["simulation"]
+    requests = account["requests"]
+    rows = [
+        Row(f"{label}: simulated s per wall s", account["speedup"], "x", target=f">= {TARGET_SPEEDUP:g}",
+            met=account["speedup"] >= TARGET_SPEEDUP),
+        Row(f"{label}: clock events per wall s", account["events"] / account["wall_s"], "events/s"),
+        Row(f"{label}: process wall time", wall_s, "s"),
+        Row(f"{label}: peak memory", (peak_kb if peak_kb > before else before) / 1024, "MiB"),
+    ]  # fmt: skip
+    if requests:
+        rows.append(Row(f"{label}: requests per wall s", requests / account["wall_s"], "req/s"))
+    return rows
+
+
+def run(sizes: tuple[tuple[int, int, int], ...] = SIZES) -> list[Row]:
+    rows: list[Row] = []
+    for agents, duration_s, fleet in sizes:
+        rows += _one(agents, duration_s, fleet)
+    return rows
