@@ -258,3 +258,24 @@ def test_the_same_twin_in_real_and_in_virtual_time_agrees(tmp_path: Path, emulat
     assert all(r["leader"] is None for r in withheld["rows"])
     named = compared("--across-clocks")
     assert any(r["leader"] is not None for r in named["rows"])
+
+
+def test_a_simulated_sweep_climbs_the_twin_and_says_it_is_simulated(tmp_path: Path) -> None:
+    """``swarm sweep --simulate``: every point a simulated run of the twin (its manifest says so),
+    the sweep's report says it is simulated, and the twin's small cache shows its cliff."""
+    write_spec_files(tmp_path)
+    done = subprocess.run(
+        [*SWARM, "sweep", "--simulate", "--engine", "sglang", "--ladder", "agents=2,8,32",
+         "--profile", str(tmp_path / "tiny_reasoner.yaml"), "--topology", str(tmp_path / "tot_2x2.yaml"),
+         "--arrival", "all_at_once", "--emulator-arg=--cache-tokens=1000", "--output", str(tmp_path / "sweep"),
+         "--no-progress", "--json"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["sweep"]["simulated"]["twins"] == [{"engine": "sglang", "cache_capacity_tokens": 1000}]
+    (twin,) = report["targets"].values()
+    hits = [p["figures"]["hit_vs_ideal"] for p in twin["points"]]
+    assert hits[0] > 0.95 and hits[-1] < 0.9, hits  # the cache keeps 2 sessions, not 32
+    runs = sorted((tmp_path / "sweep" / "runs").glob("*/*/manifest.json"))
+    assert len(runs) == 3 and all(json.loads(r.read_text())["simulated"]["clock"] == "virtual" for r in runs)

@@ -105,6 +105,7 @@ FLAGS: dict[str, FlagDef] = {
     'schedule_policy': FlagDef(decls=('--schedule-policy',), kind='str', help="sglang: order of the waiting queue, as SGLang's --schedule-policy (default lpm: longest cached prefix first; fcfs)", group='Engine scheduler', choices=('lpm', 'fcfs'), origin=('EmulatorConfig.schedule_policy',)),
     'seed': FlagDef(decls=('--seed',), kind='int', help='seed of every random choice', group='Workload', default_text='0', origin=('WorkloadSpec.seed',)),
     'served_model_name': FlagDef(decls=('--served-model-name',), kind='str', help="model name served (as vLLM's and SGLang's --served-model-name)", group='Emulator', default_text='swarm-emulator', origin=('EmulatorConfig.model',)),
+    'simulate': FlagDef(decls=('--simulate',), kind='bool', help='every point in virtual time against engine twins (swarm simulate: --engine, --emulator-arg, --fleet, --routing), not over HTTP', group='Sweep', default_text='off', negatable=False, origin=('SweepOptions.simulate',)),
     'skip_bad_lines': FlagDef(decls=('--skip-bad-lines',), kind='bool', help='skip malformed lines (counted in the notes) instead of stopping', group='Replay source', default_text='off', origin=('TraceSourceSpec.skip_bad_lines',)),
     'slo': FlagDef(decls=('--slo',), kind='list[str]', help="an SLO, NAME:VALUE, e.g. --slo ttft:500ms --slo itl:50ms (goodput; a sweep's capacity)", group='Output', origin=('OutputOptions.slo',)),
     'slo_factor': FlagDef(decls=('--slo-factor',), kind='float', help='--auto stops when an SLO figure passes its bound times this', group='Sweep', default_text='2', origin=('StopRules.slo_factor',)),
@@ -205,6 +206,7 @@ _REPLAY_SOURCE_SPEC: dict[str, tuple[tuple[str, ...], ...]] = {
 _SWEEP_OPTIONS: dict[str, tuple[tuple[str, ...], ...]] = {
     'ladder': (),
     'auto': (),
+    'simulate': (),
     'replay': (),
 }
 _SWEEP_SPEC: dict[str, tuple[tuple[str, ...], ...]] = {
@@ -224,6 +226,10 @@ _OUTPUT_OPTIONS_2: dict[str, tuple[tuple[str, ...], ...]] = {
     'html': (),
     'slo': (),
 }
+_SIMULATION_SPEC: dict[str, tuple[tuple[str, ...], ...]] = {
+    'fleet': (),
+    'routing': (),
+}
 _SEND_SPEC_2: dict[str, tuple[tuple[str, ...], ...]] = {
     'engine': (('targets', '*', 'engine'),),
     'max_in_flight': (('max_in_flight',),),
@@ -238,10 +244,6 @@ _SEND_SPEC_2: dict[str, tuple[tuple[str, ...], ...]] = {
     'record_text': (('record_text',),),
     'flush_interval': (('flush_interval_s',),),
     'emulator_arg': (('emulator_args',),),
-}
-_SIMULATION_SPEC: dict[str, tuple[tuple[str, ...], ...]] = {
-    'fleet': (),
-    'routing': (),
 }
 _EMULATOR_CONFIG: dict[str, tuple[tuple[str, ...], ...]] = {
     'host': (('host',),),
@@ -360,7 +362,7 @@ ARGUMENTS = {'source': 'a run folder, or a trace: TensorRT-LLM execution traces 
 COMMANDS: dict[str, dict[str, tuple[tuple[str, ...], ...]]] = {
     'run': {**_SEND_SPEC, **_WORKLOAD_SPEC, **_OUTPUT_OPTIONS},
     'replay': {**_SEND_SPEC, **_REPLAY_SOURCE_SPEC, **_OUTPUT_OPTIONS},
-    'sweep': {**_SWEEP_OPTIONS, **_SEND_SPEC, **_WORKLOAD_SPEC, **_REPLAY_SOURCE_SPEC, **_SWEEP_SPEC, **_OUTPUT_OPTIONS, **_OUTPUT_OPTIONS_2, 'tokenizer': (('workload', 'tokenizer'), ('replay', 'tokenizer')), 'start_at': (('workload', 'start_at'), ('replay', 'start_at'))},
+    'sweep': {**_SWEEP_OPTIONS, **_SEND_SPEC, **_WORKLOAD_SPEC, **_REPLAY_SOURCE_SPEC, **_SWEEP_SPEC, **_OUTPUT_OPTIONS, **_OUTPUT_OPTIONS_2, **_SIMULATION_SPEC, 'tokenizer': (('workload', 'tokenizer'), ('replay', 'tokenizer')), 'start_at': (('workload', 'start_at'), ('replay', 'start_at'))},
     'simulate': {**_SEND_SPEC_2, **_WORKLOAD_SPEC, **_SIMULATION_SPEC, **_OUTPUT_OPTIONS},
     'emulate': {**_EMULATOR_CONFIG, **_TARGET_SPEC, **_EMULATE_OPTIONS},
     'calibrate': {**_TARGET_SPEC_2, **_CALIBRATE_OPTIONS, **_OUTPUT_OPTIONS_3},

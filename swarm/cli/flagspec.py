@@ -66,7 +66,7 @@ SOURCES: dict[str, tuple[Source, ...]] = {
     "replay": (_SEND, _REPLAY, _SENDERS_OUTPUT),
     "sweep": (
         Source(SweepOptions, None), _SEND, _WORKLOAD, _REPLAY, Source(SweepSpec, ("sweep",)), _SENDERS_OUTPUT,
-        Source(OutputOptions, None, ("html", "slo")),
+        Source(OutputOptions, None, ("html", "slo")), Source(SimulationSpec, None, ("fleet", "routing")),
     ),
     "simulate": (
         Source(SendSpec, (), _SIMULATED_SENDING), _WORKLOAD, Source(SimulationSpec, None, ("fleet", "routing")),

@@ -19,10 +19,12 @@ from rich.console import Console
 from swarm.cli.app import app
 from swarm.cli.flags import Given, takes, validated
 from swarm.cli.sending import spec_data
+from swarm.cli.twins import twin_configs
 from swarm.errors import InputError
 
 if TYPE_CHECKING:
-    from swarm.runtime.specs import SendSpec
+    from swarm.runtime.specs import RunSpec, SendSpec
+    from swarm.sim.spec import SimulationSpec
     from swarm.sweep.points import PointLauncher
     from swarm.sweep.runner import SweepEvent
     from swarm.sweep.spec import SweepSpec
@@ -68,7 +70,7 @@ def sweep_spec_of(given: Given, replay: bool) -> SweepSpec:
     if ladder is None and replay:
         raise InputError("--replay: give a ladder, e.g. --ladder max_sessions=1,2,4 (or max_in_flight, speed)")
     knob, loads = parse_ladder(ladder or SHOWDOWN_LADDER)
-    data: dict[str, Any] = given.apply({}).get("sweep", {})
+    data: dict[str, Any] = given.apply({}, skip=("targets",)).get("sweep", {})
     auto_fields = data.pop("auto", {})
     if given.get("auto"):
         if len(loads) != 1:
@@ -101,6 +103,9 @@ def launcher_of(given: Given, knob: str) -> tuple[PointLauncher, SendSpec]:
     from swarm.sweep.spec import SHOWDOWN_EXECUTOR
 
     replay = given.get("replay")
+    simulate = bool(given.get("simulate"))
+    if simulate and (replay is not None or _spec_replays(given)):
+        raise InputError("--simulate sweeps agent swarms: a replay is not simulated (yet); drop --replay or --simulate")
     if replay is not None or _spec_replays(given):
         if wrong := _given_under(given, "workload"):
             raise InputError(f"--replay sends the recorded traffic: {', '.join(wrong)} apply to agent swarms")
@@ -112,7 +117,11 @@ def launcher_of(given: Given, knob: str) -> tuple[PointLauncher, SendSpec]:
     if wrong := _given_under(given, "replay"):
         raise InputError(f"{', '.join(wrong)} apply with --replay only")
     is_showdown = showdown(given)
-    data, source = spec_data(given, skip=("replay", "sweep"))
+    data, source = spec_data(given, skip=("replay", "sweep", "targets") if simulate else ("replay", "sweep"))
+    if simulate:
+        if data.get("targets"):
+            raise InputError(f"{source}: targets: --simulate models engine twins and cannot simulate a server at a URL")
+        data.setdefault("executor", "inprocess")
     workload = data.setdefault("workload", {})
     if knob == "rate" and "arrival" not in workload:
         workload["arrival"] = {"process": "poisson", "rate": 1.0}  # each point sets it
@@ -125,7 +134,23 @@ def launcher_of(given: Given, knob: str) -> tuple[PointLauncher, SendSpec]:
     elif given.get("spec") is None:
         workload.setdefault("arrival", {"process": "all_at_once"})  # the agents knob: agents live at once
     run_spec = validated(RunSpec, _emulators(data), source if not is_showdown else "sweep flags", given)
-    return AgentPoints(run_spec, source=source), run_spec
+    simulation = _simulation(given, run_spec) if simulate else None
+    return AgentPoints(run_spec, source=source, simulation=simulation), run_spec
+
+
+def _simulation(given: Given, run_spec: RunSpec) -> SimulationSpec:
+    """``--simulate``'s twins: ``--engine`` (none: sglang and trtllm, as the embedded
+    emulators) set up as the embedded emulators would be, with ``--fleet`` and ``--routing``."""
+    from swarm.runtime.targets import EMBEDDED_ENGINES
+    from swarm.sim.spec import SimulationSpec
+
+    if run_spec.executor != "inprocess":
+        raise InputError("--simulate runs in this process: --executor ray does not apply")
+    engines = given.get("engine") or list(EMBEDDED_ENGINES)
+    data = {k: given.get(k) for k in ("fleet", "routing") if k in given}
+    return validated(
+        SimulationSpec, {**data, "twins": twin_configs(engines, run_spec.emulator_args)}, "sweep flags", given
+    )
 
 
 def _emulators(data: dict[str, Any]) -> dict[str, Any]:
@@ -183,7 +208,7 @@ def sweep_command(given: Given) -> int:
     on_event = _printer(console, sweep_spec.knob) if given.get("progress", True) else None
     result = execute_sweep(
         sweep_spec, launcher, list(base.targets), make_executor(base, keep_workers=True),
-        emulator_args=base.emulator_args, on_event=on_event,
+        emulator_args=base.emulator_args, on_event=on_event, simulation=getattr(launcher, "simulation", None),
     )  # fmt: skip
     print_sweep_report(result.folder, given.get("html"), bool(given.get("json_out")))
     if result.interrupted:

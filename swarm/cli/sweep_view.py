@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from swarm.analysis.report import SIMULATED_WARNING
 from swarm.analysis.rows import fmt
 from swarm.cli.sending import write_or_print
 
@@ -142,6 +143,8 @@ def print_sweep_report(
         highlight=False,
     )
     console.print(f"[dim]steady window: {s['steady_rule']}[/dim]", highlight=False, soft_wrap=True)
+    if s.get("simulated") is not None:
+        console.print(f"[bold yellow]warning:[/] {SIMULATED_WARNING}", highlight=False, soft_wrap=True)
     for table in sweep_tables(report):
         console.print(table)
     for line in verdict_lines(report):

@@ -48,10 +48,8 @@ class SimulationAccount:
 def twin_targets(spec: SimulationSpec) -> list[ResolvedTarget]:
     """One target per twin, named ``twin-ENGINE`` (``twin-ENGINE-2`` for a second of one
     engine), at ``sim://ENGINE``; a fleet's replicas at ``sim://ENGINE/I``."""
-    targets, seen = [], dict[str, int]()
-    for config in spec.twins:
-        seen[config.engine] = seen.get(config.engine, 0) + 1
-        name = f"twin-{config.engine}" + (f"-{seen[config.engine]}" if seen[config.engine] > 1 else "")
+    targets = []
+    for name, config in zip(spec.twin_names(), spec.twins, strict=True):
         url = f"{SIMULATED_SCHEME}{name}"
         replicas = tuple(f"{url}/{i}" for i in range(spec.fleet)) if spec.fleet > 1 else ()
         engine = get_engine(config.engine)

@@ -35,11 +35,29 @@ class SimulationSpec(BaseModel):
         description="the engine twins simulated, one target each (built from --engine and --emulator-arg)",
     )
 
+    def twin_names(self) -> list[str]:
+        """Each twin's target name: ``twin-ENGINE`` (``twin-ENGINE-2`` for a second of one engine)."""
+        names, seen = [], dict[str, int]()
+        for config in self.twins:
+            seen[config.engine] = seen.get(config.engine, 0) + 1
+            names.append(f"twin-{config.engine}" + (f"-{seen[config.engine]}" if seen[config.engine] > 1 else ""))
+        return names
+
+    def only(self, name: str) -> SimulationSpec:
+        """This simulation of the one twin named ``name`` (a sweep's point runs one target)."""
+        names = self.twin_names()
+        if name not in names:
+            raise ValueError(f"no twin {name!r} (twins: {', '.join(names)})")
+        return self.model_copy(update={"twins": [self.twins[names.index(name)]]})
+
     def manifest_entry(self) -> dict[str, Any]:
         """What the run's manifest says of it (``simulated``)."""
         return {
             "clock": "virtual",
             "fleet": self.fleet,
             "routing": self.routing if self.fleet > 1 else None,
-            "twins": [{"engine": t.engine, **t.model_dump(mode="json", exclude_defaults=True)} for t in self.twins],
+            "twins": [
+                {"engine": t.engine, **t.model_dump(mode="json", exclude_defaults=True, exclude={"host", "port"})}
+                for t in self.twins
+            ],
         }

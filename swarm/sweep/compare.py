@@ -65,6 +65,13 @@ def compare_sweeps(reports: list[dict[str, Any]], labels: list[str]) -> dict[str
             + ", ".join(str(r["sweep"].get("base_digest")) for r in reports)
             + "): their differences are not only the engines'"
         )
+    simulated = [r["sweep"].get("simulated") is not None for r in reports]
+    if len(set(simulated)) > 1:
+        sides = ", ".join(f"{label} {'simulated' if sim else 'measured'}" for label, sim in zip(labels, simulated, strict=True))
+        warnings.append(
+            f"simulated and measured sweeps side by side ({sides}): their differences are the twins' "
+            "model error, not a verdict between engines"
+        )
     seeds = {r["sweep"].get("seed") for r in reports}
     if len(seeds) > 1:
         warnings.append(f"the sweeps' workloads have different seeds: {sorted(map(str, seeds))}")

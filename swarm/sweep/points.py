@@ -16,11 +16,12 @@ from pydantic import BaseModel
 
 from swarm.clients.client import redact_url
 from swarm.errors import InputError
-from swarm.launch import execute_replay, execute_run, replay_plan_for
+from swarm.launch import execute_replay, execute_run, execute_simulation, replay_plan_for
 from swarm.runtime.executor import Executor
 from swarm.runtime.frame import RunResult
 from swarm.runtime.replay_source import group_sessions
 from swarm.runtime.specs import ReplaySpec, RunSpec, TargetSpec
+from swarm.sim.spec import SimulationSpec
 from swarm.sweep.spec import AGENT_KNOBS, INTEGER_KNOBS, KNOB_PATHS, REPLAY_KNOBS
 from swarm.workload.catalog import Catalog
 from swarm.workload.workload import Workload, check_mix
@@ -77,9 +78,14 @@ class AgentPoints:
     kind = "run"
     knobs = AGENT_KNOBS
 
-    def __init__(self, spec: RunSpec, catalog: Catalog | None = None, source: str = "run spec") -> None:
+    def __init__(
+        self, spec: RunSpec, catalog: Catalog | None = None, source: str = "run spec",
+        simulation: SimulationSpec | None = None,
+    ) -> None:  # fmt: skip
         check_mix(spec.workload, catalog, source)
         self.spec = spec
+        #: every point simulated against these twins (``swarm sweep --simulate``), one at a time
+        self.simulation = simulation
         self.catalog = catalog
         self.source = source
         self.seed: int | None = spec.workload.seed
@@ -92,14 +98,21 @@ class AgentPoints:
             raise InputError("a sweep over the arrival rate needs arrivals with a rate (not --arrival all)")
 
     def definition(self) -> dict[str, Any]:
-        return {
+        out = {
             "spec": self.spec.model_dump(mode="json", exclude=_PLACEMENT_FIELDS),
             "workload_digests": self._digests,
         }
+        if self.simulation is not None:
+            out["simulated"] = self.simulation.manifest_entry()
+        return out
 
     def run_point(
         self, knob: str, load: float, target: TargetSpec, executor: Executor, output_dir: str
     ) -> RunResult:
+        if self.simulation is not None:  # the twin the target names, alone
+            spec = with_load(self.spec, knob, load).model_copy(update={"output_dir": output_dir})
+            twin = self.simulation.only(target.name)
+            return execute_simulation(spec, twin, catalog=self.catalog, source=self.source)
         spec = _one_target(with_load(self.spec, knob, load), target, output_dir)
         return execute_run(spec, catalog=self.catalog, executor=executor, source=self.source)
 

@@ -215,8 +215,10 @@ def _manifest_warnings(manifest: SweepManifest) -> list[str]:
 
 
 def base_digest(manifest: SweepManifest) -> str:
-    """A digest of what every point of the sweep sends (its base workload or replay)."""
-    text = json.dumps(manifest.definition.get("base"), sort_keys=True, separators=(",", ":"), default=str)
+    """A digest of what every point of the sweep sends (its base workload or replay; whether it
+    is simulated is not what it sends)."""
+    base = {k: v for k, v in (manifest.definition.get("base") or {}).items() if k != "simulated"}
+    text = json.dumps(base, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -330,6 +332,7 @@ def build_sweep_report(folder: str | Path, slos: list[str] | None = None) -> dic
             "kv_budget_tokens": manifest.kv_budget_tokens,
             "base_digest": base_digest(manifest),
             "loads": sorted({p.load for pts in points.values() for p in pts}),
+            "simulated": (manifest.definition.get("base") or {}).get("simulated"),
         },
         "targets": targets,
         "crossover_figure": figure,

@@ -36,6 +36,8 @@ from swarm.runtime.context import TargetOutcome, TargetRun
 from swarm.runtime.executor import Executor
 from swarm.runtime.specs import TargetSpec
 from swarm.runtime.targets import embedded_targets, resolve_targets
+from swarm.sim.executor import twin_targets
+from swarm.sim.spec import SimulationSpec
 from swarm.sweep.manifest import SWEEP_MANIFEST_NAME, PointRun, SweepManifest
 from swarm.sweep.points import PointLauncher
 from swarm.sweep.report import PointResult, point_result, slo_bounds
@@ -259,8 +261,10 @@ def execute_sweep(
     emulator_args: list[str] | None = None,
     output_root: str = "sweeps",
     on_event: Callable[[SweepEvent], None] | None = None,
+    simulation: SimulationSpec | None = None,
 ) -> SweepResult:
-    """Run (or resume) the sweep; returns its folder, final manifest and every point's figures."""
+    """Run (or resume) the sweep; returns its folder, final manifest and every point's figures.
+    ``simulation``: the targets are its twins, simulated (the launcher's points say so too)."""
     launcher.check_knob(spec.knob, list(spec.loads))
     args = list(emulator_args or [])
     definition = _definition(spec, launcher, targets, args)
@@ -268,9 +272,14 @@ def execute_sweep(
     slo = m.parse_slos(spec.slos) if spec.slos else None
     emit = on_event or (lambda event: None)
     with contextlib.ExitStack() as stack:
-        specs = targets or stack.enter_context(embedded_targets(args))
+        if simulation is not None:
+            twins = twin_targets(simulation)
+            specs = [TargetSpec(name=t.name, url=t.url, engine=t.engine) for t in twins]
+            resolved = {t.name: t for t in twins}
+        else:
+            specs = targets or stack.enter_context(embedded_targets(args))
+            resolved = {t.name: t for t in resolve_targets(specs)}
         names = [t.name for t in specs]
-        resolved = {t.name: t for t in resolve_targets(specs)}
         budget = spec.kv_budget_tokens
         if budget is None and not targets:
             budget = _emulator_budget(args)
@@ -342,7 +351,10 @@ def _run_one(
         emit(SweepEvent("skip", index, load, target.name, run_dir=prior.run_dir))
         return figures(prior.run_dir)
     parent = f"runs/p{index:02d}-{format_load(load)}-{_safe(target.name)}"
-    reset = reset_prefix_cache(resolved) if spec.reset_cache else "not asked"
+    if resolved.simulated:
+        reset = "simulated (fresh twins)"
+    else:
+        reset = reset_prefix_cache(resolved) if spec.reset_cache else "not asked"
     entry = PointRun(index=index, load=load, target=target.name, run_dir=parent, cache_reset=reset)
     manifest.points.append(entry)
     manifest.write(str(folder))
