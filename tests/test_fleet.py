@@ -92,6 +92,8 @@ def test_a_replica_that_stops_answering_is_a_loss_and_one_that_ends_with_the_run
     assert replica_losses(quiet, last_scrape_ns={A: 20 * S, B: 20 * S}) == []
     # ... while scrapes that stopped say it went
     assert [x.replica for x in replica_losses(quiet, last_scrape_ns={A: 10 * S, B: 20 * S})] == [A]
+    # ... but not a last round or two missed, where scrapes come every 5 s (3 rounds: 15 s)
+    assert replica_losses(quiet, last_scrape_ns={A: 10 * S, B: 20 * S}, scrape_gap_ns=5 * S) == []
 
 
 def test_replicas_go_to_their_target() -> None:

@@ -100,7 +100,7 @@ def test_the_twin_client_records_what_the_twin_did_on_the_virtual_clock() -> Non
     """A step model of 10 ms + 1 ms a prefill token: a 50-token prompt's first token at the
     end of its 60 ms prefill step, then one token a 10 ms step (plus 0.05 ms a sequence); its
     repeat hits 49 tokens; a prompt past the twin's limit is a 400 row; one past the total
-    timeout a timeout row, and the twin's batch lets it go."""
+    timeout (or first-token timeout) a timeout row, and the twin's batch lets it go."""
     clock = VirtualClock(start_ns=0)
     config = EmulatorConfig(step_base_ms=10, prefill_ms_per_token=1.0, decode_ms_per_seq=0.0, max_prompt_tokens=200)
 
@@ -115,11 +115,14 @@ def test_the_twin_client_records_what_the_twin_did_on_the_virtual_clock() -> Non
         again = await client.send(_request(50))
         refused = await client.send(_request(500))
         late = await client.send(_request(20, max_tokens=1000, text="x"))
+        client.timeouts = Timeouts(first_token_s=0.03)
+        no_first = await client.send(_request(50, text="z"))
+        client.timeouts = Timeouts()
         after = await client.send(_request(10, text="y"))
         await fleet.stop()
-        return [first, again, refused, late, after, fleet.models[0]]
+        return [first, again, refused, late, no_first, after, fleet.models[0]]
 
-    first, again, refused, late, after, model = run_virtual(main(), clock)
+    first, again, refused, late, no_first, after, model = run_virtual(main(), clock)
     assert first.ok and first.clock == "virtual" and first.replica == "sim://sglang" and first.replica_from == "simulated"
     assert first.prompt_tokens == 50 and first.completion_tokens == 4 and first.cached_tokens == 0
     assert first.ttft_ns == 60_000_000 and first.chunk_ns == (60_000_000, 70_000_000, 80_000_000, 90_000_000)
@@ -127,7 +130,10 @@ def test_the_twin_client_records_what_the_twin_did_on_the_virtual_clock() -> Non
     assert again.cached_tokens == 49 and again.ttft_ns == 11_000_000  # one uncached token
     assert (refused.status, refused.http_status, refused.ttft_ns) == (Status.HTTP_ERROR, 400, None)
     assert "maximum 200" in (refused.error or "")
-    assert late.status is Status.TIMEOUT and late.e2e_ns == 500_000_000
+    assert late.status is Status.TIMEOUT and late.e2e_ns == 500_000_000 and late.completion_tokens is None
+    assert late.error == "request not finished within 0.5 s"
+    assert no_first.status is Status.TIMEOUT and no_first.e2e_ns == 30_000_000
+    assert no_first.error == "no first token within 0.03 s"
     assert after.ok and not model.running and not model.waiting  # the timed-out request left the batch
 
 
@@ -279,3 +285,18 @@ def test_a_simulated_sweep_climbs_the_twin_and_says_it_is_simulated(tmp_path: Pa
     assert hits[0] > 0.95 and hits[-1] < 0.9, hits  # the cache keeps 2 sessions, not 32
     runs = sorted((tmp_path / "sweep" / "runs").glob("*/*/manifest.json"))
     assert len(runs) == 3 and all(json.loads(r.read_text())["simulated"]["clock"] == "virtual" for r in runs)
+
+
+def test_what_a_simulation_cannot_model_is_refused(tmp_path: Path) -> None:
+    done = _simulate(tmp_path, "--emulator-arg=--faults=error:0.1")
+    assert done.returncode == 2 and "acts in the emulator's HTTP server" in done.stderr
+    done = _simulate(tmp_path, "--engine", "sglang", "--engine", "sglang")
+    assert done.returncode == 2 and "one twin per engine" in done.stderr
+    done = subprocess.run(
+        [*SWARM, "sweep", "--simulate", "--target", "x=http://127.0.0.1:9", "--output", str(tmp_path / "s")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2 and "cannot simulate a server at a URL" in done.stderr
+    done = subprocess.run([*SWARM, "sweep", "--fleet", "3", "--output", str(tmp_path / "s")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--fleet apply with --simulate only" in done.stderr
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "s").exists()

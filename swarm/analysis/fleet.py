@@ -33,8 +33,8 @@ A replica **lost** mid-run (``replica_losses``): one whose last answer (the end 
 request that succeeded) came more than ``LOST_QUIET_S`` before the fleet's last send, and that
 either failed requests after it or stopped answering its scrapes before the others did. A
 replica no response names (a real engine) is judged by its scrapes alone: lost when its last
-answered scrape came more than ``LOST_QUIET_S`` before both the others' last and the fleet's
-last send (failures are not required: a router retries a request that found a dead worker
+answered scrape came more than ``LOST_QUIET_S`` before the fleet's last send and more than
+``SCRAPES_MISSED`` scrape rounds (at least ``LOST_QUIET_S``) before the others' last (failures are not required: a router retries a request that found a dead worker
 before its stream began, so the loss may fail nothing the client sees). For
 each: ``gone_at_s`` (that last answer, from the run's first send); ``failed`` (requests of any
 replica that failed ending after it) and ``retried`` (retries sent after it);
@@ -47,6 +47,7 @@ by it before and sent to another replica after: their cached prefix went with it
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -89,6 +90,8 @@ class ReplicaFigures:
 
 #: a replica silent this long before the fleet's last send may have been lost (seconds)
 LOST_QUIET_S = 2.0
+#: ... and its scrapes stopped when it missed this many scrape rounds (at least ``LOST_QUIET_S``)
+SCRAPES_MISSED = 3
 #: the hit ratio's recovery after a loss: bins, the share of the hit before that counts as back,
 #: and how long before the loss that hit is taken over (seconds)
 HIT_BIN_S = 1.0
@@ -267,7 +270,7 @@ def fleet_figures(
         replicas=sorted(by.values(), key=lambda r: r.replica),
         unattributed=len(unnamed) if named is not None else table.num_rows,
         attributed_by=(attributed[0].get("replica_from") or "header") if attributed else None,
-        losses=replica_losses(everything, _last_scrapes_ns(metrics)) if windows_ns is None else [],
+        losses=replica_losses(everything, _last_scrapes_ns(metrics), _scrape_gap_ns(metrics)) if windows_ns is None else [],
     )
 
 
@@ -298,11 +301,22 @@ def _last_scrapes_ns(metrics: pa.Table | None) -> dict[str, int]:
     return out
 
 
+def _scrape_gap_ns(metrics: pa.Table | None) -> int:
+    """The median gap between scrape rounds (ns; 0 with fewer than two)."""
+    if metrics is None or not metrics.num_rows:
+        return 0
+    rounds = sorted(set(metrics["t_ns"].to_pylist()))
+    gaps = sorted(b - a for a, b in itertools.pairwise(rounds))
+    return gaps[len(gaps) // 2] if gaps else 0
+
+
 def _end_ns(row: dict[str, Any]) -> int:
     return int(row["sent_ns"]) + int(row["e2e_ns"] or 0)
 
 
-def replica_losses(rows: list[dict[str, Any]], last_scrape_ns: dict[str, int]) -> list[ReplicaLoss]:
+def replica_losses(
+    rows: list[dict[str, Any]], last_scrape_ns: dict[str, int], scrape_gap_ns: int = 0
+) -> list[ReplicaLoss]:
     """The replicas lost mid-run, by the rule in the module docstring (``rows``: the fleet's
     rows, warm-ups and every repeat included; a failure that names no replica, as a router's
     error for a worker it lost, counts for every replica). A replica no row names (an engine
@@ -315,6 +329,8 @@ def replica_losses(rows: list[dict[str, Any]], last_scrape_ns: dict[str, int]) -
     start = min(int(r["sent_ns"]) for r in rows)
     last_send = max(int(r["sent_ns"]) for r in rows)
     scraped_last = max(last_scrape_ns.values(), default=0)
+    # a replica's scrapes have stopped when it missed more than a slow scrape or two would
+    scrapes_quiet_ns = max(LOST_QUIET_S * 1e9, SCRAPES_MISSED * scrape_gap_ns)
     losses = []
     for replica in sorted({r["replica"] for r in rows if r["replica"] is not None} | set(last_scrape_ns)):
         mine = [r for r in rows if r["replica"] == replica]
@@ -322,7 +338,7 @@ def replica_losses(rows: list[dict[str, Any]], last_scrape_ns: dict[str, int]) -
         gone_ns = max(answered) if answered else last_scrape_ns.get(replica, start)
         failures = [_end_ns(r) for r in rows if r["status"] != "ok" and _end_ns(r) >= gone_ns]
         failed_after = any(r["status"] != "ok" and _end_ns(r) >= gone_ns and r["replica"] in (replica, None) for r in rows)
-        scrapes_stopped = replica in last_scrape_ns and scraped_last - last_scrape_ns[replica] > LOST_QUIET_S * 1e9
+        scrapes_stopped = replica in last_scrape_ns and scraped_last - last_scrape_ns[replica] > scrapes_quiet_ns
         quiet = last_send - gone_ns > LOST_QUIET_S * 1e9
         if not (quiet and (failed_after or scrapes_stopped) if answered else quiet and scrapes_stopped):
             continue

@@ -104,6 +104,10 @@ def launcher_of(given: Given, knob: str) -> tuple[PointLauncher, SendSpec]:
 
     replay = given.get("replay")
     simulate = bool(given.get("simulate"))
+    if not simulate and (off := given.given_of(("fleet", "routing"))):
+        raise InputError(f"{', '.join(off)} apply with --simulate only")
+    if simulate and given.get("target"):
+        raise InputError("--simulate models engine twins and cannot simulate a server at a URL (--target)")
     if simulate and (replay is not None or _spec_replays(given)):
         raise InputError("--simulate sweeps agent swarms: a replay is not simulated (yet); drop --replay or --simulate")
     if replay is not None or _spec_replays(given):

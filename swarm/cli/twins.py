@@ -46,11 +46,22 @@ def twin_configs(engines: Sequence[str], emulator_args: Sequence[str]) -> list[E
     ``emulator_args`` (``--emulator-arg``: any ``swarm emulate`` flag, ``--calibration`` too)."""
     from swarm.runtime.targets import EMBEDDED_ARGS
 
+    if len(set(engines)) < len(engines):
+        raise InputError(f"--engine {' '.join(engines)}: one twin per engine")
     out = []
     for engine in engines:
         args = ["--engine", engine, *EMBEDDED_ARGS.get(engine, ()), *emulator_args]
         given = parse_flags("emulate", args, f"--emulator-arg (the {engine} twin)")
         if int(given.get("replicas") or 1) > 1:
-            raise InputError("swarm simulate: a twin's replicas are --fleet N, not --emulator-arg=--replicas")
+            raise InputError("a simulated twin's replicas are --fleet N, not --emulator-arg=--replicas")
+        if served := given.given_of(HTTP_ONLY):
+            raise InputError(
+                f"--emulator-arg {', '.join(served)}: acts in the emulator's HTTP server, which a simulation "
+                "does not run (a simulated twin has no faults, stamps or replica header)"
+            )
         out.append(emulator_config(given, f"the {engine} twin"))
     return out
+
+
+#: emulate flags that act only in its HTTP server: refused for a simulated twin
+HTTP_ONLY = ("faults", "stamp_chunks", "replica_name")

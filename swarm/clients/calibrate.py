@@ -287,8 +287,14 @@ async def _run_phases(
         name = phase.__name__.removeprefix("run_")
         if phase == run.run_capacity:
             run.deadline = end
-        elif capacity and time.monotonic() > run.deadline:
-            continue  # its share spent: on to the capacity phase
+        elif capacity and time.monotonic() > run.deadline:  # its share spent: on to the capacity phase
+            complete = False
+            notes.append(
+                f"{name} not run: the phases before it spent their share of the time budget "
+                f"({1 - CAPACITY_SHARE:.0%} of {run.plan.budget_s:g} s, the rest kept for the capacity phase)"
+            )
+            say(notes[-1])
+            continue
         try:
             await phase()
         except ProbeEnded as exc:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from swarm.emulator.config import EmulatorConfig
 from swarm.engines.registry import get_engine
-from swarm.runtime.clocks import Placement, wall_minus_perf_ns
+from swarm.runtime.clocks import Placement
 from swarm.runtime.context import SIMULATED_SCHEME, ResolvedTarget, TargetOutcome, TargetRun
 from swarm.runtime.executor import run_with_signals
 from swarm.runtime.loop import dispatch, stop_conditions_for
@@ -83,13 +83,12 @@ class SimulatedExecutor:
         target = run.target
         config = self._configs[target.name]
         clock = VirtualClock()
-        placement = Placement(wall_minus_perf_ns=wall_minus_perf_ns())
+        placement = Placement(wall_minus_perf_ns=time.time_ns())  # wall = the start's + virtual ns
         stop = stop_conditions_for(run, placement, clock=clock.seconds, perf_ns=clock.ns)
 
         async def main() -> TargetOutcome:
             fleet = TwinFleet(config, self.spec.fleet, self.spec.routing)
-            if target.replicas:
-                fleet.names = list(target.replicas)
+            fleet.names = list(target.replicas) or [target.url]
             fleet.start()
             client = TwinClient(
                 fleet, clock, target=target.name, engine=target.engine, dialect=target.dialect,

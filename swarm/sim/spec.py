@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from swarm.cliflag import flag
 from swarm.emulator.config import EmulatorConfig
@@ -36,12 +36,17 @@ class SimulationSpec(BaseModel):
     )
 
     def twin_names(self) -> list[str]:
-        """Each twin's target name: ``twin-ENGINE`` (``twin-ENGINE-2`` for a second of one engine)."""
-        names, seen = [], dict[str, int]()
-        for config in self.twins:
-            seen[config.engine] = seen.get(config.engine, 0) + 1
-            names.append(f"twin-{config.engine}" + (f"-{seen[config.engine]}" if seen[config.engine] > 1 else ""))
-        return names
+        """Each twin's target name: ``twin-ENGINE`` (one twin per engine)."""
+        return [f"twin-{config.engine}" for config in self.twins]
+
+    @model_validator(mode="after")
+    def _one_twin_per_engine(self) -> SimulationSpec:
+        engines = [t.engine for t in self.twins]
+        if len(set(engines)) < len(engines):
+            raise ValueError(
+                f"one twin per engine (given: {', '.join(engines)}): simulate other settings of one engine separately"
+            )
+        return self
 
     def only(self, name: str) -> SimulationSpec:
         """This simulation of the one twin named ``name`` (a sweep's point runs one target)."""

@@ -10,8 +10,10 @@ real emulator's stream), ``ttft_ns`` its first, ``cached_tokens`` what the engin
 ``replica`` the twin that served it (``replica_from`` ``simulated``), the clock ``virtual``.
 
 A prompt the twin refuses (longer than it takes) is an ``http_error`` row with status 400, as
-the emulator answers; a request past its total timeout is a ``timeout`` row and leaves the
-twin's batch, as a client that hangs up does; a hard stop makes it ``cancelled``.
+the emulator answers; a request past the HTTP client's deadlines (first token, total, a
+silence after the first token: ``--request-timeout`` and the spec's ``timeouts``) is a
+``timeout`` row without usage and leaves the twin's batch, as a client that hangs up does; a
+hard stop makes it ``cancelled``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from swarm.emulator.config import EmulatorConfig
 from swarm.emulator.engine_model import EngineModel, Generation, PromptTooLong
@@ -119,6 +122,7 @@ class TwinClient:
         end = self.clock.now_ns
         chunk_ns = self._chunks(gen, t0, end, request.stream) if status is Status.OK else []
         scheduled = request.scheduled_ns if request.scheduled_ns is not None else sent_wall
+        answered = status is Status.OK  # usage comes with a whole answer, as over HTTP
         return RequestRecord(
             identity=identity, dialect=self.dialect, model=self.model, stream=request.stream,
             scheduled_ns=scheduled, sent_ns=sent_wall, queue_ns=sent_wall - scheduled,
@@ -126,9 +130,9 @@ class TwinClient:
             chunk_ns=tuple(chunk_ns), clock="virtual", replica=fleet.names[replica],
             replica_from=REPLICA_FROM_SIMULATED, status=status, http_status=http_status, error=error,
             finish_reason="length" if status is Status.OK else None, max_tokens=request.max_tokens,
-            prompt_tokens=len(prompt) if gen is not None else None,
-            completion_tokens=len(gen.output) if gen is not None else None,
-            cached_tokens=self._cached(gen), prompt_tokens_est=request.prompt_tokens_est,
+            prompt_tokens=len(prompt) if answered else None,
+            completion_tokens=len(gen.output) if answered and gen is not None else None,
+            cached_tokens=self._cached(gen) if answered else None, prompt_tokens_est=request.prompt_tokens_est,
             ideal_cached_tokens_est=request.ideal_cached_tokens_est, block_hashes=request.block_hashes,
             prompt_parts=tuple(m.content for m in request.messages) if request.keep_text else None,
             prompt_roles=tuple(m.role for m in request.messages) if request.keep_text else None,
@@ -136,20 +140,26 @@ class TwinClient:
         )  # fmt: skip
 
     async def _wait(self, gen: Generation, replica: int) -> tuple[Status, str | None]:
-        """Wait for ``gen`` to finish (its emissions noted), within the total timeout."""
+        """Wait for ``gen`` to finish (its emissions noted) under the HTTP client's deadlines:
+        the first token, the whole request, and the longest silence after the first token
+        (``_Deadlines``); one that passes ends the request as a ``timeout`` and the twin lets
+        it go."""
         fleet = self.fleet
         fleet.loads[replica] += 1
+        deadlines = _Deadlines(gen, self.timeouts)
         try:
             if fleet.config.timing == "batch":
                 gen.times = []
-                await asyncio.wait_for(gen.finished_wait(), self.timeouts.total_s)
+                await gen.finished_wait()
             else:  # the fixed and zero timings emit as they are read
-                await asyncio.wait_for(self._read(gen), self.timeouts.total_s)
-        except (asyncio.TimeoutError, TimeoutError):
-            return Status.TIMEOUT, f"no end of the answer within {self.timeouts.total_s:g} s (total timeout)"
+                await self._read(gen)
         except asyncio.CancelledError:
-            return Status.CANCELLED, "cancelled by the run"
+            if deadlines.fired is None:
+                return Status.CANCELLED, "cancelled by the run"
+            deadlines.absorb()
+            return Status.TIMEOUT, deadlines.fired
         finally:
+            deadlines.disarm()
             fleet.loads[replica] -= 1
         return Status.OK, None
 
@@ -178,3 +188,59 @@ class TwinClient:
         if behaviour.reports_cached_tokens(config, gen.cached_tokens):
             return gen.cached_tokens
         return 0 if self._absent_is_zero else None
+
+
+class _Deadlines:
+    """The HTTP client's watchdog on the virtual clock: cancels the waiting task when the first
+    token, the whole request or a silence after the first token (``Timeouts``) runs past its
+    limit, remembering which (the same texts as ``clients.client``)."""
+
+    def __init__(self, gen: Generation, timeouts: Timeouts) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._task, self._gen, self._loop = task, gen, asyncio.get_running_loop()
+        self.fired: str | None = None
+        self._idle_s = timeouts.idle_s
+        self._handles: list[asyncio.TimerHandle] = []
+        if timeouts.first_token_s is not None:
+            self._later(timeouts.first_token_s, self._first, timeouts.first_token_s)
+        if timeouts.total_s is not None:
+            self._later(timeouts.total_s, self._fire, f"request not finished within {timeouts.total_s:g} s")
+        if self._idle_s is not None:
+            self._later(self._idle_s, self._idle)
+
+    def _later(self, delay_s: float, callback: Callable[..., None], *args: Any) -> None:
+        self._handles.append(self._loop.call_later(delay_s, callback, *args))
+
+    def _fire(self, reason: str) -> None:
+        if self.fired is None and not self._gen.finished:
+            self.fired = reason
+            self._task.cancel()
+
+    def _first(self, limit_s: float) -> None:
+        if self._gen.first_token_s is None:
+            self._fire(f"no first token within {limit_s:g} s")
+
+    def _idle(self) -> None:
+        """Past the first token, the time since the last one against the idle limit; checked
+        again when it could next run out."""
+        assert self._idle_s is not None
+        times = self._gen.times
+        if not times:  # no token yet: the first-token deadline's to judge
+            self._later(self._idle_s, self._idle)
+            return
+        silent_s = self._loop.time() - times[-1]
+        if silent_s >= self._idle_s:
+            self._fire(f"stream stalled: no data for {self._idle_s:g} s after the first token")
+        else:
+            self._later(self._idle_s - silent_s, self._idle)
+
+    def absorb(self) -> None:
+        """The cancel was ours: answered, so the task goes on (Python 3.11+)."""
+        uncancel = getattr(self._task, "uncancel", None)
+        if uncancel is not None:
+            uncancel()
+
+    def disarm(self) -> None:
+        for handle in self._handles:
+            handle.cancel()

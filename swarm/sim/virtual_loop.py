@@ -16,16 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import selectors
-import time
 from typing import Any
 
 
 class VirtualClock:
-    """Nanoseconds that move only when told. Starts at this process's ``perf_counter_ns``, so
-    a simulated run's times look like a real run's (wall = the run's start + elapsed)."""
+    """Nanoseconds that move only when told, from 0 (the run's wall times are its start's wall
+    time plus these). Near 0, so that the loop's float seconds keep nanoseconds: a clock
+    started at a host's uptime past 2**24 s (194 days) could not, and asyncio would find a timer
+    due now never due."""
 
-    def __init__(self, start_ns: int | None = None) -> None:
-        self.now_ns = time.perf_counter_ns() if start_ns is None else start_ns
+    def __init__(self, start_ns: int = 0) -> None:
+        self.now_ns = start_ns
         self.start_ns = self.now_ns
         #: how many times the clock jumped (one per distinct instant the simulation visited)
         self.jumps = 0
