@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 from aiohttp import web
@@ -288,3 +291,60 @@ async def test_a_bug_in_the_client_is_a_row_not_a_lost_request(
     monkeypatch.setattr(client_module, "run_exchange", broken)
     r = await send(bad_server, "ok")
     assert r.status is Status.CLIENT_ERROR and r.error == "swarm client error: RuntimeError: boom"
+
+
+@contextlib.contextmanager
+def paced_server(pieces: list[tuple[float, bytes]]) -> Iterator[str]:
+    """A one-request SSE server on its own thread (it keeps its pace while the client's loop is
+    blocked): after the request, each ``(delay_s, event)`` in turn, then the end of the body."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += conn.recv(65536)
+            length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
+            body = head.split(b"\r\n\r\n", 1)[1]
+            while len(body) < length:
+                body += conn.recv(65536)
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+            )
+            for delay_s, event in pieces:
+                time.sleep(delay_s)
+                conn.sendall(b"%x\r\n%s\r\n" % (len(event), event))
+            conn.sendall(b"0\r\n\r\n")
+            with contextlib.suppress(OSError):
+                conn.recv(1)  # until the client closes
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        listener.close()
+        thread.join(timeout=5)
+
+
+@pytest.mark.parametrize(
+    ("pieces", "timeouts", "error"),
+    [
+        ([(0, CONTENT), (0.5, CONTENT), (0, b"data: [DONE]\n\n")], Timeouts(idle_s=0.25, total_s=5),
+         "stream stalled: no data for 0.25 s after the first token"),
+        ([(0.5, CONTENT), (0, b"data: [DONE]\n\n")], Timeouts(first_token_s=0.25, total_s=5),
+         "no first token within 0.25 s"),
+    ],
+    ids=["stall_mid", "stall_first"],
+)  # fmt: skip
+async def test_a_stall_is_a_timeout_though_the_client_was_too_busy_to_see_its_timer(
+    pieces: list[tuple[float, bytes]], timeouts: Timeouts, error: str
+) -> None:
+    """The server goes silent past a deadline while the client's loop is blocked (a busy
+    machine): when the loop comes back, the rest of the answer and the deadline's timer are
+    both due. The verdict follows when the data arrived, not which the loop ran first."""
+    with paced_server(pieces) as url:
+        asyncio.get_running_loop().call_later(0.1, time.sleep, 1.0)  # blocks through the silence
+        r = await send(url, "any", timeouts)
+    assert r.status is Status.TIMEOUT and r.error == error, (r.status, r.error)

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 import yaml
 from sending import send_agents
@@ -60,17 +61,34 @@ def key(row: dict) -> tuple:  # type: ignore[type-arg]
     )
 
 
+class CountingSink(ParquetTraceSink):
+    """The driver's sink, counting the rows it was handed from each worker as they come."""
+
+    def __init__(self, storage: RunStorage) -> None:
+        super().__init__(storage, writer="t")
+        self.rows_by_worker: collections.Counter[int] = collections.Counter()
+
+    def write(self, record: RequestRecord) -> None:
+        super().write(record)
+        self.rows_by_worker[record.identity.worker] += 1
+
+    def write_batch(self, batch: pa.RecordBatch) -> None:
+        super().write_batch(batch)
+        self.rows_by_worker.update(batch.column("worker").to_pylist())
+
+
 def run_on_ray(
     executor: RayExecutor,
     workload: Workload,
     url: str,
     out: Path,
     during: Callable[[RunStats], None] | None = None,
+    sink: CountingSink | None = None,
 ) -> tuple[TargetOutcome, RunStats]:
     target = ResolvedTarget("t", url, "sglang", "openai-chat", "m")
     stats = RunStats()
     storage = RunStorage.at(out)
-    sink = ParquetTraceSink(storage, writer="t")
+    sink = sink or CountingSink(storage)
     watcher = threading.Thread(target=during, args=(stats,), daemon=True) if during else None
     if watcher:
         watcher.start()
@@ -132,16 +150,20 @@ def test_killed_worker_leaves_a_readable_trace_and_the_run_goes_on(
     )
     executor = RayExecutor(workers=2, poll_s=0.2)
     killed_at: list[int] = []
+    sink = CountingSink(RunStorage.at(tmp_path / "run"))
 
     def kill_when_busy(stats: RunStats) -> None:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and stats.requests < 12:
+        # both workers have handed the driver rows (one may start later on a busy machine)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (
+            stats.requests < 12 or min(sink.rows_by_worker[w] for w in (0, 1)) < 2
+        ):
             time.sleep(0.05)
         killed_at.append(stats.requests)
         ray.kill(executor.actors[1])
 
     outcome, _ = run_on_ray(
-        executor, Workload(spec, catalog), emu.url, tmp_path / "run", during=kill_when_busy
+        executor, Workload(spec, catalog), emu.url, tmp_path / "run", during=kill_when_busy, sink=sink
     )
     dead, alive = outcome.workers[1], outcome.workers[0]
     assert not dead.alive and dead.sessions_cut > 0 and "Actor" in (dead.error or "")

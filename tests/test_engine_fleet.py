@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -61,11 +62,15 @@ def test_a_llamacpp_fleet_behind_the_router_loses_a_server_and_the_report_says_s
             run = subprocess.Popen(
                 [*SWARM, "run", "--target", f"fleet={url}", "--engine", "llamacpp", "--executor", "inprocess",
                  "--profile", str(tmp_path / "tiny_reasoner.yaml"), "--topology", str(tmp_path / "tot_2x2.yaml"),
-                 "--agents", "40", "--arrival", "constant:1", "--duration", "24", "--seed", "1",
+                 "--agents", "40", "--arrival", "constant:1", "--duration", "30", "--seed", "1",
                  "--output", str(tmp_path / "runs"), "--json"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             )  # fmt: skip
-            wait_for_counter(urls[1], "llamacpp:tokens_predicted_total", 40)  # traffic on it for a while
+            # killed once it has computed a prompt and been scraped since (the report splits the fleet
+            # by the servers' counters), early enough that the run goes on for a while without it
+            wait_for_counter(urls[1], "llamacpp:prompt_tokens_total", 1)
+            time.sleep(2.5)  # two scrape rounds (--metrics-interval 1)
+            killed_ns = time.time_ns()
             servers[1][0].kill()
             servers[1][0].wait(timeout=10)
             stdout, stderr = run.communicate(timeout=300)
@@ -81,11 +86,14 @@ def test_a_llamacpp_fleet_behind_the_router_loses_a_server_and_the_report_says_s
         assert fleet["attributed_by"] is None  # llama.cpp does not name itself
         by_replica = {r["replica"]: r for r in fleet["replicas"]}
         assert all((by_replica[u]["server_prompt_tokens"] or 0) > 0 for u in urls)  # both served, by their counters
+        rows = read_requests(folder).to_pylist()
+        start = min(r["sent_ns"] for r in rows)
+        killed = f"killed {(killed_ns - start) / 1e9:.1f} s into the run, last send at {(max(r['sent_ns'] for r in rows) - start) / 1e9:.1f} s"
+        print(killed)
+        assert len(fleet["losses"]) == 1, killed
         (loss,) = fleet["losses"]
         assert loss["replica"] == urls[1] and loss["sessions_lost_prefix"] is None
         # every request is a row with a status, and the run went on on the other server
-        rows = read_requests(folder).to_pylist()
-        start = min(r["sent_ns"] for r in rows)
         assert all(r["status"] for r in rows)
         assert any(r["status"] == "ok" and r["sent_ns"] - start > (loss["gone_at_s"] + 3) * 1e9 for r in rows)
     finally:

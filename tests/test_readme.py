@@ -34,6 +34,7 @@ def test_readme_flags_exist() -> None:
     from swarm.cli import app
 
     group = get_command(app)
+    emulate = {opt for p in group.commands["emulate"].params for opt in (*p.opts, *p.secondary_opts)}  # type: ignore[attr-defined]
     checked = 0
     for line in README.splitlines():
         match = re.match(r"\s*(?:\$\(.*?\)\s*)?swarm (\w+)(.*)", line)
@@ -42,9 +43,15 @@ def test_readme_flags_exist() -> None:
         command = group.commands.get(match.group(1))  # type: ignore[attr-defined]
         assert command is not None, line
         known = {opt for p in command.params for opt in (*p.opts, *p.secondary_opts)}
-        for flag in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", match.group(2).split("#")[0]):
+        words = match.group(2).split("#")[0]
+        for flag in re.findall(r"(?<![\w=-])(--[a-z][a-z0-9-]*)", words):
             assert flag in known, (
                 f"README: {line.strip()!r}: {flag} is not an option of swarm {match.group(1)}"
             )
+            checked += 1
+        for flag in re.findall(
+            r"--emulator-arg[= ]+(--[a-z][a-z0-9-]*)", words
+        ):  # passed on to swarm emulate
+            assert flag in emulate, f"README: {line.strip()!r}: {flag} is not an option of swarm emulate"
             checked += 1
     assert checked > 20

@@ -224,6 +224,29 @@ def _figures(report: dict[str, Any]) -> dict[str, float]:
     }  # fmt: skip
 
 
+#: real-time runs tried for a reference the machine did not disturb
+REFERENCE_TRIES = 3
+#: a real-time run is a reference when the emulator kept its steps within 2 % of its model and
+#: the client sent and read within a sixth of a step (60 ms) of time at p99: with two CPU hogs on
+#: this 2-core machine, runs lagging 17 ms at p99 drifted 5.6 % in TTFT p50, runs under 10 ms 0.6 %
+QUIET_OVERRUN = 1.02
+QUIET_LAG_MS = 10.0
+
+
+def _machine_disturbed(report: dict[str, Any]) -> str | None:
+    """Why a real-time run does not show the twin's model (the machine was too busy to keep
+    it), or None: the emulator's steps over their modelled time, the client's dispatch lag
+    and its lag behind the kernel's receive stamps, as its report gives them."""
+    (target,) = report["targets"].values()
+    overrun = ((target.get("server") or {}).get("emulator") or {}).get("step_overrun") or 1.0
+    lag = target["figures"]["lag_ms"]["p99"] or 0.0
+    read_lag = target["figures"]["client_lag"]["p99"] or 0.0
+    print(f"real-time run: step overrun {overrun:.3f}, dispatch lag p99 {lag:.1f} ms, read lag p99 {read_lag:.1f} ms")
+    if overrun > QUIET_OVERRUN or lag > QUIET_LAG_MS or read_lag > QUIET_LAG_MS:
+        return f"step overrun {overrun:.3f}, dispatch lag p99 {lag:.1f} ms, read lag p99 {read_lag:.1f} ms"
+    return None
+
+
 def test_the_same_twin_in_real_and_in_virtual_time_agrees(tmp_path: Path, emulator_process: Any) -> None:
     """The sglang twin served by ``swarm emulate`` and run against over HTTP in real time, and
     the same twin simulated: the same seeded swarm gives TTFT p50 and p99, E2E p50, output
@@ -234,20 +257,31 @@ def test_the_same_twin_in_real_and_in_virtual_time_agrees(tmp_path: Path, emulat
         "--profile", str(tmp_path / "tiny_reasoner.yaml"), "--topology", str(tmp_path / "tot_2x2.yaml"),
         "--agents", "12", "--arrival", "constant:4", "--seed", "5", "--output", str(tmp_path / "runs"), "--json",
     ]  # fmt: skip
-    emu: EmulatorProcess = emulator_process("--engine", "sglang", *SLOW_STEPS)
-    real = subprocess.run(
-        [*SWARM, "run", "--target", f"twin-sglang={emu.url}", "--engine", "sglang", "--executor", "inprocess",
-         "--no-progress", *workload],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert real.returncode == 0, real.stderr[-3000:]
+    disturbed: list[str] = []
+    for _ in range(REFERENCE_TRIES):  # a fresh server each time: its cache starts empty
+        emu: EmulatorProcess = emulator_process("--engine", "sglang", *SLOW_STEPS)
+        real = subprocess.run(
+            [*SWARM, "run", "--target", f"twin-sglang={emu.url}", "--engine", "sglang", "--executor", "inprocess",
+             "--no-progress", *workload],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        emu.stop()
+        assert real.returncode == 0, real.stderr[-3000:]
+        real_dir = json.loads(real.stdout)["run_dir"]
+        real_report = _report(real_dir)
+        why = _machine_disturbed(real_report)
+        if why is None:
+            break
+        disturbed.append(why)
+    else:
+        pytest.fail(f"no real-time run kept its schedule in {REFERENCE_TRIES} tries: {disturbed}")
     simulated = subprocess.run(
         [*SWARM, "simulate", "--engine", "sglang", *(f"--emulator-arg={a}" for a in SLOW_STEPS), "--no-progress", *workload],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert simulated.returncode == 0, simulated.stderr[-3000:]
-    runs = [json.loads(out.stdout)["run_dir"] for out in (real, simulated)]
-    measured, model = (_figures(_report(d)) for d in runs)
+    runs = [real_dir, json.loads(simulated.stdout)["run_dir"]]
+    measured, model = _figures(real_report), _figures(_report(runs[1]))
     errors = {k: (model[k] - measured[k]) / measured[k] for k in measured}
     print(f"real time: {measured}\nvirtual: {model}\nerrors: {errors}")
     assert measured["hit"] > 0.5 and measured["TTFT p50"] > 60  # the figures are the model's, not noise

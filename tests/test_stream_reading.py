@@ -18,6 +18,9 @@ class Watch:
         self.last_read_ns = 0
         self.first = 0
 
+    def read_at(self, read_ns: int) -> None:
+        self.last_read_ns = read_ns
+
     def first_token_seen(self) -> None:
         self.first += 1
 

@@ -180,10 +180,16 @@ class _Watchdog:
     Deadlines: the first token, the whole request, and (once tokens flow) the longest silence
     between reads. The read loop only stores the time of each read in ``last_read_ns``; the
     idle timer looks at it when it fires and re-arms itself for what is left, so a read costs
-    no timer operation.
+    no timer operation. The silence is judged by the reads' receive stamps too: a read that
+    arrived more than the idle limit after the one before ends the request as stalled, though
+    this client was too busy to run its timer in time (the verdict is the server's, not the
+    client's lag).
     """
 
-    __slots__ = ("_first", "_idle", "_idle_ns", "_loop", "_task", "_total", "fired", "last_read_ns")
+    __slots__ = (
+        "_armed_ns", "_first", "_first_ns", "_idle", "_idle_ns", "_loop", "_task", "_total", "_total_ns",
+        "fired", "last_read_ns",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         task = asyncio.current_task()
@@ -194,6 +200,9 @@ class _Watchdog:
         self._total: asyncio.TimerHandle | None = None
         self._idle: asyncio.TimerHandle | None = None
         self._idle_ns: int | None = None
+        self._armed_ns = 0
+        self._first_ns: int | None = None
+        self._total_ns: int | None = None
         self.fired: str | None = None
         self.last_read_ns = 0
 
@@ -203,33 +212,51 @@ class _Watchdog:
             self._task.cancel()
 
     def arm(self, timeouts: Timeouts) -> None:
+        self._armed_ns = _perf_ns()
         if timeouts.first_token_s is not None:
+            self._first_ns = int(timeouts.first_token_s * 1e9)
             self._first = self._loop.call_later(
                 timeouts.first_token_s,
                 self._fire,
                 f"no first token within {timeouts.first_token_s:g} s",
             )
         if timeouts.total_s is not None:
+            self._total_ns = int(timeouts.total_s * 1e9)
             self._total = self._loop.call_later(
                 timeouts.total_s, self._fire, f"request not finished within {timeouts.total_s:g} s"
             )
         if timeouts.idle_s is not None:
             self._idle_ns = int(timeouts.idle_s * 1e9)
 
+    def read_at(self, read_ns: int) -> None:
+        if self._total_ns is not None and read_ns - self._armed_ns >= self._total_ns:
+            raise ExchangeFailure(Status.TIMEOUT, f"request not finished within {self._total_ns / 1e9:g} s")
+        if self._idle is not None and read_ns - self.last_read_ns >= self._idle_ns:  # type: ignore[operator]
+            raise ExchangeFailure(Status.TIMEOUT, self._stalled())
+        self.last_read_ns = read_ns
+
     def first_token_seen(self) -> None:
+        """Called once, at the read that brought the first token."""
+        at_ns = self.last_read_ns or _perf_ns()  # the read's stamp, if it came in one
+        if self._first_ns is not None and at_ns - self._armed_ns >= self._first_ns:
+            raise ExchangeFailure(Status.TIMEOUT, f"no first token within {self._first_ns / 1e9:g} s")
         if self._first is not None:
             self._first.cancel()
             self._first = None
-            if self._idle_ns is not None and self.fired is None:
-                self.last_read_ns = _perf_ns()
-                self._idle = self._loop.call_later(self._idle_ns / 1e9, self._check_idle)
+        if self._idle_ns is not None and self.fired is None:
+            self.last_read_ns = at_ns
+            self._idle = self._loop.call_later(self._idle_ns / 1e9, self._check_idle)
+
+    def _stalled(self) -> str:
+        assert self._idle_ns is not None
+        return f"stream stalled: no data for {self._idle_ns / 1e9:g} s after the first token"
 
     def _check_idle(self) -> None:
         assert self._idle_ns is not None
         silent = _perf_ns() - self.last_read_ns
         if silent >= self._idle_ns:
             self._idle = None
-            self._fire(f"stream stalled: no data for {self._idle_ns / 1e9:g} s after the first token")
+            self._fire(self._stalled())
         else:
             self._idle = self._loop.call_later((self._idle_ns - silent) / 1e9, self._check_idle)
 

@@ -45,7 +45,9 @@ ERROR_BODY_BYTES = 65536
 class Deadlines(Protocol):
     """What the reading needs of the client's watchdog."""
 
-    last_read_ns: int
+    def read_at(self, read_ns: int) -> None:
+        """A read arrived at ``read_ns``; raises ``ExchangeFailure`` when the silence before it
+        ran past a deadline."""
 
     def first_token_seen(self) -> None: ...
 
@@ -121,7 +123,8 @@ class StreamReading:
         """One network read arrived at ``read_ns`` (perf_counter_ns: the kernel's receive stamp,
         or the user-space time of the read when ``lag_ns`` is -1), ``lag_ns`` before the client
         read it. True once the response has shown content."""
-        self.watchdog.last_read_ns = self.last_read_ns = read_ns
+        self.last_read_ns = read_ns
+        self.watchdog.read_at(read_ns)
         if self._key is not None and self.parser.idle and data.endswith(b"\n\n"):
             count = self._count_raw(data)
             if count is not None:
