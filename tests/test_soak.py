@@ -190,8 +190,15 @@ def test_soak_500_agents_2_minutes_5_percent_faults(tmp_path: Path) -> None:
             assert status == "ok", (rid, status, http, error)
     assert not by_request, f"faulted requests with no row: {list(by_request)[:5]}"
     # each refused connection carried one request (the run's start-up probe may have had a
-    # reset connection or two as well: it tries its GETs again, and they have no rows)
-    assert explained["refused"] <= injected["refuse"] <= explained["refused"] + 8
+    # reset connection or two as well: it tries its GETs again, and they have no rows); on a
+    # machine so busy that the emulator accepts a connection after its request's first-token
+    # deadline, that request is a timeout the log cannot name, and its reset comes after
+    connect_errors = Counter(
+        (e or "")[:80] for e, s in zip(table["error"].to_pylist(), table["status"].to_pylist(), strict=True)
+        if s == "connect_error"
+    )  # fmt: skip
+    assert explained["refused"] <= injected["refuse"], connect_errors.most_common(5)
+    assert injected["refuse"] <= explained["refused"] + 8 + explained["timeout, not injected"], explained
     # the emulator saw every request but the refused ones, and perhaps a few that timed out
     # before it read them
     unseen = rows - explained["refused"] - seen["requests"]
