@@ -174,16 +174,24 @@ def read_api_key(env: str | None = None, file: str | None = None) -> str | None:
     return key
 
 
+def _no_first_token(limit_ns: int) -> str:
+    return f"no first token within {limit_ns / 1e9:g} s"
+
+
+def _not_finished(limit_ns: int) -> str:
+    return f"request not finished within {limit_ns / 1e9:g} s"
+
+
 class _Watchdog:
     """Cancels the current task when a deadline passes, remembering which one it was.
 
     Deadlines: the first token, the whole request, and (once tokens flow) the longest silence
     between reads. The read loop only stores the time of each read in ``last_read_ns``; the
     idle timer looks at it when it fires and re-arms itself for what is left, so a read costs
-    no timer operation. The silence is judged by the reads' receive stamps too: a read that
-    arrived more than the idle limit after the one before ends the request as stalled, though
-    this client was too busy to run its timer in time (the verdict is the server's, not the
-    client's lag).
+    no timer operation. Each deadline is judged by the reads' receive stamps too: a read that
+    arrived past one (the first token's, the whole request's, or the silence since the read
+    before) ends the request as a timeout, though this client was too busy to run its timer in
+    time (the verdict is the server's, not the client's lag).
     """
 
     __slots__ = (
@@ -216,21 +224,17 @@ class _Watchdog:
         if timeouts.first_token_s is not None:
             self._first_ns = int(timeouts.first_token_s * 1e9)
             self._first = self._loop.call_later(
-                timeouts.first_token_s,
-                self._fire,
-                f"no first token within {timeouts.first_token_s:g} s",
+                timeouts.first_token_s, self._fire, _no_first_token(self._first_ns)
             )
         if timeouts.total_s is not None:
             self._total_ns = int(timeouts.total_s * 1e9)
-            self._total = self._loop.call_later(
-                timeouts.total_s, self._fire, f"request not finished within {timeouts.total_s:g} s"
-            )
+            self._total = self._loop.call_later(timeouts.total_s, self._fire, _not_finished(self._total_ns))
         if timeouts.idle_s is not None:
             self._idle_ns = int(timeouts.idle_s * 1e9)
 
     def read_at(self, read_ns: int) -> None:
         if self._total_ns is not None and read_ns - self._armed_ns >= self._total_ns:
-            raise ExchangeFailure(Status.TIMEOUT, f"request not finished within {self._total_ns / 1e9:g} s")
+            raise ExchangeFailure(Status.TIMEOUT, _not_finished(self._total_ns))
         if self._idle is not None and read_ns - self.last_read_ns >= self._idle_ns:  # type: ignore[operator]
             raise ExchangeFailure(Status.TIMEOUT, self._stalled())
         self.last_read_ns = read_ns
@@ -239,7 +243,7 @@ class _Watchdog:
         """Called once, at the read that brought the first token."""
         at_ns = self.last_read_ns or _perf_ns()  # the read's stamp, if it came in one
         if self._first_ns is not None and at_ns - self._armed_ns >= self._first_ns:
-            raise ExchangeFailure(Status.TIMEOUT, f"no first token within {self._first_ns / 1e9:g} s")
+            raise ExchangeFailure(Status.TIMEOUT, _no_first_token(self._first_ns))
         if self._first is not None:
             self._first.cancel()
             self._first = None
