@@ -62,5 +62,8 @@ def calibrate(
         + ("" if result.complete else " (probe ended early: see its notes)"),
         file=sys.stderr,
     )
+    errors = result.standard_errors()
+    if errors:
+        print("standard errors: " + ", ".join(f"{k} ±{v:.2g}" for k, v in errors.items()), file=sys.stderr)
     for note in result.notes:
         print(f"note: {note}", file=sys.stderr)

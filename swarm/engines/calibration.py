@@ -94,6 +94,29 @@ class Fit(_Strict):
 
     residuals_ms: list[float]
     rms_ms: float = Field(ge=0)
+    standard_errors: dict[str, float] = Field(
+        default_factory=dict,
+        description="each fitted parameter's standard error, in its own unit (ordinary least squares: "
+        "sqrt of the diagonal of s² (XᵀX)⁻¹, s² the residual sum of squares over n − p of the points fitted on); "
+        "empty where the fit was a search or had no spare point",
+    )
+
+
+def standard_errors(design: Any, residuals: Any, names: list[str]) -> dict[str, float]:
+    """The standard error of each column's coefficient of an ordinary least-squares fit: the
+    square root of the diagonal of ``s² (XᵀX)⁻¹``, ``s² = Σ residual² / (n − p)``. Empty when
+    there is no spare point (``n ≤ p``) or the columns are not independent."""
+    import numpy as np
+
+    n, p = design.shape
+    if n <= p:
+        return {}
+    try:
+        inverse = np.linalg.inv(design.T @ design)
+    except np.linalg.LinAlgError:
+        return {}
+    s2 = float(np.sum(np.asarray(residuals) ** 2)) / (n - p)
+    return {name: float(np.sqrt(max(s2 * inverse[i, i], 0.0))) for i, name in enumerate(names)}
 
 
 class Calibration(_Strict):
@@ -120,6 +143,12 @@ class Calibration(_Strict):
     #: how many fresh prompts the prefix cache held (``swarm calibrate``'s capacity phase)
     capacity: CapacityProbe | None = None
     notes: list[str] = Field(default_factory=list)
+
+    def standard_errors(self) -> dict[str, float]:
+        """Each fitted parameter's standard error (the decode fit's, then the prefill fit's):
+        how far the measured points let the value move."""
+        return {**(self.decode_fit.standard_errors if self.decode_fit else {}),
+                **(self.prefill_fit.standard_errors if self.prefill_fit else {})}  # fmt: skip
 
     def settings(self) -> dict[str, Any]:
         """The emulator's settings for this twin: its engine, the fitted step model, what the
@@ -267,7 +296,11 @@ def _decode_fit(points: list[DecodePoint]) -> tuple[float, float, float | None, 
     design = np.column_stack([np.ones_like(itl), batch] + ([context] if spread else []))
     solution, *_ = np.linalg.lstsq(design, itl, rcond=None)
     residuals = itl - design @ solution
-    fit = Fit(residuals_ms=[round(float(r), 4) for r in residuals], rms_ms=float(np.sqrt(np.mean(residuals**2))))
+    names = ["step_base_ms", "decode_ms_per_seq"] + (["decode_ms_per_context_token"] if spread else [])
+    fit = Fit(
+        residuals_ms=[round(float(r), 4) for r in residuals], rms_ms=float(np.sqrt(np.mean(residuals**2))),
+        standard_errors=standard_errors(design, residuals, names),
+    )  # fmt: skip
     return float(solution[0]), float(solution[1]), float(solution[2]) if spread else None, fit
 
 
@@ -304,7 +337,15 @@ def _prefill_fit(
     k, b = float(solution[0]) if columns[0].any() else 0.0, float(solution[1])
     b_c = float(solution[2]) if with_cached else 0.0
     e = float(min(max(solution[-1], 0.0), step_ms)) if with_emit else 0.0
-    fit = Fit(residuals_ms=[round(float(r), 4) for r in residuals], rms_ms=float(np.sqrt(np.mean(residuals**2))))
+    names = ["client_overhead_ms", "prefill_ms_per_token", "prefill_ms_per_cached_token", "step_emit_ms"]
+    fitted = [names[i] for i in kept]
+    design_used = np.column_stack(columns)
+    if not columns[0].any():  # through o = 0: the intercept was not fitted
+        fitted, design_used = fitted[1:], design_used[:, 1:]
+    fit = Fit(
+        residuals_ms=[round(float(r), 4) for r in residuals], rms_ms=float(np.sqrt(np.mean(residuals**2))),
+        standard_errors=standard_errors(design_used, ttft - design_used @ solution[-design_used.shape[1]:], fitted),
+    )  # fmt: skip
     return k, e, b, b_c, fit
 
 
