@@ -83,15 +83,7 @@ def execute_simulation(
     say what each target's run cost)."""
     from swarm.sim.executor import SimulatedExecutor, twin_targets
 
-    if spec.targets:
-        raise InputError(
-            f"swarm simulate models engine twins and cannot simulate a server at a URL "
-            f"({', '.join(t.name for t in spec.targets)}): name the twins with --engine, or use swarm run"
-        )
-    if spec.executor != "inprocess":
-        raise InputError("swarm simulate runs in this process: --executor ray does not apply")
-    if not simulation.twins:
-        raise InputError("swarm simulate: no engine twin to simulate")
+    _simulable(spec, simulation)
     check_mix(spec.workload, catalog, source)
     workload = Workload(spec.workload, catalog)
     return run_on_targets(
@@ -108,6 +100,19 @@ def execute_simulation(
         on_target_start=on_target_start,
         resolved=twin_targets(simulation),
     )
+
+
+def _simulable(spec: RunSpec | ReplaySpec, simulation: SimulationSpec) -> None:
+    """Refuses what a simulation cannot model: a server at a URL, Ray, no twin."""
+    if spec.targets:
+        raise InputError(
+            f"a simulation models engine twins and cannot simulate a server at a URL "
+            f"({', '.join(t.name for t in spec.targets)}): name the twins with --engine, or send over HTTP"
+        )
+    if spec.executor != "inprocess":
+        raise InputError("a simulation runs in this process: --executor ray does not apply")
+    if not simulation.twins:
+        raise InputError("a simulation needs an engine twin to simulate")
 
 
 def replay_plan_for(spec: ReplaySpec, plan: ReplayPlan | None = None) -> ReplayPlan:
@@ -162,17 +167,28 @@ def execute_replay(
     plan: ReplayPlan | None = None,
     executor: Executor | None = None,
     on_target_start: OnTargetStart | None = None,
+    simulation: SimulationSpec | None = None,
 ) -> RunResult:
     """Send ``spec``'s recorded source as a run of its own; ``plan``: that source already read
-    and its waits scaled (``replay_plan_for``: a sweep reads it once for all its points)."""
+    and its waits scaled (``replay_plan_for``: a sweep reads it once for all its points). With
+    ``simulation``, sent in virtual time to its engine twins (``swarm replay --simulate``; the
+    refusals of ``execute_simulation``), ``executor`` then one made of it."""
     chosen = plan if plan is not None else replay_plan_for(spec)
+    fields = replay_manifest_fields(spec, chosen)
+    if simulation is None:
+        return run_on_targets(
+            replay_source_for(spec, chosen), spec, executor or make_executor(spec),
+            manifest_fields=fields, on_target_start=on_target_start,
+        )  # fmt: skip
+    from swarm.sim.executor import SimulatedExecutor, twin_targets
+
+    _simulable(spec, simulation)
     return run_on_targets(
-        replay_source_for(spec, chosen),
-        spec,
-        executor or make_executor(spec),
-        manifest_fields=replay_manifest_fields(spec, chosen),
-        on_target_start=on_target_start,
-    )
+        replay_source_for(spec, chosen), spec,
+        executor if isinstance(executor, SimulatedExecutor) else SimulatedExecutor(simulation),
+        manifest_fields={**fields, "simulated": simulation.manifest_entry()},
+        on_target_start=on_target_start, resolved=twin_targets(simulation),
+    )  # fmt: skip
 
 
 def summary_rows(run_dir: str | Any) -> dict[str, dict[str, Any]]:

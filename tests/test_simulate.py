@@ -346,4 +346,58 @@ def test_what_a_simulation_cannot_model_is_refused(tmp_path: Path) -> None:
     assert done.returncode == 2 and "cannot simulate a server at a URL" in done.stderr
     done = subprocess.run([*SWARM, "sweep", "--fleet", "3", "--output", str(tmp_path / "s")], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--fleet apply with --simulate only" in done.stderr
+    trace = str(MOONCAKE)
+    done = subprocess.run(
+        [*SWARM, "replay", trace, "--simulate", "--target", "x=http://127.0.0.1:9", "--output", str(tmp_path / "runs")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2 and "cannot simulate a server at a URL" in done.stderr
+    done = subprocess.run(
+        [*SWARM, "replay", trace, "--routing", "round_robin", "--output", str(tmp_path / "runs")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2 and "--routing apply with --simulate only" in done.stderr
     assert not (tmp_path / "runs").exists() and not (tmp_path / "s").exists()
+
+
+MOONCAKE = Path(__file__).parent / "data" / "mooncake_conversation_first300.jsonl"
+
+
+def test_a_trace_replays_in_virtual_time_on_its_recorded_schedule(tmp_path: Path) -> None:
+    """``swarm replay --simulate``: a public trace (Mooncake's first 300 requests, two minutes of
+    arrivals) sent to the sglang twin in virtual time: every request scheduled at its recorded
+    offset to the millisecond and sent then (no client lag), the rows and the manifest marked
+    virtual, the report saying so, and the twin's cache reusing the trace's shared blocks."""
+    done = subprocess.run(
+        [*SWARM, "replay", str(MOONCAKE), "--simulate", "--engine", "sglang", "--no-progress", "--json",
+         "--output", str(tmp_path / "runs")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    (account,) = result["simulation"]
+    assert account["requests"] == 300 and account["simulated_s"] > 100  # the trace's last arrival: 2 min in
+    run_dir = Path(result["run_dir"])
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["simulated"]["clock"] == "virtual" and manifest["replay_of"]["format"] == "mooncake"
+    import pyarrow.dataset as ds
+
+    rows = ds.dataset(run_dir / "requests", format="parquet").to_table().to_pylist()
+    recorded = sorted(json.loads(line)["timestamp"] for line in MOONCAKE.read_text().splitlines())
+    start_ns = min(r["scheduled_ns"] for r in rows)
+    assert sorted(round((r["scheduled_ns"] - start_ns) / 1e6) for r in rows) == [t - recorded[0] for t in recorded]
+    assert all(r["sent_ns"] == r["scheduled_ns"] and r["clock"] == "virtual" for r in rows)
+    assert sum(r["cached_tokens"] or 0 for r in rows) > 0  # the trace's hash ids share prefixes
+    report = _report(str(run_dir))
+    assert "simulated in virtual time" in report["warnings"][0]
+
+    swept = subprocess.run(
+        [*SWARM, "sweep", "--replay", str(MOONCAKE), "--limit", "60", "--simulate", "--engine", "sglang",
+         "--ladder", "speed=1,4", "--output", str(tmp_path / "sweep"), "--json"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert swept.returncode == 0, swept.stderr[-2000:]
+    (twin,) = json.loads(swept.stdout)["targets"].values()
+    assert [p["load"] for p in twin["points"]] == [1.0, 4.0]
+    runs = sorted((tmp_path / "sweep" / "runs").glob("*/*/manifest.json"))
+    assert len(runs) == 2 and all(json.loads(r.read_text())["simulated"]["clock"] == "virtual" for r in runs)

@@ -320,8 +320,10 @@ def test_a_killed_sweep_resumes_with_only_its_missing_points(
 def test_report_and_compare_read_sweep_folders(
     emulator: Callable[..., EmulatorThread], tmp_path: Path
 ) -> None:
-    a_url = emulator(engine="sglang", timing="fixed", first_token_ms=5, token_ms=2).url
-    b_url = emulator(engine="trtllm", timing="fixed", first_token_ms=5, token_ms=2).url
+    # a first token slow enough (60 ms) that a busy machine's late reads (a few ms) leave the
+    # points valid: a point whose client read later than 5 % of its TTFT p50 is not on the curves
+    a_url = emulator(engine="sglang", timing="fixed", first_token_ms=60, token_ms=2).url
+    b_url = emulator(engine="trtllm", timing="fixed", first_token_ms=60, token_ms=2).url
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
     folders = []
     for name, url, engine in (("a", a_url, "sglang"), ("b", b_url, "trtllm")):
@@ -351,7 +353,8 @@ def test_report_and_compare_read_sweep_folders(
         assert capacity["at_least"] is True, capacity
     else:
         assert capacity["at_least"] is True or capacity["load"] is None, capacity
-    assert "<svg" in html.read_text()
+    if capacity["load"] is not None:  # a valid point to draw
+        assert "<svg" in html.read_text()
     compared = subprocess.run(
         [*SWARM, "compare", *folders, "--json"], capture_output=True, text=True, timeout=120
     )

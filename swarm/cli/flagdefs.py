@@ -105,7 +105,7 @@ FLAGS: dict[str, FlagDef] = {
     'schedule_policy': FlagDef(decls=('--schedule-policy',), kind='str', help="sglang: order of the waiting queue, as SGLang's --schedule-policy (default lpm: longest cached prefix first; fcfs)", group='Engine scheduler', choices=('lpm', 'fcfs'), origin=('EmulatorConfig.schedule_policy',)),
     'seed': FlagDef(decls=('--seed',), kind='int', help='seed of every random choice', group='Workload', default_text='0', origin=('WorkloadSpec.seed',)),
     'served_model_name': FlagDef(decls=('--served-model-name',), kind='str', help="model name served (as vLLM's and SGLang's --served-model-name)", group='Emulator', default_text='swarm-emulator', origin=('EmulatorConfig.model',)),
-    'simulate': FlagDef(decls=('--simulate',), kind='bool', help='every point in virtual time against engine twins (swarm simulate: --engine, --emulator-arg, --fleet, --routing), not over HTTP', group='Sweep', default_text='off', negatable=False, origin=('SweepOptions.simulate',)),
+    'simulate': FlagDef(decls=('--simulate',), kind='bool', help='send in virtual time to engine twins (as swarm simulate: --engine, --emulator-arg, --fleet, --routing), not over HTTP; sweep: every point', group='Simulation', default_text='off', negatable=False, origin=('SimulateOption.simulate',)),
     'skip_bad_lines': FlagDef(decls=('--skip-bad-lines',), kind='bool', help='skip malformed lines (counted in the notes) instead of stopping', group='Replay source', default_text='off', origin=('TraceSourceSpec.skip_bad_lines',)),
     'slo': FlagDef(decls=('--slo',), kind='list[str]', help="an SLO, NAME:VALUE, e.g. --slo ttft:500ms --slo itl:50ms (goodput; a sweep's capacity)", group='Output', origin=('OutputOptions.slo',)),
     'slo_factor': FlagDef(decls=('--slo-factor',), kind='float', help='--auto stops when an SLO figure passes its bound times this', group='Sweep', default_text='2', origin=('StopRules.slo_factor',)),
@@ -203,10 +203,16 @@ _REPLAY_SOURCE_SPEC: dict[str, tuple[tuple[str, ...], ...]] = {
     'tokenizer': (('replay', 'tokenizer'),),
     'start_at': (('replay', 'start_at'),),
 }
+_SIMULATE_OPTION: dict[str, tuple[tuple[str, ...], ...]] = {
+    'simulate': (),
+}
+_SIMULATION_SPEC: dict[str, tuple[tuple[str, ...], ...]] = {
+    'fleet': (),
+    'routing': (),
+}
 _SWEEP_OPTIONS: dict[str, tuple[tuple[str, ...], ...]] = {
     'ladder': (),
     'auto': (),
-    'simulate': (),
     'replay': (),
 }
 _SWEEP_SPEC: dict[str, tuple[tuple[str, ...], ...]] = {
@@ -225,10 +231,6 @@ _SWEEP_SPEC: dict[str, tuple[tuple[str, ...], ...]] = {
 _OUTPUT_OPTIONS_2: dict[str, tuple[tuple[str, ...], ...]] = {
     'html': (),
     'slo': (),
-}
-_SIMULATION_SPEC: dict[str, tuple[tuple[str, ...], ...]] = {
-    'fleet': (),
-    'routing': (),
 }
 _SEND_SPEC_2: dict[str, tuple[tuple[str, ...], ...]] = {
     'engine': (('targets', '*', 'engine'),),
@@ -361,8 +363,8 @@ ARGUMENTS = {'source': 'a run folder, or a trace: TensorRT-LLM execution traces 
 
 COMMANDS: dict[str, dict[str, tuple[tuple[str, ...], ...]]] = {
     'run': {**_SEND_SPEC, **_WORKLOAD_SPEC, **_OUTPUT_OPTIONS},
-    'replay': {**_SEND_SPEC, **_REPLAY_SOURCE_SPEC, **_OUTPUT_OPTIONS},
-    'sweep': {**_SWEEP_OPTIONS, **_SEND_SPEC, **_WORKLOAD_SPEC, **_REPLAY_SOURCE_SPEC, **_SWEEP_SPEC, **_OUTPUT_OPTIONS, **_OUTPUT_OPTIONS_2, **_SIMULATION_SPEC, 'tokenizer': (('workload', 'tokenizer'), ('replay', 'tokenizer')), 'start_at': (('workload', 'start_at'), ('replay', 'start_at'))},
+    'replay': {**_SEND_SPEC, **_REPLAY_SOURCE_SPEC, **_OUTPUT_OPTIONS, **_SIMULATE_OPTION, **_SIMULATION_SPEC},
+    'sweep': {**_SWEEP_OPTIONS, **_SEND_SPEC, **_WORKLOAD_SPEC, **_REPLAY_SOURCE_SPEC, **_SWEEP_SPEC, **_OUTPUT_OPTIONS, **_OUTPUT_OPTIONS_2, **_SIMULATE_OPTION, **_SIMULATION_SPEC, 'tokenizer': (('workload', 'tokenizer'), ('replay', 'tokenizer')), 'start_at': (('workload', 'start_at'), ('replay', 'start_at'))},
     'simulate': {**_SEND_SPEC_2, **_WORKLOAD_SPEC, **_SIMULATION_SPEC, **_OUTPUT_OPTIONS},
     'emulate': {**_EMULATOR_CONFIG, **_TARGET_SPEC, **_EMULATE_OPTIONS},
     'calibrate': {**_TARGET_SPEC_2, **_CALIBRATE_OPTIONS, **_OUTPUT_OPTIONS_3},

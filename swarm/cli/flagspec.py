@@ -24,7 +24,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo, PydanticUndefined
 
 from swarm.cli.flagdef import FlagDef
-from swarm.cli.options import CalibrateOptions, EmulateOptions, OutputOptions, SweepOptions
+from swarm.cli.options import CalibrateOptions, EmulateOptions, OutputOptions, SimulateOption, SweepOptions
 from swarm.emulator.config import EmulatorConfig
 from swarm.replay.source_spec import ReplaySourceSpec, TraceSourceSpec
 from swarm.runtime.specs import SendSpec, TargetSpec
@@ -53,6 +53,8 @@ _SEND = Source(SendSpec)
 _WORKLOAD = Source(WorkloadSpec, ("workload",))
 _REPLAY = Source(ReplaySourceSpec, ("replay",), skip=("source",))
 _SENDERS_OUTPUT = Source(OutputOptions, None, ("spec", "output", "json_out", "progress"))
+#: ``--simulate`` and the fleet it simulates (sweep, replay)
+_SIMULATE = (Source(SimulateOption, None), Source(SimulationSpec, None, ("fleet", "routing")))
 #: what of sending a simulation takes: its twins (``--engine``: one target each), its limits and
 #: its output; no URL, client, timing clock, Ray or scraping
 _SIMULATED_SENDING = (
@@ -63,10 +65,10 @@ _SIMULATED_SENDING = (
 #: per command, the models it takes flags from, in the order ``--help`` lists them
 SOURCES: dict[str, tuple[Source, ...]] = {
     "run": (_SEND, _WORKLOAD, _SENDERS_OUTPUT),
-    "replay": (_SEND, _REPLAY, _SENDERS_OUTPUT),
+    "replay": (_SEND, _REPLAY, _SENDERS_OUTPUT, *_SIMULATE),
     "sweep": (
         Source(SweepOptions, None), _SEND, _WORKLOAD, _REPLAY, Source(SweepSpec, ("sweep",)), _SENDERS_OUTPUT,
-        Source(OutputOptions, None, ("html", "slo")), Source(SimulationSpec, None, ("fleet", "routing")),
+        Source(OutputOptions, None, ("html", "slo")), *_SIMULATE,
     ),
     "simulate": (
         Source(SendSpec, (), _SIMULATED_SENDING), _WORKLOAD, Source(SimulationSpec, None, ("fleet", "routing")),

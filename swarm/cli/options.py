@@ -73,17 +73,24 @@ class SweepOptions(BaseModel):
         description="grow the knob from its one value until a stop rule fires",
         json_schema_extra=flag("--auto", group="Sweep", negatable=False),
     )
-    simulate: bool = Field(
-        default=False,
-        description="every point in virtual time against engine twins (swarm simulate: --engine, "
-        "--emulator-arg, --fleet, --routing), not over HTTP",
-        json_schema_extra=flag("--simulate", group="Sweep", negatable=False),
-    )
     replay: str | None = Field(
         default=None,
         description="sweep a replay of this run folder or trace (its reading flags as swarm replay's; "
         "or a --spec with a replay: part)",
         json_schema_extra=flag("--replay", group="Sweep", metavar="SOURCE"),
+    )
+
+
+class SimulateOption(BaseModel):
+    """``--simulate`` of ``swarm sweep`` and ``swarm replay``: what they send, in virtual time."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    simulate: bool = Field(
+        default=False,
+        description="send in virtual time to engine twins (as swarm simulate: --engine, --emulator-arg, "
+        "--fleet, --routing), not over HTTP; sweep: every point",
+        json_schema_extra=flag("--simulate", group="Simulation", negatable=False),
     )
 
 

@@ -19,12 +19,11 @@ from rich.console import Console
 from swarm.cli.app import app
 from swarm.cli.flags import Given, takes, validated
 from swarm.cli.sending import spec_data
-from swarm.cli.twins import twin_configs
+from swarm.cli.twins import check_simulate_flags, simulation_of
 from swarm.errors import InputError
 
 if TYPE_CHECKING:
-    from swarm.runtime.specs import RunSpec, SendSpec
-    from swarm.sim.spec import SimulationSpec
+    from swarm.runtime.specs import SendSpec
     from swarm.sweep.points import PointLauncher
     from swarm.sweep.runner import SweepEvent
     from swarm.sweep.spec import SweepSpec
@@ -103,28 +102,23 @@ def launcher_of(given: Given, knob: str) -> tuple[PointLauncher, SendSpec]:
     from swarm.sweep.spec import SHOWDOWN_EXECUTOR
 
     replay = given.get("replay")
-    simulate = bool(given.get("simulate"))
-    if not simulate and (off := given.given_of(("fleet", "routing"))):
-        raise InputError(f"{', '.join(off)} apply with --simulate only")
-    if simulate and given.get("target"):
-        raise InputError("--simulate models engine twins and cannot simulate a server at a URL (--target)")
-    if simulate and (replay is not None or _spec_replays(given)):
-        raise InputError("--simulate sweeps agent swarms: a replay is not simulated (yet); drop --replay or --simulate")
+    simulate = check_simulate_flags(given)
     if replay is not None or _spec_replays(given):
         if wrong := _given_under(given, "workload"):
             raise InputError(f"--replay sends the recorded traffic: {', '.join(wrong)} apply to agent swarms")
-        data, source = spec_data(given, skip=("workload", "sweep"))
+        data, source = spec_data(given, skip=("workload", "sweep", "targets") if simulate else ("workload", "sweep"))
+        if simulate:
+            data.setdefault("executor", "inprocess")
         if replay is not None:
             data.setdefault("replay", {})["source"] = replay
         replay_spec = validated(ReplaySpec, _emulators(data), source, given)
-        return ReplayPoints(replay_spec), replay_spec
+        simulation = simulation_of(given, replay_spec, source) if simulate else None
+        return ReplayPoints(replay_spec, simulation=simulation), replay_spec
     if wrong := _given_under(given, "replay"):
         raise InputError(f"{', '.join(wrong)} apply with --replay only")
     is_showdown = showdown(given)
     data, source = spec_data(given, skip=("replay", "sweep", "targets") if simulate else ("replay", "sweep"))
     if simulate:
-        if data.get("targets"):
-            raise InputError(f"{source}: targets: --simulate models engine twins and cannot simulate a server at a URL")
         data.setdefault("executor", "inprocess")
     workload = data.setdefault("workload", {})
     if knob == "rate" and "arrival" not in workload:
@@ -138,23 +132,8 @@ def launcher_of(given: Given, knob: str) -> tuple[PointLauncher, SendSpec]:
     elif given.get("spec") is None:
         workload.setdefault("arrival", {"process": "all_at_once"})  # the agents knob: agents live at once
     run_spec = validated(RunSpec, _emulators(data), source if not is_showdown else "sweep flags", given)
-    simulation = _simulation(given, run_spec) if simulate else None
+    simulation = simulation_of(given, run_spec, source) if simulate else None
     return AgentPoints(run_spec, source=source, simulation=simulation), run_spec
-
-
-def _simulation(given: Given, run_spec: RunSpec) -> SimulationSpec:
-    """``--simulate``'s twins: ``--engine`` (none: sglang and trtllm, as the embedded
-    emulators) set up as the embedded emulators would be, with ``--fleet`` and ``--routing``."""
-    from swarm.runtime.targets import EMBEDDED_ENGINES
-    from swarm.sim.spec import SimulationSpec
-
-    if run_spec.executor != "inprocess":
-        raise InputError("--simulate runs in this process: --executor ray does not apply")
-    engines = given.get("engine") or list(EMBEDDED_ENGINES)
-    data = {k: given.get(k) for k in ("fleet", "routing") if k in given}
-    return validated(
-        SimulationSpec, {**data, "twins": twin_configs(engines, run_spec.emulator_args)}, "sweep flags", given
-    )
 
 
 def _emulators(data: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,8 @@ from swarm.errors import InputError
 
 if TYPE_CHECKING:
     from swarm.emulator.config import EmulatorConfig
+    from swarm.runtime.specs import SendSpec
+    from swarm.sim.spec import SimulationSpec
 
 
 def emulator_config(given: Given, source: str = "swarm emulate") -> EmulatorConfig:
@@ -65,3 +67,30 @@ def twin_configs(engines: Sequence[str], emulator_args: Sequence[str]) -> list[E
 
 #: emulate flags that act only in its HTTP server: refused for a simulated twin
 HTTP_ONLY = ("faults", "stamp_chunks", "replica_name")
+
+
+def check_simulate_flags(given: Given) -> bool:
+    """Whether ``--simulate`` was given; refuses ``--fleet`` and ``--routing`` without it and a
+    ``--target`` with it (a simulation models twins, not a server at a URL)."""
+    simulate = bool(given.get("simulate"))
+    if not simulate and (off := given.given_of(("fleet", "routing"))):
+        raise InputError(f"{', '.join(off)} apply with --simulate only")
+    if simulate and given.get("target"):
+        raise InputError("--simulate models engine twins and cannot simulate a server at a URL (--target)")
+    return simulate
+
+
+def simulation_of(given: Given, send: SendSpec, source: str) -> SimulationSpec:
+    """``--simulate``'s twins: ``--engine`` (none: sglang and trtllm, as the embedded
+    emulators) set up as the embedded emulators would be (``send``'s ``--emulator-arg``), with
+    ``--fleet`` and ``--routing``; ``send`` runs in this process."""
+    from swarm.runtime.targets import EMBEDDED_ENGINES
+    from swarm.sim.spec import SimulationSpec
+
+    if send.targets:
+        raise InputError(f"{source}: targets: --simulate models engine twins and cannot simulate a server at a URL")
+    if send.executor != "inprocess":
+        raise InputError("--simulate runs in this process: --executor ray does not apply")
+    engines = given.get("engine") or list(EMBEDDED_ENGINES)
+    data = {k: given.get(k) for k in ("fleet", "routing") if k in given}
+    return validated(SimulationSpec, {**data, "twins": twin_configs(engines, send.emulator_args)}, source, given)

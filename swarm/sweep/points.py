@@ -124,10 +124,12 @@ class ReplayPoints:
     kind = "replay"
     knobs = REPLAY_KNOBS
 
-    def __init__(self, spec: ReplaySpec) -> None:
+    def __init__(self, spec: ReplaySpec, simulation: SimulationSpec | None = None) -> None:
         self.spec = spec
         self.plan = replay_plan_for(spec)
         self.seed = self.plan.source_seed
+        #: every point simulated against these twins (``swarm sweep --replay --simulate``)
+        self.simulation = simulation
 
     def check_knob(self, knob: str, loads: list[float] | None = None) -> None:
         if knob not in self.knobs:
@@ -150,7 +152,7 @@ class ReplayPoints:
                 f"{item.parents}|{item.block_ids}|{item.prompt_parts}\n".encode()
             )
         source = self.plan.source
-        return {
+        out = {
             "source": redact_url(source) if "://" in source else source,
             "format": self.plan.source_format,
             "requests": len(self.plan.items),
@@ -158,9 +160,15 @@ class ReplayPoints:
             "settings": self.spec.model_dump(mode="json", exclude=_PLACEMENT_FIELDS | {"replay"})
             | {"replay": self.spec.replay.model_dump(mode="json", exclude={"source"})},
         }
+        if self.simulation is not None:
+            out["simulated"] = self.simulation.manifest_entry()
+        return out
 
     def run_point(
         self, knob: str, load: float, target: TargetSpec, executor: Executor, output_dir: str
     ) -> RunResult:
+        if self.simulation is not None:  # the twin the target names, alone
+            spec = with_load(self.spec, knob, load).model_copy(update={"output_dir": output_dir})
+            return execute_replay(spec, plan=self.plan, simulation=self.simulation.only(target.name))
         spec = _one_target(with_load(self.spec, knob, load), target, output_dir)
         return execute_replay(spec, plan=self.plan, executor=executor)

@@ -12,7 +12,9 @@ never accidentally extends a cached generated output.
 
 from __future__ import annotations
 
+import functools
 import random
+from array import array
 
 from swarm.workload.tokenizer import Tokenizer, WordTokenizer
 
@@ -47,6 +49,43 @@ def words(rng: random.Random, n: int) -> list[str]:
     return rng.choices(WORDS, k=n) if n > 0 else []
 
 
+#: a text of this many words or more is cut from the corpus (``_corpus``) at a random word, not
+#: drawn word by word: a mid-life coding session's history is 100k words, and drawing them one by
+#: one was a third of a simulation's time (docs/simulation.md, "Speed")
+CORPUS_FROM_WORDS = 64
+#: the corpus's length in words (about 1.7 MB of text, drawn once per process from its own seed)
+CORPUS_WORDS = 1 << 18
+
+
+@functools.cache
+def _corpus() -> tuple[str, array]:
+    """One long text of ``CORPUS_WORDS`` words drawn from ``WORDS`` (a fixed seed: the same in
+    every process), and where each of its words starts (one past the end last)."""
+    drawn = random.Random("swarm:textsynth:corpus").choices(WORDS, k=CORPUS_WORDS)
+    starts = array("q", [0]) * (CORPUS_WORDS + 1)
+    at = 0
+    for i, word in enumerate(drawn):
+        starts[i] = at
+        at += len(word) + 1
+    starts[CORPUS_WORDS] = at
+    return " ".join(drawn), starts
+
+
+def corpus_words(rng: random.Random, n: int) -> str:
+    """``n`` words of the corpus from a word ``rng`` draws (more than the corpus holds: several
+    such runs), joined by spaces: as random as ``words`` to a cache (a prompt's blocks are
+    hashed from its first token, so a run's place in the corpus is all that tells texts apart),
+    at the cost of a copy."""
+    text, starts = _corpus()
+    runs = []
+    while n > 0:
+        k = min(n, CORPUS_WORDS)
+        first = rng.randrange(CORPUS_WORDS - k + 1)
+        runs.append(text[starts[first] : starts[first + k] - 1])
+        n -= k
+    return " ".join(runs)
+
+
 def synth_text(rng: random.Random, n_tokens: int, tokenizer: Tokenizer | None = None, lead: str = "") -> str:
     """Text of ``n_tokens`` tokens (exact for words), starting with ``lead`` when given.
 
@@ -56,6 +95,8 @@ def synth_text(rng: random.Random, n_tokens: int, tokenizer: Tokenizer | None = 
     tokenizer = tokenizer or WordTokenizer()
     head = lead.split()
     if isinstance(tokenizer, WordTokenizer):
+        if n_tokens - len(head) >= CORPUS_FROM_WORDS:
+            return " ".join([*head, corpus_words(rng, n_tokens - len(head))])
         body = words(rng, max(0, n_tokens - len(head)))
         return " ".join((head + body)[: max(n_tokens, 0)]) if n_tokens > 0 else ""
     # real tokenizer: estimate, then adjust word by word

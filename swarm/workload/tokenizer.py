@@ -22,6 +22,10 @@ class Tokenizer(Protocol):
 
     def encode(self, text: str) -> Sequence[str] | Sequence[int]: ...
 
+    def count(self, text: str) -> int:
+        """How many tokens ``text`` has (``len(encode(text))``, without keeping them)."""
+        ...
+
 
 class WordTokenizer:
     """Whitespace words: exact for swarm's emulator."""
@@ -31,7 +35,10 @@ class WordTokenizer:
     def encode(self, text: str) -> list[str]:
         # interned: the same word in thousands of agents' prompts is then one object, not one
         # ~50-byte string per occurrence (the vocabulary is small, the prompts are many)
-        return [intern(w) for w in text.split()]
+        return list(map(intern, text.split()))
+
+    def count(self, text: str) -> int:
+        return len(text.split())  # no interning: the words are not kept
 
 
 class HFTokenizer:
@@ -55,6 +62,9 @@ class HFTokenizer:
 
     def encode(self, text: str) -> list[int]:
         return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def count(self, text: str) -> int:
+        return len(self._tok.encode(text, add_special_tokens=False).ids)
 
 
 def get_tokenizer(path: str | None) -> Tokenizer:

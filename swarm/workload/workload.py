@@ -182,7 +182,7 @@ class AgentPlan:
         """Tokens of ``text`` by the plan's tokenizer (memoised: prompt parts recur)."""
         n = self._token_counts.get(text)
         if n is None:
-            n = self._token_counts[text] = len(self.tokenizer.encode(text))
+            n = self._token_counts[text] = self.tokenizer.count(text)
         return n
 
     def summary(self, node: str) -> str:
