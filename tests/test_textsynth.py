@@ -22,6 +22,29 @@ def test_word_budgets_are_exact(n: int) -> None:
     assert len(tool_catalogue(rng, max(n, 30), 5).split()) == max(n, 30)
 
 
+def test_long_texts_are_cut_from_the_corpus_seeded_and_apart() -> None:
+    """A text past ``CORPUS_FROM_WORDS`` is a run of the seeded corpus: the same seed gives the
+    same text, another seed another; one longer than the corpus is exact too; siblings' texts
+    of one length start at different words."""
+    from swarm.workload.textsynth import CORPUS_FROM_WORDS, CORPUS_WORDS
+
+    n = CORPUS_FROM_WORDS * 4
+    assert synth_text(random.Random(3), n) == synth_text(random.Random(3), n)
+    assert synth_text(random.Random(3), n) != synth_text(random.Random(4), n)
+    assert len(synth_text(random.Random(5), CORPUS_WORDS + 17, lead="[x]").split()) == CORPUS_WORDS + 17
+    rng = random.Random(6)
+    firsts = [synth_text(rng, n).split()[:8] for _ in range(50)]
+    assert len({tuple(f) for f in firsts}) == 50
+    assert set(synth_text(rng, n).split()) <= set(WORDS)
+
+
+@pytest.mark.parametrize(
+    "text", ["", "a", "a b c", " a", "a ", "a  b", "a\nb", "a\tb", "a\x1cb", "a\xa0b", "a\u3000b", "a\u2028 b", "é b"]
+)
+def test_the_word_count_is_the_words_split(text: str) -> None:
+    assert WordTokenizer().count(text) == len(text.split()) == len(WordTokenizer().encode(text))
+
+
 def test_lead_starts_the_text() -> None:
     assert synth_text(random.Random(0), 10, lead="[n7] go").startswith("[n7] go ")
 

@@ -184,17 +184,19 @@ class Generation:
         return len(self.prompt)
 
     def _emit(self, now_s: float) -> None:
-        word = self._words[len(self.output)]
-        self.output.append(word)
-        self._pending.append(word)
+        output = self.output
+        word = self._words[len(output)]
+        output.append(word)
         if self.first_token_s is None:
             self.first_token_s = now_s
-        if len(self.output) >= self.max_new:
+        if len(output) >= self.max_new:
             self.finished = True
-        if self.times is None:
+        times = self.times
+        if times is None:
+            self._pending.append(word)
             self._event.set()
-        else:  # a reader of the end only: woken at the finish (``EngineModel._release``)
-            self.times.append(now_s)
+        else:  # a reader of the end only (no stream to hand words to): woken at the finish
+            times.append(now_s)  # (``EngineModel._release``)
 
     async def tokens(self) -> AsyncGenerator[list[str], None]:
         """Yield lists of newly generated words as they come out, until the request finishes."""
@@ -549,7 +551,11 @@ class EngineModel:
             cfg.step_base_ms
             - (0.0 if emits else min(cfg.step_emit_ms, cfg.step_base_ms))
             + cfg.decode_ms_per_seq * plan.batch
-            + cfg.decode_ms_per_context_token * sum(g.prompt_tokens + len(g.output) for g in plan.decoding)
+            + (
+                cfg.decode_ms_per_context_token * sum(g.prompt_tokens + len(g.output) for g in plan.decoding)
+                if cfg.decode_ms_per_context_token
+                else 0.0
+            )
         )
         compute = (
             cfg.prefill_ms_per_token * plan.prefill_tokens

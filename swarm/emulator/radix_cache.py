@@ -33,13 +33,25 @@ class _Node:
 
 
 def _common_prefix(edge: list[str], tokens: Sequence[str], start: int) -> int:
-    """Length of the common prefix of ``edge`` and ``tokens[start:]``."""
+    """Length of the common prefix of ``edge`` and ``tokens[start:]``: runs compared as slices
+    (in C), growing while they match, then halved to the first token that differs; the
+    comparisons copy about twice the common prefix, not the whole edge (a prompt of 100k tokens
+    against an edge it leaves early)."""
     n = min(len(edge), len(tokens) - start)
-    if edge[:n] == tokens[start : start + n]:
+    i, run = 0, 64
+    while i < n:  # grow: each matching run doubles the next
+        k = min(run, n - i)
+        if edge[i : i + k] != tokens[start + i : start + i + k]:
+            break
+        i, run = i + k, run * 2
+    else:
         return n
-    i = 0
-    while i < n and edge[i] == tokens[start + i]:
-        i += 1
+    while k > 1:  # the first difference is within the k tokens from i
+        half = k // 2
+        if edge[i : i + half] == tokens[start + i : start + i + half]:
+            i, k = i + half, k - half
+        else:
+            k = half
     return i
 
 

@@ -269,6 +269,8 @@ class Scheduler(Generic[R]):
         plan: StepPlan[R],
     ) -> float:
         p = self.policy
+        if not waiting:  # nothing to admit: the KV held is not needed (a decode step's usual case)
+            return budget
         held = sum(self.held(g) for g in running)
         for gen in self._ordered(waiting, engine):
             if budget <= 0 or (p.max_running is not None and len(running) >= p.max_running):

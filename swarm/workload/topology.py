@@ -18,7 +18,7 @@ explicit ``graph`` in networkx node-link form.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -54,6 +54,9 @@ class TopologyTemplate:
     beams: tuple[BeamGroup, ...]
     order: tuple[str, ...]
     spawns: frozenset[str] = frozenset()  # nodes that start a sub-agent fresh (``spawn: true``)
+    #: context parents and ancestors by node, found once (the graph does not change; a
+    #: simulation of a thousand mid-life sessions asked half a million times)
+    _context: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def role(self, node: str) -> str:
         return str(self.graph.nodes[node]["role"])
@@ -70,7 +73,13 @@ class TopologyTemplate:
         }
 
     def context_parents(self, node: str) -> list[str]:
-        return [p for p in self.graph.predecessors(node) if self.graph.edges[p, node]["kind"] == "context"]
+        found = self._context.get(("parents", node))
+        if found is None:
+            g = self.graph
+            found = self._context[("parents", node)] = tuple(
+                p for p in g.predecessors(node) if g.edges[p, node]["kind"] == "context"
+            )
+        return list(found)
 
     def after_parents(self, node: str) -> list[str]:
         return [p for p in self.graph.predecessors(node) if self.graph.edges[p, node]["kind"] == "after"]
@@ -85,14 +94,17 @@ class TopologyTemplate:
 
     def context_ancestors(self, node: str) -> list[str]:
         """Every node whose turn is in ``node``'s prompt, in topological order."""
-        seen: set[str] = set()
-        stack = self.context_parents(node)
-        while stack:
-            n = stack.pop()
-            if n not in seen:
-                seen.add(n)
-                stack.extend(self.context_parents(n))
-        return [n for n in self.order if n in seen]
+        found = self._context.get(("ancestors", node))
+        if found is None:
+            seen: set[str] = set()
+            stack = self.context_parents(node)
+            while stack:
+                n = stack.pop()
+                if n not in seen:
+                    seen.add(n)
+                    stack.extend(self.context_parents(n))
+            found = self._context[("ancestors", node)] = tuple(n for n in self.order if n in seen)
+        return list(found)
 
 
 class _Builder:
