@@ -334,6 +334,38 @@ def test_a_simulated_sweep_climbs_the_twin_and_says_it_is_simulated(tmp_path: Pa
     assert len(runs) == 3 and all(json.loads(r.read_text())["simulated"]["clock"] == "virtual" for r in runs)
 
 
+def test_a_simulated_sweep_over_replicas_names_the_fewest_meeting_the_slo(tmp_path: Path) -> None:
+    """``--ladder replicas=1,2,4`` with ``--simulate``: each point the same swarm against a fleet
+    of that many twins (its manifest says so), and the verdict the fewest replicas meeting the
+    SLO (more replicas are more capacity). Without ``--simulate`` the knob is refused, and with
+    ``--fleet`` beside it."""
+    write_spec_files(tmp_path)
+    workload = ["--profile", str(tmp_path / "tiny_reasoner.yaml"), "--topology", str(tmp_path / "tot_2x2.yaml"),
+                "--agents", "24", "--arrival", "all_at_once", *(f"--emulator-arg={a}" for a in SLOW_STEPS)]  # fmt: skip
+    done = subprocess.run(
+        [*SWARM, "sweep", "--simulate", "--engine", "sglang", "--ladder", "replicas=1,2,4", *workload,
+         "--slo", "ttft:1s", "--output", str(tmp_path / "sweep"), "--no-progress", "--json"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (twin,) = json.loads(done.stdout)["targets"].values()
+    ttft = [p["figures"]["ttft_ms.p99"] for p in twin["points"]]
+    assert ttft[0] > 1000 > ttft[-1], ttft  # one twin cannot, four can
+    capacity = twin["capacity"]
+    assert capacity["fewest"] and capacity["load"] in (2, 4) and capacity["limiting"] == "ttft_ms.p99 <= 1000", capacity
+    fleets = [json.loads(r.read_text())["simulated"]["fleet"] for r in sorted((tmp_path / "sweep" / "runs").glob("*/*/manifest.json"))]
+    assert sorted(fleets) == [1, 2, 4]
+    shown = subprocess.run([*SWARM, "report", str(tmp_path / "sweep")], capture_output=True, text=True, timeout=120)
+    assert "fewest replicas meeting the SLOs (ttft:1s)" in shown.stdout
+    for extra, why in ((["--target", "x=http://127.0.0.1:9"], "replicas of a simulated fleet"),
+                       (["--simulate", "--fleet", "2"], "drop --fleet")):  # fmt: skip
+        refused = subprocess.run(
+            [*SWARM, "sweep", "--ladder", "replicas=1,2", *extra, "--output", str(tmp_path / "no")],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert refused.returncode == 2 and why in refused.stderr, refused.stderr[-2000:]
+
+
 def test_what_a_simulation_cannot_model_is_refused(tmp_path: Path) -> None:
     done = _simulate(tmp_path, "--emulator-arg=--faults=error:0.1")
     assert done.returncode == 2 and "acts in the emulator's HTTP server" in done.stderr

@@ -15,6 +15,7 @@ from swarm.sweep.curves import (
     SloBound,
     SweepPoint,
     capacity_at_slo,
+    fewest_at_slo,
     crossovers,
     eviction_cliff,
     pareto_front,
@@ -376,6 +377,24 @@ def test_capacity_when_nothing_fails_or_the_first_point_fails() -> None:
     assert low.load is None and low.describe() == "below the lowest load: it already fails ttft_ms.p99 <= 50"
     # a point without the figure fails the bound
     assert capacity_at_slo(points, [SloBound("e2e_ms.p99", 1e9)]).load is None
+
+
+def test_the_fewest_replicas_meeting_the_slos_is_found_from_below() -> None:
+    """A knob that adds capacity (a fleet's replicas): TTFT falls as replicas grow. 2 fails,
+    4 meets: the crossing of 200 ms on the line from 2 (500) to 4 (150) is 2 + 300 / 350 × 2
+    = 3.71, rounded up to 4 replicas (3.71 kept without ``whole``); an invalid point is left
+    out; every point meeting gives at most the lowest; none meeting names the bound."""
+    ttft = {1: 2000.0, 2: 500.0, 3: 90.0, 4: 150.0, 8: 100.0}
+    points = [SweepPoint(load, {"ttft_ms.p99": v}, valid=load != 3) for load, v in ttft.items()]
+    bound = SloBound("ttft_ms.p99", 200, "lower")
+    fewest = fewest_at_slo(points, [bound])
+    assert fewest.load == 4 and fewest.between == (2, 4) and fewest.limiting == "ttft_ms.p99 <= 200"
+    assert fewest.describe() == "4 (limited by ttft_ms.p99 <= 200, between 2 and 4 tested)"
+    assert fewest_at_slo(points, [bound], whole=False).load == pytest.approx(2 + 300 / 350 * 2)
+    easy = fewest_at_slo(points, [SloBound("ttft_ms.p99", 5000, "lower")])
+    assert easy.load == 1 and easy.at_most and "at most the lowest load 1" in easy.describe()
+    hard = fewest_at_slo(points, [SloBound("ttft_ms.p99", 50, "lower")])
+    assert hard.load is None and hard.describe() == "above the top load: it still fails ttft_ms.p99 <= 50"
 
 
 def test_eviction_cliff_from_the_lowest_valid_load() -> None:

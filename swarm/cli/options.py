@@ -64,8 +64,8 @@ class SweepOptions(BaseModel):
     ladder: str | None = Field(
         default=None,
         description="the load knob and its loads, KNOB=V1,V2,...: agents, max_in_flight or rate for "
-        "a swarm; max_sessions, max_in_flight or speed for a replay (default: agents=4,8,16,32,64, "
-        "the emulated showdown); with --auto, KNOB=START",
+        "a swarm; max_sessions, max_in_flight or speed for a replay; with --simulate also replicas, "
+        "each twin's fleet (default: agents=4,8,16,32,64, the emulated showdown); with --auto, KNOB=START",
         json_schema_extra=flag("--ladder", group="Sweep", metavar="KNOB=LOADS"),
     )
     auto: bool = Field(

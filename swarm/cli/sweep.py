@@ -69,6 +69,8 @@ def sweep_spec_of(given: Given, replay: bool) -> SweepSpec:
     if ladder is None and replay:
         raise InputError("--replay: give a ladder, e.g. --ladder max_sessions=1,2,4 (or max_in_flight, speed)")
     knob, loads = parse_ladder(ladder or SHOWDOWN_LADDER)
+    if knob == "replicas" and "fleet" in given:
+        raise InputError(f"--ladder {ladder} sets each point's replicas: drop --fleet")
     data: dict[str, Any] = given.apply({}, skip=("targets",)).get("sweep", {})
     auto_fields = data.pop("auto", {})
     if given.get("auto"):

@@ -82,9 +82,8 @@ def verdict_lines(report: dict[str, Any]) -> list[str]:
     out = []
     for name, t in report["targets"].items():
         if t.get("capacity"):
-            out.append(
-                f"{name}: capacity at SLO ({', '.join(report['sweep']['slos'])}): {t['capacity']['text']}"
-            )
+            what = f"fewest {knob} meeting the SLOs" if t["capacity"].get("fewest") else "capacity at SLO"
+            out.append(f"{name}: {what} ({', '.join(report['sweep']['slos'])}): {t['capacity']['text']}")
         cliff, predicted = t.get("cliff"), t.get("predicted_cliff")
         if cliff:
             kv = cliff.get("kv_usage_there")

@@ -15,6 +15,7 @@ between the two points that bracket the crossing of the figure in question.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -136,8 +137,19 @@ class Capacity:
     at_least: bool = False
     limiting: str | None = None
     between: tuple[float, float] | None = None
+    #: the fewest of a knob that adds capacity (replicas: ``fewest_at_slo``) rather than the
+    #: most load; ``at_most``: the lowest point already met every SLO
+    fewest: bool = False
+    at_most: bool = False
 
     def describe(self) -> str:
+        if self.fewest:
+            if self.load is None:
+                return "no valid point" if self.limiting is None else f"above the top load: it still fails {self.limiting}"
+            if self.at_most:
+                return f"at most the lowest load {self.load:g}: every point met the SLOs"
+            tested = f", between {self.between[0]:g} and {self.between[1]:g} tested" if self.between else ""
+            return f"{self.load:g} (limited by {self.limiting}{tested})"
         if self.load is None:
             if self.limiting is None:
                 return "no valid point"
@@ -152,6 +164,8 @@ class Capacity:
             "at_least": self.at_least,
             "limiting": self.limiting,
             "between": list(self.between) if self.between else None,
+            "fewest": self.fewest,
+            "at_most": self.at_most,
             "text": self.describe(),
         }
 
@@ -185,6 +199,42 @@ def capacity_at_slo(points: Iterable[SweepPoint], bounds: Sequence[SloBound]) ->
         load, limiting = min(crossings, key=lambda c: c[0])
         return Capacity(load=load, limiting=limiting, between=(a.load, p.load))
     return Capacity(load=pts[-1].load, at_least=True)
+
+
+def fewest_at_slo(points: Iterable[SweepPoint], bounds: Sequence[SloBound], *, whole: bool = True) -> Capacity:
+    """The least of a knob that adds capacity (a fleet's replicas) at which every SLO bound
+    holds, walking valid points by load: with ``b`` the first point meeting every bound and
+    ``a`` the valid point before it, each bound ``a`` fails gives the load where its figure
+    crosses its limit on the line from ``a`` to ``b``, and the value is the highest of those
+    (every bound must hold); a figure either lacks gives ``b``'s load; with ``whole`` (replicas
+    come whole), that load rounded up. The lowest point meeting them all gives ``at_most``; none
+    meeting them, no value and the bound the top point fails."""
+    pts = _in_order(points)
+    if not pts:
+        return Capacity(load=None, fewest=True)
+    before: SweepPoint | None = None
+    for p in pts:
+        failed = [b for b in bounds if not b.met(p.value(b.figure))]
+        if failed:
+            before = p
+            continue
+        if before is None:
+            return Capacity(load=p.load, fewest=True, at_most=True)
+        crossings = []
+        for b in bounds:
+            if b.met(before.value(b.figure)):
+                continue
+            va, vb = before.value(b.figure), p.value(b.figure)
+            load = p.load if va is None or vb is None else _at(before.load, va, p.load, vb, b.limit)
+            crossings.append((load, b.describe()))
+        load, limiting = max(crossings, key=lambda c: c[0])
+        if whole:
+            load = float(min(math.ceil(load - 1e-9), p.load))
+        return Capacity(load=load, limiting=limiting, between=(before.load, p.load), fewest=True)
+    last = pts[-1]
+    return Capacity(
+        load=None, limiting=next(b.describe() for b in bounds if not b.met(last.value(b.figure))), fewest=True
+    )
 
 
 @dataclass(frozen=True)

@@ -382,9 +382,9 @@ def _capacity_plot(
             continue
         at = _num(cap.get("load"))
         if at is not None:
-            sign = ">= " if cap.get("at_least") else ""
-            marks.append(_mark(f"{name}: capacity at SLO {sign}{at:.3g}", at, 0, top, k))
-        notes.append(f"{name}: capacity at SLO {cap.get('text') or MISSING}")
+            sign = ">= " if cap.get("at_least") else "<= " if cap.get("at_most") else ""
+            marks.append(_mark(f"{name}: {_verdict_name(cap)} {sign}{at:.3g}", at, 0, top, k))
+        notes.append(f"{name}: {_verdict_name(cap)} {cap.get('text') or MISSING}")
     for c in report.get("crossovers") or []:
         at = _num(c.get("load"))
         if at is not None and str(c.get("figure") or figure) == figure:
@@ -534,3 +534,9 @@ def render_sweep_html(report: dict[str, Any]) -> str:
 {_verdicts(report, targets)}
 </body></html>
 """
+
+
+def _verdict_name(capacity: Mapping[str, Any]) -> str:
+    """What a target's SLO verdict is: the most load it carries, or the fewest of a knob that
+    adds capacity (replicas) it needs."""
+    return "fewest meeting the SLOs" if capacity.get("fewest") else "capacity at SLO"

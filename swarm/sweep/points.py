@@ -22,7 +22,7 @@ from swarm.runtime.frame import RunResult
 from swarm.runtime.replay_source import group_sessions
 from swarm.runtime.specs import ReplaySpec, RunSpec, TargetSpec
 from swarm.sim.spec import SimulationSpec
-from swarm.sweep.spec import AGENT_KNOBS, INTEGER_KNOBS, KNOB_PATHS, REPLAY_KNOBS
+from swarm.sweep.spec import AGENT_KNOBS, FLEET_KNOBS, INTEGER_KNOBS, KNOB_PATHS, REPLAY_KNOBS
 from swarm.workload.catalog import Catalog
 from swarm.workload.workload import Workload, check_mix
 
@@ -38,6 +38,8 @@ S = TypeVar("S", bound=BaseModel)
 def with_load(spec: S, knob: str, load: float) -> S:
     """A copy of ``spec`` with ``knob`` (``KNOB_PATHS``) set to ``load`` (a whole number for
     the whole-number knobs)."""
+    if knob in FLEET_KNOBS:  # the simulated fleet's, not the spec's (``_fleet_of``)
+        return spec
     *parents, name = KNOB_PATHS[knob]
     out = spec.model_copy(deep=True)
     holder: Any = out
@@ -45,6 +47,21 @@ def with_load(spec: S, knob: str, load: float) -> S:
         holder = getattr(holder, part)
     setattr(holder, name, int(load) if knob in INTEGER_KNOBS else float(load))
     return out
+
+
+def _fleet_of(simulation: SimulationSpec | None, knob: str, load: float, target: TargetSpec) -> SimulationSpec:
+    """The twin ``target`` names, alone, with the point's replicas where the knob is theirs."""
+    assert simulation is not None
+    twin = simulation.only(target.name)
+    return twin.model_copy(update={"fleet": int(load)}) if knob in FLEET_KNOBS else twin
+
+
+def _check_fleet_knob(knob: str, simulation: SimulationSpec | None) -> None:
+    if knob in FLEET_KNOBS and simulation is None:
+        raise InputError(
+            f"--ladder {knob}=...: the replicas of a simulated fleet (--simulate); a real fleet's are its "
+            "servers: start each size and sweep it as a --target"
+        )
 
 
 def _one_target(spec: S, target: TargetSpec, output_dir: str) -> S:
@@ -92,8 +109,9 @@ class AgentPoints:
         self._digests = Workload(spec.workload, catalog).content_digests()
 
     def check_knob(self, knob: str, loads: list[float] | None = None) -> None:
-        if knob not in self.knobs:
-            raise InputError(f"an agent sweep's knob is one of {', '.join(self.knobs)}, not {knob}")
+        if knob not in (*self.knobs, *FLEET_KNOBS):
+            raise InputError(f"an agent sweep's knob is one of {', '.join((*self.knobs, *FLEET_KNOBS))}, not {knob}")
+        _check_fleet_knob(knob, self.simulation)
         if knob == "rate" and self.spec.workload.arrival.process == "all_at_once":
             raise InputError("a sweep over the arrival rate needs arrivals with a rate (not --arrival all)")
 
@@ -111,7 +129,7 @@ class AgentPoints:
     ) -> RunResult:
         if self.simulation is not None:  # the twin the target names, alone
             spec = with_load(self.spec, knob, load).model_copy(update={"output_dir": output_dir})
-            twin = self.simulation.only(target.name)
+            twin = _fleet_of(self.simulation, knob, load, target)
             return execute_simulation(spec, twin, catalog=self.catalog, source=self.source)
         spec = _one_target(with_load(self.spec, knob, load), target, output_dir)
         return execute_run(spec, catalog=self.catalog, executor=executor, source=self.source)
@@ -132,8 +150,9 @@ class ReplayPoints:
         self.simulation = simulation
 
     def check_knob(self, knob: str, loads: list[float] | None = None) -> None:
-        if knob not in self.knobs:
-            raise InputError(f"a replay sweep's knob is one of {', '.join(self.knobs)}, not {knob}")
+        if knob not in (*self.knobs, *FLEET_KNOBS):
+            raise InputError(f"a replay sweep's knob is one of {', '.join((*self.knobs, *FLEET_KNOBS))}, not {knob}")
+        _check_fleet_knob(knob, self.simulation)
         copies = self.spec.replay.copies
         if knob == "max_sessions" and loads:
             sessions = len(group_sessions(self.plan.items)) * copies
@@ -169,6 +188,6 @@ class ReplayPoints:
     ) -> RunResult:
         if self.simulation is not None:  # the twin the target names, alone
             spec = with_load(self.spec, knob, load).model_copy(update={"output_dir": output_dir})
-            return execute_replay(spec, plan=self.plan, simulation=self.simulation.only(target.name))
+            return execute_replay(spec, plan=self.plan, simulation=_fleet_of(self.simulation, knob, load, target))
         spec = _one_target(with_load(self.spec, knob, load), target, output_dir)
         return execute_replay(spec, plan=self.plan, executor=executor)

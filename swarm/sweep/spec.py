@@ -21,12 +21,15 @@ from swarm.workload.showdown import SHOWDOWN_WORKLOAD as RUN_SHOWDOWN_WORKLOAD
 
 _SWEEP = "Sweep"
 
-Knob = Literal["agents", "max_in_flight", "rate", "max_sessions", "speed"]
+Knob = Literal["agents", "max_in_flight", "rate", "max_sessions", "speed", "replicas"]
 #: knobs for agent swarms, and for replays
 AGENT_KNOBS: tuple[str, ...] = ("agents", "max_in_flight", "rate")
 REPLAY_KNOBS: tuple[str, ...] = ("max_sessions", "max_in_flight", "speed")
+#: knobs of a simulated fleet (``--simulate``), not of what is sent: the twins' replicas. More
+#: of it is more capacity, not more load: its verdict is the fewest replicas meeting the SLOs
+FLEET_KNOBS: tuple[str, ...] = ("replicas",)
 #: knobs that take whole numbers
-INTEGER_KNOBS: tuple[str, ...] = ("agents", "max_in_flight", "max_sessions")
+INTEGER_KNOBS: tuple[str, ...] = ("agents", "max_in_flight", "max_sessions", "replicas")
 #: where each knob is in a point's spec (a ``RunSpec`` or a ``ReplaySpec``): the one way a
 #: point sets its load (``sweep.points.with_load``)
 KNOB_PATHS: dict[str, tuple[str, ...]] = {
@@ -63,8 +66,10 @@ def parse_ladder(text: str) -> tuple[str, list[float]]:
 
     knob, sep, values = text.partition("=")
     knob = knob.strip().replace("-", "_")
-    if not sep or knob not in KNOB_PATHS:
-        raise InputError(f"--ladder {text!r}: expected KNOB=V1,V2,... with KNOB one of {', '.join(KNOB_PATHS)}")
+    if not sep or knob not in (*KNOB_PATHS, *FLEET_KNOBS):
+        raise InputError(
+            f"--ladder {text!r}: expected KNOB=V1,V2,... with KNOB one of {', '.join((*KNOB_PATHS, *FLEET_KNOBS))}"
+        )
     try:
         loads = [float(v) for v in values.split(",") if v.strip()]
     except ValueError:
@@ -186,6 +191,8 @@ class SweepSpec(BaseModel):
             raise ValueError(f"loads must be strictly ascending: {self.loads}")
         if self.knob in INTEGER_KNOBS and any(v != int(v) for v in self.loads):
             raise ValueError(f"{self.knob} takes whole numbers: {self.loads}")
+        if self.knob in FLEET_KNOBS and self.auto is not None:
+            raise ValueError(f"--auto grows a load until it breaks; {self.knob} adds capacity: give a fixed ladder")
         return self
 
     @property

@@ -393,10 +393,10 @@ def _explicit(graph: ExplicitGraph, source: str) -> _Builder:
                 "parents: link its parents with kind: after"
             )
     for i, beam in enumerate(graph.beams):
-        for field in ("candidates", "scorers", "gated"):
-            for n in getattr(beam, field):
+        for part in ("candidates", "scorers", "gated"):
+            for n in getattr(beam, part):
                 if n not in b.g:
-                    raise InputError(f"{source}: graph.beams.{i}.{field}: unknown node {n!r}")
+                    raise InputError(f"{source}: graph.beams.{i}.{part}: unknown node {n!r}")
         for n in beam.gated:
             b.g.nodes[n]["gate"] = beam.name
         b.beams.append(BeamGroup(beam.name, tuple(beam.candidates), tuple(beam.scorers), beam.keep))
