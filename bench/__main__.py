@@ -1,6 +1,6 @@
 """``python -m bench [CASE ...] [--json] [--quick]`` runs the benchmark cases and prints one table.
 
-Cases (default: all but router, ray-scale and cluster, about 8-9 minutes on a 2-core machine):
+Cases (default: all but router, ray-scale, cluster and sim-fleet, about 8-9 minutes on a 2-core machine):
 
 - ``path``: streamed chunks/s through swarm's full path vs a bare aiohttp loop (ratio)
 - ``client-delay``: receive time minus the emulator's send stamp, TTFT and ITL, 500 / 2,000 /
@@ -18,6 +18,9 @@ Cases (default: all but router, ray-scale and cluster, about 8-9 minutes on a 2-
 - ``simulate``: ``swarm simulate`` of the emulated showdown (200 and 1,000 agents, one twin and
   a fleet of 8): simulated seconds per wall second, clock events and requests per wall second,
   peak memory
+- ``sim-fleet``: a three-replica fleet sweep in real time (``swarm emulate --replicas 3`` behind
+  SGLang's router) and simulated: per point, the simulated figures' error (not in the default:
+  needs the router installed; about 4 minutes)
 - ``router``: TTFT p50 / p99 through SGLang's router (``sglang-router``) vs direct to the same
   emulator, the same load (not in the default: needs the router installed)
 """
@@ -39,11 +42,12 @@ CASES = (
     "default-run",
     "h1-parse",
     "simulate",
+    "sim-fleet",
     "router",
     "ray-scale",
     "cluster",
 )
-DEFAULT = tuple(c for c in CASES if c not in ("router", "ray-scale", "cluster"))
+DEFAULT = tuple(c for c in CASES if c not in ("router", "ray-scale", "cluster", "sim-fleet"))
 
 
 def main() -> None:
@@ -54,7 +58,7 @@ def main() -> None:
         "cases",
         nargs="*",
         metavar="CASE",
-        help=f"cases to run: {', '.join(CASES)} (default: all but router, ray-scale and cluster)",
+        help=f"cases to run: {', '.join(CASES)} (default: all but router, ray-scale, cluster and sim-fleet)",
     )
     parser.add_argument("--json", action="store_true", help="print a JSON list of result rows")
     parser.add_argument("--quick", action="store_true", help="smallest sizes only (a smoke run)")
@@ -104,6 +108,10 @@ def main() -> None:
             from bench import simulate
 
             rows += simulate.run(simulate.SIZES[:1] if args.quick else simulate.SIZES)
+        elif case == "sim-fleet":
+            from bench import sim_fleet
+
+            rows += sim_fleet.run()
         elif case == "router":
             from bench import router
 

