@@ -225,7 +225,7 @@ def _error_table(reference: str, key: str, errors: dict[str, Any], bound: float)
     from swarm.sweep.compare import ERROR_FIGURES
 
     names = {"ttft_ms.p50": "TTFT p50", "ttft_ms.p99": "TTFT p99", "output_tokens_per_s": "out tok/s",
-             "e2e_ms.p50": "E2E p50", "hit_ratio": "hit"}  # fmt: skip
+             "e2e_ms.p50": "E2E p50", "tasks.completion_ms.p50": "task p50", "hit_ratio": "hit"}  # fmt: skip
     steps = errors["cliff_steps"]
     cliff = "no cliff in either" if steps is None and errors["cliffs"] == [None, None] else (
         f"cliff {fmt(errors['cliffs'][1], '.3g')} vs {fmt(errors['cliffs'][0], '.3g')}"
