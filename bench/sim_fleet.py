@@ -94,6 +94,8 @@ def run() -> list[Row]:
             [sys.executable, "-m", "swarm", "compare", str(root / "real"), str(root / "sim"), "--json"],
             capture_output=True, text=True, timeout=300,
         )  # fmt: skip
+        if compared.returncode != 0:
+            raise RuntimeError(f"swarm compare failed: {compared.stderr[-1500:]}")
         result = json.loads(compared.stdout)
     rows = [Row("3-replica fleet sweep: real time", real_s, "s"), Row("... simulated", sim_s, "s")]
     errors = result.get("errors") or {}

@@ -169,9 +169,9 @@ def test_a_llamacpp_twin_is_measured_within_its_slots_and_its_checkpoints_seen(t
     assert got.step_base_ms == pytest.approx(20.0, rel=0.10), got
     assert got.prefill_ms_per_token == pytest.approx(0.05, rel=0.10), got
     # a busy machine slows the long prompts' repeats unevenly: the fit's own error bars say how far
-    # its discount may be off, and they must hold the truth
+    # its discount may be off, and they must hold the truth (and be no wider than half of it)
     emit_error = calibration.standard_errors()["step_emit_ms"]
-    assert abs(got.step_emit_ms - 8.0) <= max(0.2 * 8.0, 3 * emit_error), (got, emit_error)
+    assert abs(got.step_emit_ms - 8.0) <= max(0.2 * 8.0, min(3 * emit_error, 4.0)), (got, emit_error)
     assert not got.step_overlap
     twin = EmulatorConfig(**calibration.settings())
     assert twin.engine == "llamacpp" and twin.parallel == 4 and twin.swa_tokens == 512

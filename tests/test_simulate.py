@@ -251,12 +251,17 @@ def _disturbance(report: dict[str, Any]) -> tuple[float, float, str]:
     return max(overrun - 1.0, 0.0), max(lag, read_lag), words
 
 
+#: the widest bound a disturbed reference gets (CI's worst of 3 tries lagged 25 ms: 14 %)
+LOUDEST = 0.15
+
+
 def _allowed_error(overrun: float, lag_ms: float) -> float:
     """The figures' agreement bound for a reference this disturbed: ``AGREEMENT`` when quiet,
-    plus the overrun share and ``DRIFT_PER_LAG_MS`` for each millisecond of lag past quiet."""
+    plus the overrun share and ``DRIFT_PER_LAG_MS`` for each millisecond of lag past quiet, at
+    most ``LOUDEST``."""
     if overrun <= QUIET_OVERRUN - 1.0 and lag_ms <= QUIET_LAG_MS:
         return AGREEMENT
-    return AGREEMENT + overrun + DRIFT_PER_LAG_MS * max(lag_ms - QUIET_LAG_MS, 0.0)
+    return min(AGREEMENT + overrun + DRIFT_PER_LAG_MS * max(lag_ms - QUIET_LAG_MS, 0.0), LOUDEST)
 
 
 def test_the_same_twin_in_real_and_in_virtual_time_agrees(tmp_path: Path, emulator_process: Any) -> None:
@@ -355,6 +360,8 @@ def test_a_simulated_sweep_over_replicas_names_the_fewest_meeting_the_slo(tmp_pa
     assert capacity["fewest"] and capacity["load"] in (2, 4) and capacity["limiting"] == "ttft_ms.p99 <= 1000", capacity
     fleets = [json.loads(r.read_text())["simulated"]["fleet"] for r in sorted((tmp_path / "sweep" / "runs").glob("*/*/manifest.json"))]
     assert sorted(fleets) == [1, 2, 4]
+    sweep = json.loads((tmp_path / "sweep" / "sweep.json").read_text())
+    assert sweep["definition"]["base"]["simulated"]["routing"] == "cache_aware"  # two policies, two sweeps
     shown = subprocess.run([*SWARM, "report", str(tmp_path / "sweep")], capture_output=True, text=True, timeout=120)
     assert "fewest replicas meeting the SLOs (ttft:1s)" in shown.stdout
     for extra, why in ((["--target", "x=http://127.0.0.1:9"], "replicas of a simulated fleet"),
@@ -389,6 +396,11 @@ def test_what_a_simulation_cannot_model_is_refused(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 2 and "--routing apply with --simulate only" in done.stderr
+    done = subprocess.run(
+        [*SWARM, "replay", trace, "--simulate", "--workers", "3", "--output", str(tmp_path / "runs")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2 and "--workers: how a real run sends" in done.stderr, done.stderr[-1000:]
     assert not (tmp_path / "runs").exists() and not (tmp_path / "s").exists()
 
 

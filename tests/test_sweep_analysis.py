@@ -15,9 +15,10 @@ from swarm.sweep.curves import (
     SloBound,
     SweepPoint,
     capacity_at_slo,
-    fewest_at_slo,
+    capacity_ratio,
     crossovers,
     eviction_cliff,
+    fewest_at_slo,
     pareto_front,
 )
 from swarm.sweep.point_figures import (
@@ -395,6 +396,16 @@ def test_the_fewest_replicas_meeting_the_slos_is_found_from_below() -> None:
     assert easy.load == 1 and easy.at_most and "at most the lowest load 1" in easy.describe()
     hard = fewest_at_slo(points, [SloBound("ttft_ms.p99", 50, "lower")])
     assert hard.load is None and hard.describe() == "above the top load: it still fails ttft_ms.p99 <= 50"
+
+
+def test_a_capacity_ratio_says_more_capacity_either_way() -> None:
+    """Capacities at SLO divide as they are; the fewest replicas divide the other way (half the
+    replicas is twice the capacity); kinds that differ, or a missing value, give none."""
+    most = lambda load: {"load": load, "fewest": False}  # noqa: E731
+    fewest = lambda load: {"load": load, "fewest": True}  # noqa: E731
+    assert capacity_ratio(most(10), most(25)) == 2.5
+    assert capacity_ratio(fewest(4), fewest(2)) == 2.0
+    assert capacity_ratio(most(10), fewest(2)) is None and capacity_ratio(fewest(None), fewest(2)) is None
 
 
 def test_eviction_cliff_from_the_lowest_valid_load() -> None:

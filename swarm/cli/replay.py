@@ -66,6 +66,9 @@ def replay_command(source: str | None, given: Given) -> int:
         executor = SimulatedExecutor(simulation)
 
     def closing(result: RunResult, console: Console) -> None:
+        for t in result.manifest.targets if executor is not None else ():
+            if (why := t.shortfall()) is not None:
+                console.print(f"[dim]{t.name}:[/] {why}", highlight=False, soft_wrap=True)
         for account in executor.accounts if executor is not None else ():
             console.print(
                 f"{account.target}: {account.simulated_s:,.1f} s simulated in {account.wall_s:,.1f} s "

@@ -108,8 +108,9 @@ def verdict_lines(report: dict[str, Any]) -> list[str]:
             )
         if t.get("stopped_by"):
             out.append(f"{name}: stopped climbing {t['stopped_by']}")
+    fewest = any((t.get("capacity") or {}).get("fewest") for t in report["targets"].values())
     for label, ratio in report.get("capacity_ratios", {}).items():
-        out.append(f"capacity ratio {label}: {ratio:.2f}x")
+        out.append(f"capacity ratio {label}: {ratio:.2f}x" + (f" (from the {knob} each needs)" if fewest else ""))
     for c in report.get("crossovers", []):
         out.append(
             f"crossover on {c['figure']} at {knob} ~{c['load']:.3g}: {c['leader_after']} overtakes {c['leader_before']}"

@@ -77,7 +77,24 @@ def check_simulate_flags(given: Given) -> bool:
         raise InputError(f"{', '.join(off)} apply with --simulate only")
     if simulate and given.get("target"):
         raise InputError("--simulate models engine twins and cannot simulate a server at a URL (--target)")
+    if simulate and (off := given.given_of(_real_sending_only())):
+        raise InputError(
+            f"{', '.join(off)}: how a real run sends (its client, clock, Ray, scraping); a simulation has none of it"
+        )
     return simulate
+
+
+def _real_sending_only() -> list[str]:
+    """The sending flags (``SendSpec``'s) that ``swarm simulate`` does not take: what only a
+    run over HTTP has."""
+    from swarm.cli.flagdefs import COMMANDS, FLAGS
+
+    simulated = COMMANDS["simulate"]
+    return [
+        name for name, flag in FLAGS.items()
+        if name not in simulated and name not in ("target", "executor")  # said apart (simulation_of)
+        and any(o.startswith("SendSpec.") for o in flag.origin)
+    ]  # fmt: skip
 
 
 def simulation_of(given: Given, send: SendSpec, source: str) -> SimulationSpec:

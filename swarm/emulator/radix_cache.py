@@ -37,6 +37,8 @@ def _common_prefix(edge: list[str], tokens: Sequence[str], start: int) -> int:
     (in C), growing while they match, then halved to the first token that differs; the
     comparisons copy about twice the common prefix, not the whole edge (a prompt of 100k tokens
     against an edge it leaves early)."""
+    if type(tokens) is not list:  # a list's slice equals only a list's
+        tokens = list(tokens)
     n = min(len(edge), len(tokens) - start)
     i, run = 0, 64
     while i < n:  # grow: each matching run doubles the next

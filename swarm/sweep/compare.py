@@ -97,11 +97,10 @@ def compare_sweeps(reports: list[dict[str, Any]], labels: list[str]) -> dict[str
             intervals[key] = {p["load"]: p.get("intervals") or {} for p in target["points"]}
     names = list(series)
     ratios: dict[str, float] = {}
-    first_cap = (series[names[0]]["capacity"] or {}).get("load") if names else None
     for key in names[1:]:
-        cap = (series[key]["capacity"] or {}).get("load")
-        if first_cap and cap:
-            ratios[f"{key} / {names[0]}"] = cap / first_cap
+        ratio = sc.capacity_ratio(series[names[0]]["capacity"], series[key]["capacity"])
+        if ratio is not None:
+            ratios[f"{key} / {names[0]}"] = ratio
     with_slo = all(r["sweep"]["slos"] for r in reports)
     figure = "goodput.per_s" if with_slo else "output_tokens_per_s"
     crossings = []

@@ -201,6 +201,18 @@ def capacity_at_slo(points: Iterable[SweepPoint], bounds: Sequence[SloBound]) ->
     return Capacity(load=pts[-1].load, at_least=True)
 
 
+def capacity_ratio(base: Mapping[str, Any] | None, other: Mapping[str, Any] | None) -> float | None:
+    """How much more ``other`` carries than ``base`` at their SLOs (``Capacity.as_dict``s):
+    the ratio of their capacities, or for the fewest replicas each needs, its inverse (half the
+    replicas is twice the capacity). None where either has no value, or they differ in kind."""
+    if not base or not other or bool(base.get("fewest")) != bool(other.get("fewest")):
+        return None
+    a, b = base.get("load"), other.get("load")
+    if not a or not b:
+        return None
+    return float(a) / float(b) if base.get("fewest") else float(b) / float(a)
+
+
 def fewest_at_slo(points: Iterable[SweepPoint], bounds: Sequence[SloBound], *, whole: bool = True) -> Capacity:
     """The least of a knob that adds capacity (a fleet's replicas) at which every SLO bound
     holds, walking valid points by load: with ``b`` the first point meeting every bound and
@@ -228,6 +240,8 @@ def fewest_at_slo(points: Iterable[SweepPoint], bounds: Sequence[SloBound], *, w
             load = p.load if va is None or vb is None else _at(before.load, va, p.load, vb, b.limit)
             crossings.append((load, b.describe()))
         load, limiting = max(crossings, key=lambda c: c[0])
+        if not math.isfinite(load):  # a figure that is not a number: no crossing to find
+            load = p.load
         if whole:
             load = float(min(math.ceil(load - 1e-9), p.load))
         return Capacity(load=load, limiting=limiting, between=(before.load, p.load), fewest=True)

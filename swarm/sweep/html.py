@@ -416,7 +416,9 @@ def _between(between: Any) -> str:
 
 def _verdicts(report: Mapping[str, Any], targets: dict[str, dict[str, Any]]) -> str:
     knob = str((report.get("sweep") or {}).get("knob") or "load")
-    out: list[str] = ["<h3>Capacity at SLO</h3><ul>"]
+    fewest = any((t.get("capacity") or {}).get("fewest") for t in targets.values())
+    heading = f"Fewest {_e(knob)} meeting the SLOs" if fewest else "Capacity at SLO"
+    out: list[str] = [f"<h3>{heading}</h3><ul>"]
     for name, t in targets.items():
         cap = t.get("capacity")
         text = cap.get("text") if cap else "no SLO given"
@@ -425,7 +427,9 @@ def _verdicts(report: Mapping[str, Any], targets: dict[str, dict[str, Any]]) -> 
     ratios = report.get("capacity_ratios") or {}
     if ratios:
         out.append(
-            "<p>Capacity ratios: "
+            "<p>Capacity ratios"
+            + (f" (from the {_e(knob)} each needs: half as many is twice the capacity)" if fewest else "")
+            + ": "
             + ", ".join(f"{_e(k)} = {_fmt(v, '.2f')}x" for k, v in ratios.items())
             + "</p>"
         )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Protocol, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from swarm.clients.client import redact_url
 from swarm.errors import InputError
@@ -47,6 +47,21 @@ def with_load(spec: S, knob: str, load: float) -> S:
         holder = getattr(holder, part)
     setattr(holder, name, int(load) if knob in INTEGER_KNOBS else float(load))
     return out
+
+
+def _simulated_definition(simulation: SimulationSpec) -> dict[str, Any]:
+    """What a simulated sweep's points share: the manifest's entry, with the routing policy even
+    for a fleet of one (a ``replicas`` ladder grows it: two policies are two sweeps)."""
+    return {**simulation.manifest_entry(), "routing": simulation.routing}
+
+
+def _check_replicas(knob: str, loads: list[float] | None, simulation: SimulationSpec | None) -> None:
+    """A ``replicas`` ladder's top is a fleet the simulation takes (``SimulationSpec.fleet``)."""
+    if knob in FLEET_KNOBS and loads and simulation is not None:
+        try:
+            SimulationSpec.model_validate({**simulation.model_dump(), "fleet": int(max(loads))})
+        except ValidationError as exc:
+            raise InputError(f"--ladder {knob}=...: {exc.errors()[0]['msg']}") from None
 
 
 def _fleet_of(simulation: SimulationSpec | None, knob: str, load: float, target: TargetSpec) -> SimulationSpec:
@@ -112,6 +127,7 @@ class AgentPoints:
         if knob not in (*self.knobs, *FLEET_KNOBS):
             raise InputError(f"an agent sweep's knob is one of {', '.join((*self.knobs, *FLEET_KNOBS))}, not {knob}")
         _check_fleet_knob(knob, self.simulation)
+        _check_replicas(knob, loads, self.simulation)
         if knob == "rate" and self.spec.workload.arrival.process == "all_at_once":
             raise InputError("a sweep over the arrival rate needs arrivals with a rate (not --arrival all)")
 
@@ -121,7 +137,7 @@ class AgentPoints:
             "workload_digests": self._digests,
         }
         if self.simulation is not None:
-            out["simulated"] = self.simulation.manifest_entry()
+            out["simulated"] = _simulated_definition(self.simulation)
         return out
 
     def run_point(
@@ -153,6 +169,7 @@ class ReplayPoints:
         if knob not in (*self.knobs, *FLEET_KNOBS):
             raise InputError(f"a replay sweep's knob is one of {', '.join((*self.knobs, *FLEET_KNOBS))}, not {knob}")
         _check_fleet_knob(knob, self.simulation)
+        _check_replicas(knob, loads, self.simulation)
         copies = self.spec.replay.copies
         if knob == "max_sessions" and loads:
             sessions = len(group_sessions(self.plan.items)) * copies
@@ -180,7 +197,7 @@ class ReplayPoints:
             | {"replay": self.spec.replay.model_dump(mode="json", exclude={"source"})},
         }
         if self.simulation is not None:
-            out["simulated"] = self.simulation.manifest_entry()
+            out["simulated"] = _simulated_definition(self.simulation)
         return out
 
     def run_point(

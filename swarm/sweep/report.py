@@ -306,12 +306,11 @@ def build_sweep_report(folder: str | Path, slos: list[str] | None = None) -> dic
             ):
                 crossings.append({"targets": [a, b], **c.as_dict()})
     if bounds and len(names) >= 2:
-        caps: dict[str, float | None] = {n: (targets[n]["capacity"] or {}).get("load") for n in names}
         first = names[0]
         for n in names[1:]:
-            base, other = caps[first], caps[n]
-            if base and other:
-                ratios[f"{n} / {first}"] = other / base
+            ratio = sc.capacity_ratio(targets[first]["capacity"], targets[n]["capacity"])
+            if ratio is not None:
+                ratios[f"{n} / {first}"] = ratio
     invalid = [
         f"{name} at {p['load']:g}: {'; '.join(p['reasons'])}"
         for name, t in targets.items()

@@ -58,6 +58,17 @@ class TopologyTemplate:
     #: simulation of a thousand mid-life sessions asked half a million times)
     _context: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict, init=False, compare=False, repr=False)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without what was found (``_context``): a template shipped to Ray workers stays
+        its own size (a Claude Code topology's memo is ten times the template)."""
+        state = dict(self.__dict__)
+        state["_context"] = {}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for key, value in state.items():
+            object.__setattr__(self, key, value)
+
     def role(self, node: str) -> str:
         return str(self.graph.nodes[node]["role"])
 
