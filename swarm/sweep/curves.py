@@ -121,6 +121,11 @@ def pareto_front(points: Iterable[SweepPoint], x: Goal, y: Goal) -> list[SweepPo
     return [p for p in pts if not any(dominates(q, p) for q in pts)]
 
 
+#: knobs of a simulated fleet (``--simulate``), not of what is sent: the twins' replicas. More
+#: of it is more capacity, not more load: its verdict is ``fewest_at_slo``
+FLEET_KNOBS: tuple[str, ...] = ("replicas",)
+
+
 @dataclass(frozen=True)
 class Capacity:
     """The highest load meeting every SLO bound.

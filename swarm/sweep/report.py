@@ -39,7 +39,6 @@ from swarm.sweep.point_figures import (
     whole_run_window,
 )
 from swarm.sweep.point_intervals import point_intervals
-from swarm.sweep.spec import FLEET_KNOBS
 from swarm.sweep.working_set import WorkingSet, predicted_cliff_load, working_set
 from swarm.trace.manifest import RunManifest
 from swarm.trace.reader import read_requests_tolerant, without_warmups
@@ -279,7 +278,7 @@ def build_sweep_report(folder: str | Path, slos: list[str] | None = None) -> dic
     for name, pts in points.items():
         curve = [p.sweep_point() for p in pts]
         fronts = {key: [p.load for p in sc.pareto_front(curve, x, y)] for key, x, y in FRONTS}
-        verdict = sc.fewest_at_slo if manifest.knob in FLEET_KNOBS else sc.capacity_at_slo
+        verdict = sc.fewest_at_slo if manifest.knob in sc.FLEET_KNOBS else sc.capacity_at_slo
         capacity = verdict(curve, bounds).as_dict() if bounds else None
         targets[name] = {
             "engine": _engine_of(folder, manifest.points, name),

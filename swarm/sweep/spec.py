@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from swarm.cliflag import flag
+from swarm.sweep.curves import FLEET_KNOBS  # declared beside the verdict it takes
 from swarm.workload.showdown import SHOWDOWN_DURATION_S as RUN_SHOWDOWN_DURATION_S
 from swarm.workload.showdown import SHOWDOWN_WORKLOAD as RUN_SHOWDOWN_WORKLOAD
 
@@ -25,9 +26,6 @@ Knob = Literal["agents", "max_in_flight", "rate", "max_sessions", "speed", "repl
 #: knobs for agent swarms, and for replays
 AGENT_KNOBS: tuple[str, ...] = ("agents", "max_in_flight", "rate")
 REPLAY_KNOBS: tuple[str, ...] = ("max_sessions", "max_in_flight", "speed")
-#: knobs of a simulated fleet (``--simulate``), not of what is sent: the twins' replicas. More
-#: of it is more capacity, not more load: its verdict is the fewest replicas meeting the SLOs
-FLEET_KNOBS: tuple[str, ...] = ("replicas",)
 #: knobs that take whole numbers
 INTEGER_KNOBS: tuple[str, ...] = ("agents", "max_in_flight", "max_sessions", "replicas")
 #: where each knob is in a point's spec (a ``RunSpec`` or a ``ReplaySpec``): the one way a
