@@ -33,8 +33,8 @@ from swarm.fields import START_RATIOS_DEFAULT, StartAt, StartRatios, TokenizerPa
 from swarm.workload.agent_profile import AgentProfile
 from swarm.workload.arrival import ArrivalSpec
 from swarm.workload.catalog import Catalog, default_catalog
-from swarm.workload.textsynth import synth_text, tool_catalogue
-from swarm.workload.tokenizer import Tokenizer
+from swarm.workload.textsynth import corpus, synth_text, tool_catalogue
+from swarm.workload.tokenizer import Tokenizer, WordTokenizer
 from swarm.workload.topology import TopologyTemplate
 
 #: First word of every task text (so it is part of the prefix sessions share).
@@ -273,6 +273,8 @@ class Workload:
         rng = np.random.default_rng(np.random.SeedSequence([spec.seed, 0xA441]))
         self.start_offsets_s = spec.arrival.offsets(spec.agents, rng)
         self._system_prompts: dict[tuple[str, int], str] = {}
+        if isinstance(self.tokenizer, WordTokenizer):
+            corpus()  # made now, before any send: not a stall in the loop at the first long text
 
     def _choices(self, entry: MixEntry, profile: AgentProfile) -> tuple[list[TopologyTemplate], list[float]]:
         if entry.topology is not None or not profile.topologies:
