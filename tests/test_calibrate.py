@@ -199,6 +199,59 @@ def test_the_probe_measures_how_many_prompts_the_cache_holds(tmp_path: Path) -> 
     assert any("the server states 8000: prompts of this size see another room" in n for n in calibration.notes)
 
 
+#: a Gemma 3 270M ``config.json``, the fields vLLM's layer grouping reads
+GEMMA3_CONFIG = {
+    "model_type": "gemma3_text", "num_hidden_layers": 18, "sliding_window": 512,
+    "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 3,
+}  # fmt: skip
+
+
+def test_a_vllm_pool_is_its_stated_blocks_in_the_models_kv_groups(tmp_path: Path) -> None:
+    """A vLLM twin serving Gemma 3's layout (a pool of 199 usable blocks of 128, 5 sliding-window
+    groups beside the full-attention one) states 200 blocks; with the model's config.json the
+    probe takes the pool and the layout as they are (no capacity phase), and the twin it writes
+    is the server's."""
+    import json
+
+    from swarm.emulator.process import EmulatorProcess
+
+    (tmp_path / "config.json").write_text(json.dumps(GEMMA3_CONFIG))
+    pool = 199 * 128
+    args = [
+        "--engine", "vllm", "--kv-capacity-tokens", str(pool), "--cache-tokens", str(pool), "--swa-tokens", "512",
+        "--swa-groups", "5", "--step-base-ms", "1",
+    ]  # fmt: skip
+    with EmulatorProcess(args) as server:
+        done = subprocess.run(
+            [*SWARM, "calibrate", str(server.url), "-o", str(tmp_path / "v.yaml"), "--budget", "60",
+             "--model-config", str(tmp_path / "config.json")],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    calibration = load_calibration(tmp_path / "v.yaml", "vllm")
+    assert calibration.capacity is None and "capacity:" not in done.stderr
+    assert {k: calibration.stated[k] for k in ("kv_capacity_tokens", "cache_capacity_tokens", "swa_tokens", "swa_groups")} == {
+        "kv_capacity_tokens": pool, "cache_capacity_tokens": pool, "swa_tokens": 512, "swa_groups": 5,
+    }  # fmt: skip
+    twin = EmulatorConfig(**calibration.settings())
+    assert (twin.swa_tokens, twin.swa_groups, twin.kv_capacity_tokens) == (512, 5, pool)
+
+
+def test_vllms_layer_grouping_gives_the_twins_sliding_window_groups() -> None:
+    from swarm.engines.vllm import hybrid_layout
+
+    assert hybrid_layout(GEMMA3_CONFIG) == (512, 5)  # 3 full, 15 sliding: groups of 3
+    assert hybrid_layout({"text_config": GEMMA3_CONFIG}) == (512, 5)  # a multimodal model's text half
+    # Gemma 3 1B's older config: every 6th of 26 layers full (4), 22 sliding in groups of 4, padded
+    assert hybrid_layout({"num_hidden_layers": 26, "sliding_window": 512, "sliding_window_pattern": 6}) == (512, 6)
+    gpt_oss = {"num_hidden_layers": 24, "sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 12}
+    assert hybrid_layout(gpt_oss) == (128, 1)
+    assert hybrid_layout({"num_hidden_layers": 32, "sliding_window": None}) == (0, 0)  # full attention only
+    assert "no full-attention group" in str(hybrid_layout({"num_hidden_layers": 32, "sliding_window": 4096}))
+    two_full = {"num_hidden_layers": 30, "sliding_window": 512, "layer_types": ["full_attention"] * 20 + ["sliding_attention"] * 10}
+    assert "2 KV groups of full-attention layers" in str(hybrid_layout(two_full))
+
+
 def test_a_fits_standard_errors_match_the_noise_it_was_given() -> None:
     """Ordinary least squares on a line with noise of known size (seeded): the slope's standard
     error is the textbook ``σ / sqrt(Σ (x - x̄)²)`` within a tenth, the intercept's likewise; a

@@ -50,7 +50,7 @@ def calibrate(
     result = asyncio.run(
         run_calibration(
             url, engine=engines[0] if engines else None, model=given.get("model"),
-            api_key_env=given.get("api_key_env"), plan=ProbePlan(budget_s=given.get("budget") or 300.0),
+            api_key_env=given.get("api_key_env"), plan=ProbePlan(budget_s=given.get("budget") or 300.0, model_config=given.get("model_config")),
             fallback=fallback, on_progress=lambda text: print(text, file=sys.stderr, flush=True),
         )
     )  # fmt: skip

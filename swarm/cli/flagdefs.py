@@ -78,6 +78,7 @@ FLAGS: dict[str, FlagDef] = {
     'min_gain': FlagDef(decls=('--min-gain',), kind='float', help='--auto stops when output tokens/s rises by less than this share over the best earlier point', group='Sweep', default_text='0.05', origin=('StopRules.min_gain',)),
     'mode': FlagDef(decls=('--mode',), kind='str', help='timed (recorded offsets, open loop) or dependent (keep the DAG; the default for run folders and agent traces)', group='Replay source', choices=('timed', 'dependent'), origin=('ReplaySourceSpec.mode',)),
     'model': FlagDef(decls=('--model',), kind='str', help="model name to request (default: the server's first)", group='Targets', origin=('TargetSpec.model',)),
+    'model_config': FlagDef(decls=('--model-config',), kind='path', help="vllm: the served model's config.json (Hugging Face), for its attention layout (a sliding window's KV groups), where the server is not on this machine; read from the model folder the server names otherwise", group='Output', metavar='FILE', origin=('CalibrateOptions.model_config_path',)),
     'on_failure': FlagDef(decls=('--on-failure',), kind='str', help="when a call fails for good: abort_branch (the node and its descendants end), or standin (carry on with the node's stand-in output, so the tree keeps its shape)", group='Workload', default_text='abort_branch', choices=('abort_branch', 'standin'), origin=('WorkloadSpec.on_failure',)),
     'output': FlagDef(decls=('--output', '-o'), kind='str', help="where this command writes what it makes: run and replay, the folder (or URI) run folders are made in (default runs); sweep, the sweep's folder (default sweeps/sweep-<digest>; re-run to resume); export, fit, report, compare, realism and probe, the file (default: standard output; fit: required, the spec .yaml; calibrate: required, the calibration .yaml)", group='Output', metavar='PATH', origin=('OutputOptions.output',)),
     'parallel': FlagDef(decls=('--parallel',), kind='int', help="llamacpp: server slots, each keeping one prompt, as llama-server's -np/--parallel (default: its auto, 4 slots over a unified KV)", group='Engine scheduler', origin=('EmulatorConfig.parallel',)),
@@ -122,7 +123,8 @@ FLAGS: dict[str, FlagDef] = {
     'step_emit_ms': FlagDef(decls=('--step-emit-ms',), kind='float', help='batch timing: the part of --step-base-ms that only a step emitting a token pays (the output layer over the vocabulary, sampling); a step that only computes prompt chunks costs the rest', group='Emulator', default_text='0', origin=('EmulatorConfig.step_emit_ms',)),
     'step_overlap': FlagDef(decls=('--step-overlap',), kind='bool', help='batch timing: a step lasts the larger of its fixed and per-sequence cost (a + c x sequences + d x context) and its prompt compute (b x prefill tokens + b_c x cached + h x loaded), not their sum: an engine whose prefill is compute-bound while its decode step is bound by reading the weights (llama.cpp and vLLM on a CPU; swarm calibrate picks it when it fits better)', group='Emulator', default_text='off', origin=('EmulatorConfig.step_overlap',)),
     'stop_error_rate': FlagDef(decls=('--stop-error-rate',), kind='float', help='--auto stops (and a point is invalid) above this error share', group='Sweep', default_text='0.05', origin=('StopRules.max_error_rate',)),
-    'swa_tokens': FlagDef(decls=('--swa-tokens',), kind='int', help="llamacpp: the model's sliding-window attention span (Gemma 3: 512; default 0, none): a slot reuses a prefix the window cache no longer covers only from a context checkpoint", group='Engine scheduler', origin=('EmulatorConfig.swa_tokens',)),
+    'swa_groups': FlagDef(decls=('--swa-groups',), kind='int', help="vllm: KV cache groups of sliding-window layers beside the one of full-attention layers (vLLM's hybrid KV cache manager groups layers by the pattern's minority type: Gemma 3's 15 sliding and 3 full layers make 5; default 0, none); needs --swa-tokens", group='Engine scheduler', origin=('EmulatorConfig.swa_groups',)),
+    'swa_tokens': FlagDef(decls=('--swa-tokens',), kind='int', help="llamacpp, vllm: the model's sliding-window attention span (its config's sliding_window; Gemma 3: 512; default 0, none). llamacpp: a slot reuses a prefix the window cache no longer covers only from a context checkpoint; vllm (with --swa-groups): the sliding layers hold only their window", group='Engine scheduler', origin=('EmulatorConfig.swa_tokens',)),
     'system_prompts': FlagDef(decls=('--system-prompts',), kind='int', help='distinct system prompts per profile, shared by the swarm (the showdown: 1)', group='Workload', default_text='4', origin=('WorkloadSpec.system_prompts',)),
     'target': FlagDef(decls=('--target',), kind='list[str]', help="NAME=URL of a server; repeat for several (default: swarm's emulator in both profiles)", group='Targets', parse='targets', metavar='NAME=URL', origin=('SendSpec.targets',)),
     'timing': FlagDef(decls=('--timing',), kind='str', help='batch: continuous batching with the step-time model; fixed: every request gets first_token_ms then one token per token_ms, independent of load; zero: no delay (for measuring the client itself)', group='Emulator', default_text='batch', choices=('batch', 'fixed', 'zero'), origin=('EmulatorConfig.timing',)),
@@ -287,6 +289,7 @@ _EMULATOR_CONFIG: dict[str, tuple[tuple[str, ...], ...]] = {
     'batch_size': (('batch_size',),),
     'ubatch_size': (('ubatch_size',),),
     'swa_tokens': (('swa_tokens',),),
+    'swa_groups': (('swa_groups',),),
     'state_bytes_per_token': (('state_bytes_per_token',),),
     'tokenizer': (('tokenizer',),),
     'default_max_tokens': (('default_max_tokens',),),
@@ -310,6 +313,7 @@ _TARGET_SPEC_2: dict[str, tuple[tuple[str, ...], ...]] = {
 }
 _CALIBRATE_OPTIONS: dict[str, tuple[tuple[str, ...], ...]] = {
     'budget': (),
+    'model_config': (),
 }
 _OUTPUT_OPTIONS_3: dict[str, tuple[tuple[str, ...], ...]] = {
     'output': (),

@@ -104,6 +104,13 @@ class CalibrateOptions(BaseModel):
         description="seconds the probe may take at most; it ends early with what it measured",
         json_schema_extra=flag("--budget", group="Output", metavar="SECONDS"),
     )  # fmt: skip
+    model_config_path: Path | None = Field(
+        default=None,
+        description="vllm: the served model's config.json (Hugging Face), for its attention layout (a "
+        "sliding window's KV groups), where the server is not on this machine; read from the model folder "
+        "the server names otherwise",
+        json_schema_extra=flag("--model-config", group="Output", metavar="FILE"),
+    )  # fmt: skip
 
 
 class EmulateOptions(BaseModel):

@@ -6,7 +6,10 @@ what is left of the time budget:
 
 1. **stated**: what the server says of itself (``clients.probe``: its engine, model, block
    size; vLLM's KV pool; SGLang's server info: KV tokens, chunked prefill size, schedule
-   policy, running cap; llama.cpp's slots);
+   policy, running cap; llama.cpp's slots); for vLLM, the model's attention layout read from
+   its ``config.json`` (``--model-config``, or the folder ``/v1/models`` names when the server
+   is on this machine): with it, the pool is the stated blocks (``_vllm_pool``) and the
+   capacity phase is not needed;
 2. **prefill**: requests one at a time, cold prompts of ``prompt_words`` words (a fresh
    nonce first, so nothing is cached) ``repeats`` times each, then each prompt again (served
    from the cache): prompt and cached tokens as the server reports them, and the TTFT;
@@ -31,20 +34,24 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import ipaddress
+import json
 import logging
 import secrets
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
 from swarm.clients.aiohttp_transport import open_http_session
 from swarm.clients.client import HttpEngineClient, normalise_base_url, open_transport, redact_url
 from swarm.clients.probe import ProbeResult, probe
-from swarm.engines import emulated
+from swarm.engines import emulated, vllm
 from swarm.engines.calibration import (
     Calibration,
     CapacityProbe,
@@ -88,6 +95,9 @@ class ProbePlan:
     capacity_words: int = 448
     capacity_max_tokens: int = 32_768
     budget_s: float = 300.0
+    #: the served model's ``config.json`` (vLLM: its attention layout), where not found beside
+    #: the server
+    model_config: Path | None = None
 
 
 class ProbeEnded(Exception):
@@ -244,6 +254,7 @@ async def calibrate(
     if found.engine is None:
         raise InputError(f"{redact_url(url)}: cannot tell which engine serves it; name it with --engine")
     stated, notes = await _stated(url, found)
+    layout_known = found.engine == "vllm" and _vllm_pool(found, plan.model_config, stated, notes)
     say(f"{found.engine} at {found.url}: stated {stated or 'nothing'}")
     base = normalise_base_url(url)
     async with open_transport(base) as transport:
@@ -256,7 +267,8 @@ async def calibrate(
         run.slots = slots if isinstance(slots, int) and slots > 0 else None
         phases = [run.run_prefill, run.run_decode]
         pool = stated.get("kv_capacity_tokens")
-        if found.engine in emulated.POOL_TWINS and not (isinstance(pool, int) and pool > plan.capacity_max_tokens):
+        measure_room = not layout_known and not (isinstance(pool, int) and pool > plan.capacity_max_tokens)
+        if found.engine in emulated.POOL_TWINS and measure_room:
             run.capacity_start = max(2, pool // (2 * (plan.capacity_words + 32))) if isinstance(pool, int) else 2
             phases.append(run.run_capacity)
         complete = await _run_phases(run, phases, notes, say)
@@ -396,6 +408,53 @@ async def _stated(url: str, found: ProbeResult) -> tuple[dict[str, object], list
     if "kv_capacity_tokens" not in stated:
         notes.append("the server states no KV capacity: the twin keeps the emulator's (--kv-capacity-tokens)")
     return stated, notes
+
+
+def is_loopback(url: str) -> bool:
+    """The server at ``url`` runs on this machine (a path it names is one here)."""
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _vllm_pool(found: ProbeResult, model_config: Path | None, stated: dict[str, object], notes: list[str]) -> bool:
+    """vLLM's pool from the blocks it states and the model's attention layout (a hybrid model's
+    sliding-window groups: ``engines.vllm.hybrid_layout``), into ``stated``; False (with a note)
+    where the layout or the blocks are not known, so the capacity phase measures the room."""
+    path = model_config
+    if path is None and found.model_root and is_loopback(found.url):
+        path = Path(found.model_root) / "config.json"
+    if found.kv_blocks is None or found.block_tokens is None:
+        return False
+    if path is None or not path.is_file():
+        notes.append(
+            "the model's attention layout is unknown (pass --model-config CONFIG.json): the capacity phase "
+            "measures the room prompts see"
+        )
+        return False
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: not a model config (JSON): {exc}") from None
+    layout = vllm.hybrid_layout(config) if isinstance(config, dict) else f"{path} holds no JSON object"
+    if isinstance(layout, str):
+        notes.append(f"{path}: {layout}; the capacity phase measures the room prompts see")
+        return False
+    window, groups = layout
+    pool = (found.kv_blocks - vllm.NULL_BLOCKS) * found.block_tokens
+    stated["kv_capacity_tokens"] = stated["cache_capacity_tokens"] = pool
+    if groups:
+        stated["swa_tokens"], stated["swa_groups"] = window, groups
+    notes.append(
+        f"{path}: "
+        + (f"a sliding window of {window} tokens in {groups} KV groups beside one of full attention; " if groups else "")
+        + f"the pool is {found.kv_blocks} blocks of {found.block_tokens} (one kept null): {pool} tokens of one group"
+    )
+    return True
 
 
 async def _server_info(url: str, found: ProbeResult, paths: tuple[str, ...]) -> dict[str, object]:

@@ -51,6 +51,10 @@ class ProbeResult:
     block_tokens: int | None = None
     #: the KV pool in tokens where the server states it (vLLM's ``kv_cache_size_tokens``)
     kv_tokens: int | None = None
+    #: the KV pool in blocks where the server states it (vLLM's ``num_gpu_blocks``)
+    kv_blocks: int | None = None
+    #: where the server says its model lives (``/v1/models``' ``root``: vLLM's model folder)
+    model_root: str | None = None
     cache_reported: bool | None = None
     first_cached_tokens: int | None = None
     second_cached_tokens: int | None = None
@@ -179,6 +183,8 @@ async def probe(
             entry = models["data"][0]
             result.model = str(entry.get("id"))
             owned_by = entry.get("owned_by")
+            root = entry.get("root")
+            result.model_root = root if isinstance(root, str) and root else None
         detected, emulated, version = _identify(found, owned_by)
         result.engine = engine or detected
         result.emulator = emulated or "swarm-emulator" in first[2]
@@ -193,6 +199,7 @@ async def probe(
             result.metrics_path = profile.metrics_path
             result.block_tokens = _stated_block_size(metrics[1])
             result.kv_tokens = _stated_kv_tokens(metrics[1])
+            result.kv_blocks = _stated_kv_blocks(metrics[1])
         elif result.engine:
             result.advice.append(
                 f"no Prometheus metrics at {profile.metrics_path}: {profile.cache_report_hint}"
@@ -211,6 +218,15 @@ _KV_TOKENS = re.compile(rb'^vllm:cache_config_info\{[^}]*\bkv_cache_size_tokens=
 def _stated_kv_tokens(metrics_text: bytes) -> int | None:
     """The KV pool in tokens in a vLLM server's ``vllm:cache_config_info`` gauge, if it has one."""
     hit = _KV_TOKENS.search(metrics_text)
+    return int(hit.group(1)) if hit else None
+
+
+_KV_BLOCKS = re.compile(rb'^vllm:cache_config_info\{[^}]*\bnum_gpu_blocks="(\d+)"', re.MULTILINE)
+
+
+def _stated_kv_blocks(metrics_text: bytes) -> int | None:
+    """The KV pool in blocks in a vLLM server's ``vllm:cache_config_info`` gauge, if it has one."""
+    hit = _KV_BLOCKS.search(metrics_text)
     return int(hit.group(1)) if hit else None
 
 

@@ -254,6 +254,20 @@ class VllmBehaviour(TrtllmBehaviour):
             step_token_budget=config.max_num_batched_tokens
             or max(vllm.MAX_NUM_BATCHED_TOKENS, config.max_num_seqs or 0),
             chunked_prefill=True, prefill_pauses_decode=False, block_tokens=self.block_tokens(config),
+            swa_tokens=self._swa(config)[0], swa_groups=self._swa(config)[1],
+        )  # fmt: skip
+
+    @staticmethod
+    def _swa(config: EmulatorConfig) -> tuple[int, int]:
+        """The sliding window and its KV groups (both 0 for a model without one)."""
+        groups = config.swa_groups or 0
+        return (config.swa_tokens or 0, groups) if groups else (0, 0)
+
+    def make_cache(self, config: EmulatorConfig) -> RadixCache | BlockCache | SlotCache:
+        window, groups = self._swa(config)
+        return BlockCache(
+            config.cache_capacity_tokens, self.block_tokens(config), swa_tokens=window, swa_groups=groups,
+            touch_on_match=False,
         )  # fmt: skip
 
     def info_lines(self, config: EmulatorConfig, labels: str) -> list[str]:
@@ -262,6 +276,7 @@ class VllmBehaviour(TrtllmBehaviour):
             "# TYPE vllm:cache_config_info gauge",
             f'vllm:cache_config_info{{block_size="{self.block_tokens(config)}",enable_prefix_caching="True",'
             f'kv_cache_size_tokens="{config.kv_capacity_tokens}",'
+            f'num_gpu_blocks="{config.kv_capacity_tokens // self.block_tokens(config) + vllm.NULL_BLOCKS}",'
             f"{labels}}} 1.0",
         ]
 

@@ -7,6 +7,25 @@ to it matches. Cached tokens are ``matched_full_blocks * block_tokens``; a trail
 block is never reused. When more than ``capacity_tokens // block_tokens`` blocks are stored,
 unreferenced leaf blocks (no stored child) are evicted, least recently used first;
 ``on_evict`` hears the tokens up to each evicted block (the engine model's host tier keeps them).
+
+**Sliding-window layers** (vLLM's hybrid KV cache manager; ``swa_groups`` > 0): a model whose
+layers attend to the last ``swa_tokens`` tokens (Gemma 3: 512) beside full-attention ones keeps
+one KV group of full-attention layers and ``swa_groups`` groups of sliding-window layers, each
+group drawing blocks from the one pool (vLLM groups the layers by the pattern's minority type:
+Gemma 3's 3 full and 15 sliding layers make 1 + 5 groups). A stored block then has a full part
+(one pool block) and a sliding part in each sliding group (one pool block each); sizes and
+capacities count pool blocks. A prefix of ``k`` blocks is a hit when its full parts are all
+stored and the sliding parts (in every group) of its last ``ceil((swa_tokens - 1) /
+block_tokens)`` blocks are (fewer from the start), found from the right as vLLM's
+``SlidingWindowManager.find_longest_cache_hit`` does, and never the block of a prompt's last
+token (vLLM computes at least one). A sequence holds the sliding parts of its window only (vLLM
+frees those out of it once computed): the others are evictable from when the sequence was
+stored. Sliding parts are evicted one group's block at a time (vLLM's free queue knows no
+prefix order), oldest first, beside full leaves; a full part evicted takes what is left of its
+sliding parts. Stamps follow vLLM's free order for Gemma 3 (whose first layers slide, so its
+sliding groups come first): a finished sequence's sliding parts, group after group, each
+group's tail first (``SingleTypeKVCacheManager.free`` frees a group's blocks in reverse), then
+its full parts.
 """
 
 from __future__ import annotations
@@ -18,7 +37,7 @@ _ROOT = 0
 
 
 class _Block:
-    __slots__ = ("children", "key", "last_access", "lock", "parent")
+    __slots__ = ("children", "key", "last_access", "lock", "parent", "swa", "swa_access", "swa_lock")
 
     def __init__(self, key: tuple[int, tuple[str, ...]], parent: int) -> None:
         self.key = key
@@ -26,6 +45,23 @@ class _Block:
         self.children = 0
         self.last_access = 0
         self.lock = 0
+        #: sliding groups that store this block (usable for a hit at all of them); the stamp its
+        #: sliding parts were last freed from; requests holding them
+        self.swa = 0
+        self.swa_access = 0
+        self.swa_lock = 0
+
+
+class Hold:
+    """What ``lock`` returns and ``unlock`` takes: the blocks a request holds the full parts of,
+    and the positions in ``chain`` of those it holds the sliding parts of (``trim`` lets go of
+    those that leave its window)."""
+
+    __slots__ = ("chain", "swa_at")
+
+    def __init__(self, chain: list[int], swa_at: list[int]) -> None:
+        self.chain = chain
+        self.swa_at = swa_at
 
 
 class BlockCache:
@@ -36,10 +72,31 @@ class BlockCache:
     fills_on_lock = False
     loaded_tokens = 0
 
-    def __init__(self, capacity_tokens: int | None = None, block_tokens: int = 32) -> None:
+    def __init__(
+        self,
+        capacity_tokens: int | None = None,
+        block_tokens: int = 32,
+        *,
+        swa_tokens: int = 0,
+        swa_groups: int = 0,
+        touch_on_match: bool = True,
+    ) -> None:
         if block_tokens < 1:
             raise ValueError("block_tokens must be >= 1")
+        if swa_groups < 0 or swa_tokens < 0 or (swa_groups > 0) != (swa_tokens > 0):
+            raise ValueError("swa_tokens and swa_groups are both > 0 (a sliding-window model) or both 0")
         self.block_tokens = block_tokens
+        #: a lookup makes the blocks it matches the newest (else only a request's use does:
+        #: vLLM's free queue moves a block when a request takes or frees it, never on a lookup)
+        self.touch_on_match = touch_on_match
+        self.swa_tokens = swa_tokens
+        self.swa_groups = swa_groups
+        #: blocks of sliding parts a hit needs at its end (vLLM: cdiv(sliding_window - 1, block_size))
+        self.swa_hit_blocks = -(-(swa_tokens - 1) // block_tokens) if swa_groups else 0
+        #: pool blocks of sliding parts stored (one per block and group)
+        self.swa_count = 0
+        #: evictable sliding parts: (stamp, block id, the block's ``swa_access`` then)
+        self._swa_heap: list[tuple[int, int, int]] = []
         self.capacity_tokens = capacity_tokens
         self.capacity_blocks = None if capacity_tokens is None else capacity_tokens // block_tokens
         self._blocks: dict[int, _Block] = {}
@@ -69,54 +126,167 @@ class BlockCache:
         block = self._blocks.get(bid)
         return block is not None and block.children == 0 and block.lock == 0 and block.last_access == stamp
 
+    def _stamp_swa(self, bids: Sequence[int]) -> None:
+        """The sliding parts of ``bids`` (in vLLM's free order, tail first) are stored in every
+        group, and free in that order one group after another (each group's blocks in turn)."""
+        if not bids:
+            return
+        base = self._tick + 1
+        n = len(bids)
+        groups = self.swa_groups
+        heap = self._swa_heap
+        for rank, bid in enumerate(bids):
+            block = self._blocks[bid]
+            self.swa_count += groups - block.swa
+            block.swa = groups
+            block.swa_access = base
+            if block.swa_lock == 0:
+                for g in range(groups):
+                    heapq.heappush(heap, (base + g * n + rank, bid, base))
+        self._tick += groups * n
+        if len(heap) > 4 * (len(self._blocks) + self.swa_count) + 64:
+            self._swa_heap = [e for e in heap if self._swa_evictable(*e)]
+            heapq.heapify(self._swa_heap)
+
+    def _restamp_swa(self, bids: Sequence[int]) -> None:
+        """Sliding parts stored (as many groups as each has) freed now, in ``bids``' order."""
+        if not bids:
+            return
+        base = self._tick + 1
+        n = len(bids)
+        for rank, bid in enumerate(bids):
+            block = self._blocks[bid]
+            block.swa_access = base
+            for g in range(block.swa):
+                heapq.heappush(self._swa_heap, (base + g * n + rank, bid, base))
+        self._tick += self.swa_groups * n
+
+    def _swa_evictable(self, stamp: int, bid: int, base: int) -> bool:
+        block = self._blocks.get(bid)
+        return block is not None and block.swa > 0 and block.swa_lock == 0 and block.swa_access == base
+
+    @property
+    def size_blocks(self) -> int:
+        """Pool blocks stored: a full part each, and a sliding part in each group that has it."""
+        return len(self._blocks) + self.swa_count
+
     @property
     def size_tokens(self) -> int:
-        return len(self._blocks) * self.block_tokens
+        return self.size_blocks * self.block_tokens
 
-    def _chain(self, tokens: Sequence[str]) -> list[int]:
-        """Stored block ids matching the prompt's leading full blocks."""
+    def swa_window_start(self, n_tokens: int) -> int:
+        """The first block whose sliding part a sequence of ``n_tokens`` computed still holds
+        (vLLM frees the blocks wholly before token ``n - swa_tokens + 1``)."""
+        return max(0, n_tokens - self.swa_tokens + 1) // self.block_tokens if self.swa_groups else 0
+
+    def _chain(self, tokens: Sequence[str], *, hit: bool = True) -> list[int]:
+        """Stored block ids matching the prompt's leading full blocks; with sliding-window
+        layers and ``hit``, those of the longest hit (see the module docstring)."""
         out: list[int] = []
         parent = _ROOT
         b = self.block_tokens
-        for i in range(len(tokens) // b):
+        hit = hit and self.swa_groups > 0
+        n_blocks = (len(tokens) - 1) // b if hit else len(tokens) // b
+        for i in range(max(n_blocks, 0)):
             bid = self._ids.get((parent, tuple(tokens[i * b : (i + 1) * b])))
             if bid is None:
                 break
             out.append(bid)
             parent = bid
-        return out
+        return self._swa_hit(out) if hit else out
+
+    def _swa_hit(self, chain: list[int]) -> list[int]:
+        """The longest prefix of ``chain`` whose last ``swa_hit_blocks`` blocks (all of it, if
+        shorter) have their sliding parts: searched from the right, as vLLM does."""
+        need, groups = self.swa_hit_blocks, self.swa_groups
+        run = 0
+        for i in range(len(chain) - 1, -1, -1):
+            if self._blocks[chain[i]].swa == groups:
+                run += 1
+                if run >= need:
+                    return chain[: i + run]
+            else:
+                run = 0
+        return chain[:run]
+
+    def _touch_swa(self, chain: list[int], n_tokens: int) -> None:
+        """A sequence of ``n_tokens`` over ``chain`` was used: the sliding parts of its window
+        are the newest, tail first (the others keep their stamps: vLLM freed them earlier)."""
+        self._stamp_swa(chain[self.swa_window_start(n_tokens) :][::-1])
 
     def match(self, tokens: Sequence[str]) -> int:
         chain = self._chain(tokens)
+        if not self.touch_on_match:
+            return len(chain) * self.block_tokens
+        if self.swa_groups:
+            self._touch_swa(chain, len(chain) * self.block_tokens)
         for bid in chain:
             self._touch(bid)
         return len(chain) * self.block_tokens
 
-    def lock(self, tokens: Sequence[str]) -> list[int]:
-        chain = self._chain(tokens)
+    def lock(self, tokens: Sequence[str]) -> Hold:
+        """Hold the stored blocks of ``tokens`` until ``unlock``: with sliding-window layers
+        their sliding parts too, all of them while the request computes (``trim`` lets go of
+        those out of its window as it goes)."""
+        chain = self._chain(tokens, hit=False)
         for bid in chain:
             self._blocks[bid].lock += 1
-        return chain
+        swa_at = [i for i, bid in enumerate(chain) if self._blocks[bid].swa > 0] if self.swa_groups else []
+        for i in swa_at:
+            self._blocks[chain[i]].swa_lock += 1
+        return Hold(chain, swa_at)
+
+    def trim(self, handle: Hold, computed_tokens: int) -> None:
+        """A request has computed ``computed_tokens``: the sliding parts it holds out of its
+        window are free now, the newest (vLLM's ``remove_skipped_blocks``, at the request's next
+        step; tail first, group after group)."""
+        start = self.swa_window_start(computed_tokens)
+        if not handle.swa_at or handle.swa_at[0] >= start:
+            return
+        out = [i for i in handle.swa_at if i < start]
+        handle.swa_at = handle.swa_at[len(out) :]
+        freed = []
+        for i in out:
+            block = self._blocks.get(handle.chain[i])
+            if block is not None:
+                block.swa_lock -= 1
+                if block.swa_lock == 0 and block.swa > 0:
+                    freed.append(handle.chain[i])
+        self._restamp_swa(freed[::-1])
 
     def unlocked_tokens(self, tokens: Sequence[str], n_tokens: int) -> int:
         """Of the first ``n_tokens`` of ``tokens`` (whole cached blocks), those in blocks no
         request holds now."""
-        chain = self._chain(tokens[:n_tokens])
+        chain = self._chain(tokens[:n_tokens], hit=False)
         return sum(self.block_tokens for bid in chain if self._blocks[bid].lock == 0)
 
-    def unlock(self, handle: list[int]) -> None:
-        for bid in handle:
+    def unlock(self, handle: Hold | list[int]) -> None:
+        if not isinstance(handle, Hold):
+            return  # nothing held (a request never admitted, or already let go)
+        chain = handle.chain
+        window = [chain[i] for i in handle.swa_at]
+        for bid in chain:
             block = self._blocks.get(bid)
             if block is not None:
                 block.lock -= 1
                 if block.lock == 0 and block.children == 0:
                     self._push(bid)
+        for bid in window:
+            block = self._blocks.get(bid)
+            if block is not None:
+                block.swa_lock -= 1
+                if block.swa_lock == 0:  # free again, where it was (a finished one is stamped anew)
+                    for g in range(block.swa):
+                        heapq.heappush(self._swa_heap, (block.swa_access + g, bid, block.swa_access))
 
     def insert(self, tokens: Sequence[str]) -> int:
         """Store the full blocks of ``tokens``; return how many tokens were new."""
         parent = _ROOT
         b = self.block_tokens
         added = 0
+        chain: list[int] = []
+        out_of_window: list[int] = []  # new blocks whose sliding parts vLLM frees once computed
+        start = self.swa_window_start(len(tokens))
         for i in range(len(tokens) // b):
             key = (parent, tuple(tokens[i * b : (i + 1) * b]))
             bid = self._ids.get(key)
@@ -128,10 +298,17 @@ class BlockCache:
                 if parent != _ROOT:
                     self._blocks[parent].children += 1
                 added += b
-            self._touch(bid)
+                if self.swa_groups and i < start:
+                    out_of_window.append(bid)
+            chain.append(bid)
             parent = bid
-        if self.capacity_blocks is not None and len(self._blocks) > self.capacity_blocks:
-            self.evict((len(self._blocks) - self.capacity_blocks) * b)
+        if self.swa_groups:
+            self._stamp_swa(out_of_window[::-1])
+            self._touch_swa(chain, len(tokens))
+        for bid in chain:
+            self._touch(bid)
+        if self.capacity_blocks is not None and self.size_blocks > self.capacity_blocks:
+            self.evict((self.size_blocks - self.capacity_blocks) * b)
         return added
 
     def resize(self, capacity_tokens: int) -> None:
@@ -139,23 +316,45 @@ class BlockCache:
         it now, if it can be (blocks in use stay)."""
         self.capacity_tokens = capacity_tokens
         self.capacity_blocks = capacity_tokens // self.block_tokens
-        if len(self._blocks) > self.capacity_blocks:
-            self.evict((len(self._blocks) - self.capacity_blocks) * self.block_tokens)
+        if self.size_blocks > self.capacity_blocks:
+            self.evict((self.size_blocks - self.capacity_blocks) * self.block_tokens)
+
+    def _oldest_swa(self) -> tuple[int, int, int] | None:
+        """The oldest evictable sliding part (stale heap entries dropped), not popped."""
+        heap = self._swa_heap
+        while heap and not self._swa_evictable(*heap[0]):
+            heapq.heappop(heap)
+        return heap[0] if heap else None
 
     def evict(self, tokens_needed: int) -> int:
+        """Free at least ``tokens_needed`` (pool blocks' tokens), oldest first; return the tokens
+        freed."""
         blocks_needed = -(-tokens_needed // self.block_tokens)
         freed = 0
-        heap = self._heap
         told: set[int] = set()  # blocks under one already told of: their path is in its path
-        while heap and freed < blocks_needed:
-            stamp, bid = heapq.heappop(heap)
-            if not self._evictable(stamp, bid):
+        while freed < blocks_needed:
+            heap = self._heap  # (``_push`` may compact it into a new list)
+            while heap and not self._evictable(*heap[0]):
+                heapq.heappop(heap)
+            swa = self._oldest_swa() if self.swa_groups else None
+            if swa is not None and (not heap or swa[0] < heap[0][0]):
+                heapq.heappop(self._swa_heap)
+                self._blocks[swa[1]].swa -= 1
+                self.swa_count -= 1
+                freed += 1
                 continue
+            if not heap:
+                break
+            _stamp, bid = heapq.heappop(heap)
             if self.on_evict is not None and bid not in told:
                 self.on_evict(self._path(bid, told))
             blk = self._blocks.pop(bid)
             del self._ids[blk.key]
             freed += 1
+            if blk.swa:
+                self.swa_count -= blk.swa
+                freed += blk.swa
+                blk.swa = 0
             if blk.parent != _ROOT:
                 parent = self._blocks[blk.parent]
                 parent.children -= 1
@@ -178,3 +377,5 @@ class BlockCache:
         self._blocks.clear()
         self._ids.clear()
         self._heap.clear()
+        self._swa_heap.clear()
+        self.swa_count = 0

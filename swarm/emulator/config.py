@@ -21,15 +21,16 @@ from swarm.fields import TokenizerPath
 
 _EMU = "Emulator"
 _SCHED = "Engine scheduler"
-#: the scheduler knobs and the engine whose name each carries
-SCHEDULER_KNOBS = {
+#: the scheduler knobs and the engine (or engines) whose name each carries
+SCHEDULER_KNOBS: dict[str, str | tuple[str, ...]] = {
     "schedule_policy": "sglang", "chunked_prefill_size": "sglang", "enable_mixed_chunk": "sglang",
     "enable_hierarchical_cache": "sglang", "hicache_ratio": "sglang", "max_running_requests": "sglang",
     "capacity_scheduler_policy": "trtllm", "max_batch_size": "trtllm", "max_num_tokens": "trtllm",
     "enable_chunked_prefill": "trtllm", "max_num_seqs": "vllm", "max_num_batched_tokens": "vllm",
     "parallel": "llamacpp", "slot_prompt_similarity": "llamacpp", "cache_ram": "llamacpp",
     "cache_idle_slots": "llamacpp", "kv_unified": "llamacpp", "ctx_size": "llamacpp", "batch_size": "llamacpp",
-    "ubatch_size": "llamacpp", "swa_tokens": "llamacpp", "state_bytes_per_token": "llamacpp",
+    "ubatch_size": "llamacpp", "swa_tokens": ("llamacpp", "vllm"), "state_bytes_per_token": "llamacpp",
+    "swa_groups": "vllm",
 }  # fmt: skip
 
 
@@ -259,9 +260,17 @@ class EmulatorConfig(BaseModel):
     )  # fmt: skip
     swa_tokens: int | None = Field(
         default=None, ge=0,
-        description="llamacpp: the model's sliding-window attention span (Gemma 3: 512; default 0, none): a "
-        "slot reuses a prefix the window cache no longer covers only from a context checkpoint",
+        description="llamacpp, vllm: the model's sliding-window attention span (its config's sliding_window; "
+        "Gemma 3: 512; default 0, none). llamacpp: a slot reuses a prefix the window cache no longer covers "
+        "only from a context checkpoint; vllm (with --swa-groups): the sliding layers hold only their window",
         json_schema_extra=flag("--swa-tokens", group=_SCHED),
+    )  # fmt: skip
+    swa_groups: int | None = Field(
+        default=None, ge=0,
+        description="vllm: KV cache groups of sliding-window layers beside the one of full-attention layers "
+        "(vLLM's hybrid KV cache manager groups layers by the pattern's minority type: Gemma 3's 15 sliding "
+        "and 3 full layers make 5; default 0, none); needs --swa-tokens",
+        json_schema_extra=flag("--swa-groups", group=_SCHED),
     )  # fmt: skip
     state_bytes_per_token: int | None = Field(
         default=None, ge=1,
@@ -314,9 +323,12 @@ class EmulatorConfig(BaseModel):
     @model_validator(mode="after")
     def _knobs_of_this_engine(self) -> EmulatorConfig:
         """A scheduler knob is one engine's: given to another engine's profile, it is refused."""
-        for name, engine in SCHEDULER_KNOBS.items():
-            if getattr(self, name) is not None and engine != self.engine:
-                raise ValueError(f"{name} is {engine}'s knob; this emulator's engine is {self.engine}")
+        for name, engines in SCHEDULER_KNOBS.items():
+            owners = (engines,) if isinstance(engines, str) else engines
+            if getattr(self, name) is not None and self.engine not in owners:
+                raise ValueError(f"{name} is {' and '.join(owners)}'s knob; this emulator's engine is {self.engine}")
+        if self.swa_groups and not self.swa_tokens:
+            raise ValueError("swa_groups needs swa_tokens: the sliding window the groups' layers attend to")
         return self
 
     @model_validator(mode="after")

@@ -49,7 +49,7 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 
 from swarm.emulator.behaviour import EngineBehaviour, engine_behaviour
-from swarm.emulator.block_cache import BlockCache
+from swarm.emulator.block_cache import BlockCache, Hold
 from swarm.emulator.config import EmulatorConfig
 from swarm.emulator.radix_cache import RadixCache
 from swarm.emulator.scheduler import Scheduler, StepPlan
@@ -342,6 +342,16 @@ class EngineModel:
         self.stats.host_loaded_tokens += loaded
         self._fit_cache_to_pool()
 
+    def _trim_windows(self) -> None:
+        """Sliding-window layers: each running request lets go of the sliding parts out of its
+        window, as vLLM does at the request's next step (``block_cache``'s docstring)."""
+        cache = self.cache
+        if not isinstance(cache, BlockCache) or not cache.swa_groups:
+            return
+        for gen in self.running:
+            if isinstance(gen._lock_handle, Hold):
+                cache.trim(gen._lock_handle, gen.prompt_tokens + len(gen.output) - gen.prefill_left)
+
     def _fit_cache_to_pool(self) -> None:
         """One pool for running requests and cached blocks (``behaviour.shared_pool``, vLLM):
         the prefix cache keeps ``cache_capacity_tokens`` less what running requests hold beyond
@@ -354,8 +364,8 @@ class EngineModel:
         beyond = sum(
             self.scheduler.blocks(g.prompt_tokens + len(g.output)) - g.prompt_tokens // block * block
             for g in self.running
-        )
-        self.cache.resize(max(capacity - beyond, block))
+        )  # in each KV group: a sliding-window model's groups hold it too
+        self.cache.resize(max(capacity - beyond * (1 + self.cache.swa_groups), block))
 
     def release(self, gen: Generation) -> None:
         """A preempted request's KV is freed; what it computed stays in the prefix cache."""
@@ -544,6 +554,7 @@ class EngineModel:
         sleeps that long and calls ``end_step``; a test drives both on a virtual clock."""
         cfg = self.config
         self._step_now, self._step_host_tokens = now, 0
+        self._trim_windows()
         self._fit_cache_to_pool()
         plan = self.scheduler.plan(self.waiting, self.running, self)
         emits = bool(plan.decoding or plan.finishing_prefill)

@@ -42,7 +42,12 @@ The model, per step:
    ``prefill_tail_breaks`` (llama.cpp with a sliding-window model) ends a prompt's chunk where
    that many of its tokens are left, so its tail is computed in steps of its own.
 
-KV is held in whole blocks of ``block_tokens``. The prefix cache is the engine model's own
+KV is held in whole blocks of ``block_tokens``. With sliding-window layers (``swa_groups`` > 0,
+vLLM's hybrid KV cache manager, ``block_cache``'s docstring), a request also holds, in each of
+``swa_groups`` groups, the blocks of its window (those wholly before token
+``n - swa_tokens + 1`` of its ``n`` are freed once computed), and is admitted on the blocks from
+its hit's window to its end (a step computes its new tokens in every group); capacities then
+count one group's blocks (vLLM's ``num_gpu_blocks`` x ``block_size``). The prefix cache is the engine model's own
 pool (``cache_capacity_tokens``), apart from this KV of running requests: a simplification
 that the docs state.
 """
@@ -138,6 +143,9 @@ class SchedulerPolicy:
     #: a prompt's chunks end where this many of its tokens are left (llama.cpp with a
     #: sliding-window model: ``(4 + n_ubatch, 4)``, its context checkpoints), largest first
     prefill_tail_breaks: tuple[int, ...] = ()
+    #: sliding-window layers: their span, and their KV groups beside the full-attention one
+    swa_tokens: int = 0
+    swa_groups: int = 0
 
     def __post_init__(self) -> None:
         if not all(0 <= r <= 1 for r in (self.reserve_floor, self.reserve_ratio, self.admit_reserve)):
@@ -189,6 +197,23 @@ class Scheduler(Generic[R]):
         b = self.policy.block_tokens
         return -(-tokens // b) * b
 
+    def swa(self, sequence: int, computed_from: int | None = None) -> int:
+        """KV (in one group's tokens) the sliding-window groups hold for a sequence of
+        ``sequence`` tokens: each group, the blocks of its window; with ``computed_from``, from
+        that token's window on (a step computing the sequence from there)."""
+        p = self.policy
+        if not p.swa_groups:
+            return 0
+        b = p.block_tokens
+        start = sequence if computed_from is None else computed_from
+        first = max(0, start - p.swa_tokens + 1) // b
+        return p.swa_groups * (-(-sequence // b) - first) * b
+
+    def kv(self, gen: R, extra: int = 0) -> int:
+        """KV a running request holds with ``extra`` tokens more: its own blocks, and its
+        sliding-window groups' (``swa``)."""
+        return self.blocks(gen.kv_tokens + extra) + self.swa(gen.prompt_tokens + len(gen.output) + extra)
+
     def _to_come(self, gen: R) -> int:
         left = max(gen.max_new - len(gen.output), 0)
         clip = self.policy.reserve_clip_tokens
@@ -201,11 +226,11 @@ class Scheduler(Generic[R]):
     def held(self, gen: R) -> int:
         """KV a running request holds for the admission check: its tokens, the one this step
         may add, and its reserve."""
-        return self.blocks(gen.kv_tokens + 1 + self.reserve(gen))
+        return self.blocks(gen.kv_tokens + 1 + self.reserve(gen)) + self.swa(gen.prompt_tokens + len(gen.output) + 1)
 
     def used(self, running: Sequence[R]) -> int:
         """KV in use (reserves left out): what the engine's usage gauge shows."""
-        return sum(self.blocks(g.kv_tokens) for g in running)
+        return sum(self.kv(g) for g in running)
 
     # -- one step ------------------------------------------------------------------------------
 
@@ -281,7 +306,7 @@ class Scheduler(Generic[R]):
             sequence = gen.prompt_tokens + len(gen.output)
             new = sequence - hit
             own = new + engine.unshared(gen, hit)  # the KV it holds: its new tokens, and cached blocks no one holds
-            need = self.blocks(own + 1 + math.ceil(p.admit_reserve * self._to_come(gen)))
+            need = self.blocks(own + 1 + math.ceil(p.admit_reserve * self._to_come(gen))) + self.swa(sequence + 1, hit)
             if running and held + need > self.capacity:
                 break
             if not p.chunked_prefill and new > budget and plan.batch:
@@ -310,10 +335,10 @@ class Scheduler(Generic[R]):
         if self.policy.reserve_floor >= 1 and self.policy.reserve_ratio >= 1:
             return
         grow = [g for g in running if g.prefill_left == 0]
-        need = sum(self.blocks(g.kv_tokens + (g.prefill_left == 0)) for g in running)
+        need = sum(self.kv(g, g.prefill_left == 0) for g in running)
         while need > self.capacity and len(running) > 1:
             victim = self._victim(running)
-            need -= self.blocks(victim.kv_tokens + (victim in grow))
+            need -= self.kv(victim, victim in grow)
             running.remove(victim)
             victim.computed = victim.prompt_tokens + len(victim.output) - victim.prefill_left
             victim.prefill_left = victim.kv_tokens = 0

@@ -9,6 +9,14 @@ Place in the map (docs/architecture.md, "Engines"). Facts, and where they come f
 - ``POST /reset_prefix_cache`` only with ``VLLM_SERVER_DEV_MODE=1``; it answers
   ``{"success": false}`` while blocks are held by running requests.
 - ``vllm:gpu_cache_usage_perc`` was the KV-usage gauge's name before ``vllm:kv_cache_usage_perc``.
+- the pool is ``num_gpu_blocks`` blocks (``vllm:cache_config_info``), one of them kept as the
+  null block (``v1/core/block_pool.py``). A model with sliding-window layers beside full ones
+  (Gemma 2/3, gpt-oss, ...) gets the hybrid KV cache manager: its layers are grouped, each group
+  drawing its own blocks from that pool (``v1/core/kv_cache_utils.py``,
+  ``_get_kv_cache_groups_uniform_page_size``; ``hybrid_layout`` below), and the stated
+  ``kv_cache_size_tokens`` is then the pool over one request of ``max_model_len``, not what
+  shorter prompts see. Read at vLLM's main branch, November 2026 (its CPU build served here
+  reports version 0.32.0).
 """
 
 from __future__ import annotations
@@ -24,6 +32,53 @@ CPU_BLOCK_TOKENS = 128
 #: worker; ``engine/arg_utils.py``, 0.11.0), as the profile's block size
 MAX_NUM_SEQS = 128
 MAX_NUM_BATCHED_TOKENS = 2048
+
+
+#: vLLM keeps one block of the pool as its null block (``BlockPool.null_block``)
+NULL_BLOCKS = 1
+
+
+def hybrid_layout(model_config: dict[str, object]) -> tuple[int, int] | str:
+    """A model's sliding window and vLLM's KV groups of sliding-window layers, from its Hugging
+    Face ``config.json``: ``(0, 0)`` for full attention only, ``(window, groups)`` where one
+    group of full-attention layers sits beside ``groups`` of sliding ones, or why the twin
+    cannot model it. vLLM's rule: layers of each type, grouped in groups of the smaller type's
+    count (of the larger's, where it is under 1.5 times the smaller), rounded up."""
+    text = model_config.get("text_config")
+    config = text if isinstance(text, dict) else model_config
+    window = config.get("sliding_window")
+    layers = config.get("num_hidden_layers")
+    if not isinstance(window, int) or window <= 0:
+        return (0, 0)
+    if not isinstance(layers, int) or layers <= 0:
+        return "the model config has no num_hidden_layers"
+    types = config.get("layer_types")
+    pattern = config.get("sliding_window_pattern")
+    if isinstance(types, list):
+        sliding = sum(1 for t in types if t == "sliding_attention")
+        full = sum(1 for t in types if t == "full_attention")
+        if sliding + full != len(types):
+            return f"layer types other than sliding and full attention: {sorted(set(map(str, types)))}"
+    elif isinstance(pattern, int) and pattern > 0:  # Gemma 3's older configs: every pattern-th layer is full
+        full = layers // pattern
+        sliding = layers - full
+    else:
+        return (
+            (0, 0)
+            if config.get("use_sliding_window") is False
+            else "every layer slides: no full-attention group"
+        )
+    if sliding == 0:
+        return (0, 0)
+    if full == 0:
+        return "every layer slides: no full-attention group"
+    size = min(full, sliding)
+    if max(full, sliding) < 1.5 * size:
+        size = max(full, sliding)
+    full_groups, sliding_groups = -(-full // size), -(-sliding // size)
+    if full_groups != 1:
+        return f"{full_groups} KV groups of full-attention layers (the twin models one)"
+    return (window, sliding_groups)
 
 
 def identify(served: Served) -> Identified | None:
