@@ -17,6 +17,7 @@ from test_emulator_scheduler import Arrival, simulate, tokens
 
 from swarm.emulator.block_cache import BlockCache
 from swarm.emulator.config import EmulatorConfig
+from swarm.emulator.engine_model import EngineModel
 
 #: Gemma 3 270M on vLLM's CPU build: 128-token blocks, a 512-token window, 5 sliding groups
 GEMMA3 = {"engine": "vllm", "block_tokens": 128, "swa_tokens": 512, "swa_groups": 5}
@@ -114,3 +115,27 @@ def test_sliding_groups_are_vllms_knob_and_need_a_window() -> None:
     with pytest.raises(ValueError, match="swa_groups needs swa_tokens"):
         EmulatorConfig(engine="vllm", swa_groups=5)
     assert EmulatorConfig(engine="vllm", swa_tokens=512, swa_groups=5).swa_groups == 5
+
+
+def _run_alone(model: EngineModel, prompt: list[str], max_new: int) -> list[str]:
+    """One request through ``model`` on a virtual clock until it finishes: its output."""
+    gen = model.submit(prompt, max_new, now_s=0.0)
+    now = 0.0
+    while model.running or model.waiting:
+        plan, step_s = model.begin_step(now)
+        now += step_s
+        model.end_step(plan, now)
+    return list(gen.output)
+
+
+@pytest.mark.parametrize("layout", [GEMMA3, {"engine": "vllm", "block_tokens": 128}])
+def test_a_finished_requests_last_token_is_not_cached(layout: dict[str, object]) -> None:
+    """vLLM caches the blocks of computed tokens, and a request's last sampled token is never
+    computed: a 504-token prompt with 8 tokens out, extended, came back from vLLM with 384
+    cached tokens, not 512 (its fourth block one token short; tests/test_engine_twins.py's
+    point at 4 agents, 2026-12-03)."""
+    model = EngineModel(EmulatorConfig(**layout, timing="batch"))  # type: ignore[arg-type]
+    prompt = tokens("p", 504)
+    output = _run_alone(model, prompt, 8)
+    assert len(output) == 8
+    assert model._cached_for([*prompt, *output, *tokens("q", 15)]) == 384

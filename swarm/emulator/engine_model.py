@@ -439,7 +439,7 @@ class EngineModel:
         self.cache.unlock(gen._lock_handle)  # type: ignore[arg-type]
         gen._lock_handle = []
         if gen.output:
-            self.cache.insert(gen.prompt + gen.output)
+            self.cache.insert(gen.prompt + (gen.output if self.behaviour.caches_last_token else gen.output[:-1]))
         st = self.stats
         st.requests_finished += 1
         st.generation_tokens_total += len(gen.output)
