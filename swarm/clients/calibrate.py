@@ -8,7 +8,7 @@ what is left of the time budget:
    size; vLLM's KV pool; SGLang's server info: KV tokens, chunked prefill size, schedule
    policy, running cap; llama.cpp's slots); for vLLM, the model's attention layout read from
    its ``config.json`` (``--model-config``, or the folder ``/v1/models`` names when the server
-   is on this machine): with it, the pool is the stated blocks (``_vllm_pool``) and the
+   is on this machine): with it, the pool is the stated blocks (``_pool_from_layout``) and the
    capacity phase is not needed;
 2. **prefill**: requests one at a time, cold prompts of ``prompt_words`` words (a fresh
    nonce first, so nothing is cached) ``repeats`` times each, then each prompt again (served
@@ -51,7 +51,7 @@ import aiohttp
 from swarm.clients.aiohttp_transport import open_http_session
 from swarm.clients.client import HttpEngineClient, normalise_base_url, open_transport, redact_url
 from swarm.clients.probe import ProbeResult, probe
-from swarm.engines import emulated, vllm
+from swarm.engines import emulated
 from swarm.engines.calibration import (
     Calibration,
     CapacityProbe,
@@ -254,7 +254,7 @@ async def calibrate(
     if found.engine is None:
         raise InputError(f"{redact_url(url)}: cannot tell which engine serves it; name it with --engine")
     stated, notes = await _stated(url, found)
-    layout_known = found.engine == "vllm" and _vllm_pool(found, plan.model_config, stated, notes)
+    layout_known = _pool_from_layout(found, plan.model_config, stated, notes)
     say(f"{found.engine} at {found.url}: stated {stated or 'nothing'}")
     base = normalise_base_url(url)
     async with open_transport(base) as transport:
@@ -421,15 +421,19 @@ def is_loopback(url: str) -> bool:
         return False
 
 
-def _vllm_pool(found: ProbeResult, model_config: Path | None, stated: dict[str, object], notes: list[str]) -> bool:
-    """vLLM's pool from the blocks it states and the model's attention layout (a hybrid model's
-    sliding-window groups: ``engines.vllm.hybrid_layout``), into ``stated``; False (with a note)
-    where the layout or the blocks are not known, so the capacity phase measures the room."""
+def _pool_from_layout(
+    found: ProbeResult, model_config: Path | None, stated: dict[str, object], notes: list[str]
+) -> bool:
+    """The pool from the KV blocks the server states and the model's attention layout (vLLM: a
+    hybrid model's sliding-window groups, ``engines.emulated.POOL_FROM_LAYOUT``), into
+    ``stated``; False (with a note) where either is not known, so the capacity phase measures
+    the room."""
+    reader = emulated.POOL_FROM_LAYOUT.get(found.engine or "")
+    if reader is None or found.kv_blocks is None or found.block_tokens is None:
+        return False
     path = model_config
     if path is None and found.model_root and is_loopback(found.url):
         path = Path(found.model_root) / "config.json"
-    if found.kv_blocks is None or found.block_tokens is None:
-        return False
     if path is None or not path.is_file():
         notes.append(
             "the model's attention layout is unknown (pass --model-config CONFIG.json): the capacity phase "
@@ -440,20 +444,13 @@ def _vllm_pool(found: ProbeResult, model_config: Path | None, stated: dict[str, 
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise InputError(f"{path}: not a model config (JSON): {exc}") from None
-    layout = vllm.hybrid_layout(config) if isinstance(config, dict) else f"{path} holds no JSON object"
-    if isinstance(layout, str):
-        notes.append(f"{path}: {layout}; the capacity phase measures the room prompts see")
+    read = reader(found.kv_blocks, found.block_tokens, config) if isinstance(config, dict) else "no JSON object"
+    if isinstance(read, str):
+        notes.append(f"{path}: {read}; the capacity phase measures the room prompts see")
         return False
-    window, groups = layout
-    pool = (found.kv_blocks - vllm.NULL_BLOCKS) * found.block_tokens
-    stated["kv_capacity_tokens"] = stated["cache_capacity_tokens"] = pool
-    if groups:
-        stated["swa_tokens"], stated["swa_groups"] = window, groups
-    notes.append(
-        f"{path}: "
-        + (f"a sliding window of {window} tokens in {groups} KV groups beside one of full attention; " if groups else "")
-        + f"the pool is {found.kv_blocks} blocks of {found.block_tokens} (one kept null): {pool} tokens of one group"
-    )
+    settings, note = read
+    stated.update(settings)
+    notes.append(f"{path}: {note}")
     return True
 
 

@@ -7,7 +7,7 @@ reads the series (``analysis/engine_metrics.py``) and the sweep calls the reset.
 
 from __future__ import annotations
 
-from swarm.engines import llamacpp, sglang
+from swarm.engines import llamacpp, sglang, vllm
 from swarm.engines.engine import CacheReset
 
 STEPS = "swarm_emulator_steps_total"
@@ -30,6 +30,9 @@ STATED_INFO = {
 }
 #: the twins whose prefix cache is a pool of tokens: ``swarm calibrate`` measures its room
 POOL_TWINS = ("sglang", "trtllm", "vllm")
+#: per engine, its pool and attention layout from the KV blocks it states and the model's
+#: ``config.json`` (``swarm calibrate``; vLLM's hybrid KV cache manager)
+POOL_FROM_LAYOUT = {"vllm": vllm.stated_pool}
 #: per engine, what its answers to prompts sent again say of its model's sliding window (``swarm calibrate``)
 WINDOW_FROM_REPEATS = {"llamacpp": llamacpp.window_from_repeats}
 #: the response header in which an emulator names itself (its URL, or ``--replica-name``), so a

@@ -81,6 +81,24 @@ def hybrid_layout(model_config: dict[str, object]) -> tuple[int, int] | str:
     return (window, sliding_groups)
 
 
+def stated_pool(kv_blocks: int, block_tokens: int, model_config: dict[str, object]) -> tuple[dict[str, int], str] | str:
+    """The twin's pool and layout from the blocks vLLM states and the model's ``config.json``:
+    (its settings, a note saying them), or why the layout is not known. The pool counts one KV
+    group's tokens (``num_gpu_blocks`` less the null block, times the block size)."""
+    layout = hybrid_layout(model_config)
+    if isinstance(layout, str):
+        return layout
+    window, groups = layout
+    pool = (kv_blocks - NULL_BLOCKS) * block_tokens
+    settings = {"kv_capacity_tokens": pool, "cache_capacity_tokens": pool}
+    if groups:
+        settings |= {"swa_tokens": window, "swa_groups": groups}
+    note = (
+        f"a sliding window of {window} tokens in {groups} KV groups beside one of full attention; " if groups else ""
+    ) + f"the pool is {kv_blocks} blocks of {block_tokens} (one kept null): {pool} tokens of one group"
+    return settings, note
+
+
 def identify(served: Served) -> Identified | None:
     """vLLM's ``/metrics`` holds ``vllm:`` series (checked before SGLang's: vLLM in development
     mode also serves ``/server_info``)."""
