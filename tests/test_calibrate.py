@@ -247,7 +247,9 @@ def test_vllms_layer_grouping_gives_the_twins_sliding_window_groups() -> None:
     gpt_oss = {"num_hidden_layers": 24, "sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 12}
     assert hybrid_layout(gpt_oss) == (128, 1)
     assert hybrid_layout({"num_hidden_layers": 32, "sliding_window": None}) == (0, 0)  # full attention only
-    assert "no full-attention group" in str(hybrid_layout({"num_hidden_layers": 32, "sliding_window": 4096}))
+    assert "layer pattern is unknown" in str(hybrid_layout({"num_hidden_layers": 32, "sliding_window": 4096}))
+    all_sliding = {"num_hidden_layers": 4, "sliding_window": 4096, "layer_types": ["sliding_attention"] * 4}
+    assert "no full-attention group" in str(hybrid_layout(all_sliding))
     two_full = {"num_hidden_layers": 30, "sliding_window": 512, "layer_types": ["full_attention"] * 20 + ["sliding_attention"] * 10}
     assert "2 KV groups of full-attention layers" in str(hybrid_layout(two_full))
 

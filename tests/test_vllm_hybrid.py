@@ -139,3 +139,41 @@ def test_a_finished_requests_last_token_is_not_cached(layout: dict[str, object])
     output = _run_alone(model, prompt, 8)
     assert len(output) == 8
     assert model._cached_for([*prompt, *output, *tokens("q", 15)]) == 384
+
+
+def test_a_hit_holds_no_sliding_parts_before_its_window() -> None:
+    """vLLM takes null blocks in the sliding groups before a hit's window: a request extending a
+    cached sequence does not hold (nor free anew) the older blocks' sliding parts, so they stay
+    older than what finished in between."""
+    cache = BlockCache(block_tokens=4, swa_tokens=9, swa_groups=2)
+    first, other = tokens("a", 24), tokens("c", 8)
+    cache.insert(first)
+    cache.insert(other)
+    extended = [*first, *tokens("b", 12)]
+    hit = cache.match(extended)
+    assert hit == 24
+    cache.insert(extended)
+    held = cache.lock(extended, hit_tokens=hit)
+    assert held.swa_at[0] == cache.swa_window_start(hit) == 4
+    cache.trim(held, len(extended))
+    cache.evict(2 * 4)  # blocks 0-3 of the first, out of every window, go before the other's
+    assert cache.match([*other, "x"]) == 8
+
+
+def test_a_long_output_keeps_only_its_window_out_of_the_cache() -> None:
+    """A running request's output takes from the prefix cache its full-attention blocks and, in
+    the sliding groups, only the blocks of its window."""
+    from swarm.emulator.engine_model import Generation
+
+    model = EngineModel(
+        EmulatorConfig(
+            **GEMMA3, timing="batch", kv_capacity_tokens=199 * 128, cache_capacity_tokens=199 * 128
+        )
+    )  # type: ignore[arg-type]
+    gen = Generation(model, tokens("p", 463), 4000, 0.0)
+    gen.output = tokens("o", 2000)
+    model.running.append(gen)
+    model._fit_cache_to_pool()
+    # 463 + 2000 tokens: 20 blocks, 3 of them the prompt's full ones: 17 full-attention blocks
+    # past it; the window holds blocks 15-19 (5) in each of 5 sliding groups
+    assert model.cache.capacity_blocks == 199 - 17 - 5 * 5

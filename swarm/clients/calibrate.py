@@ -428,8 +428,12 @@ def _pool_from_layout(
     hybrid model's sliding-window groups, ``engines.emulated.POOL_FROM_LAYOUT``), into
     ``stated``; False (with a note) where either is not known, so the capacity phase measures
     the room."""
+    if model_config is not None and not model_config.is_file():
+        raise InputError(f"--model-config {model_config}: no such file")
     reader = emulated.POOL_FROM_LAYOUT.get(found.engine or "")
     if reader is None or found.kv_blocks is None or found.block_tokens is None:
+        if model_config is not None:
+            notes.append(f"--model-config {model_config} was not read: the server states no KV blocks to lay out")
         return False
     path = model_config
     if path is None and found.model_root and is_loopback(found.url):

@@ -224,14 +224,16 @@ class BlockCache:
             self._touch(bid)
         return len(chain) * self.block_tokens
 
-    def lock(self, tokens: Sequence[str]) -> Hold:
+    def lock(self, tokens: Sequence[str], hit_tokens: int = 0) -> Hold:
         """Hold the stored blocks of ``tokens`` until ``unlock``: with sliding-window layers
-        their sliding parts too, all of them while the request computes (``trim`` lets go of
-        those out of its window as it goes)."""
+        their sliding parts too, from the window of the ``hit_tokens`` it found cached on (vLLM
+        takes null blocks before it), all of them while the request computes (``trim`` lets go
+        of those out of its window as it goes)."""
         chain = self._chain(tokens, hit=False)
         for bid in chain:
             self._blocks[bid].lock += 1
-        swa_at = [i for i, bid in enumerate(chain) if self._blocks[bid].swa > 0] if self.swa_groups else []
+        first = self.swa_window_start(hit_tokens)
+        swa_at = [i for i in range(first, len(chain)) if self._blocks[chain[i]].swa > 0] if self.swa_groups else []
         for i in swa_at:
             self._blocks[chain[i]].swa_lock += 1
         return Hold(chain, swa_at)

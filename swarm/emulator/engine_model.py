@@ -349,8 +349,9 @@ class EngineModel:
         if not isinstance(cache, BlockCache) or not cache.swa_groups:
             return
         for gen in self.running:
-            if isinstance(gen._lock_handle, Hold):
-                cache.trim(gen._lock_handle, gen.prompt_tokens + len(gen.output) - gen.prefill_left)
+            if isinstance(gen._lock_handle, Hold):  # the last token sampled is not computed yet
+                computed = gen.prompt_tokens + len(gen.output) - gen.prefill_left - (1 if gen.output else 0)
+                cache.trim(gen._lock_handle, computed)
 
     def _fit_cache_to_pool(self) -> None:
         """One pool for running requests and cached blocks (``behaviour.shared_pool``, vLLM):
@@ -360,12 +361,17 @@ class EngineModel:
         capacity = self.config.cache_capacity_tokens
         if not self.behaviour.shared_pool or capacity is None or not isinstance(self.cache, BlockCache):
             return
-        block = self.cache.block_tokens
-        beyond = sum(
-            self.scheduler.blocks(g.prompt_tokens + len(g.output)) - g.prompt_tokens // block * block
-            for g in self.running
-        )  # in each KV group: a sliding-window model's groups hold it too
-        self.cache.resize(max(capacity - beyond * (1 + self.cache.swa_groups), block))
+        cache = self.cache
+        block = cache.block_tokens
+        beyond = 0
+        for g in self.running:
+            sequence = g.prompt_tokens + len(g.output)
+            first = g.prompt_tokens // block  # the first block past the prompt's full ones
+            beyond += self.scheduler.blocks(sequence) - first * block
+            if cache.swa_groups:  # the sliding groups hold those of them in the window
+                window_first = max(first, cache.swa_window_start(sequence))
+                beyond += cache.swa_groups * max(0, -(-sequence // block) - window_first) * block
+        cache.resize(max(capacity - beyond, block))
 
     def release(self, gen: Generation) -> None:
         """A preempted request's KV is freed; what it computed stays in the prefix cache."""
@@ -428,7 +434,10 @@ class EngineModel:
         gen.cached_tokens = self._cached_for(gen.prompt) if cached is None else cached
         if not self.cache.fills_on_lock:  # a slot takes the prompt when it is locked
             self.cache.insert(gen.prompt)
-        gen._lock_handle = self.cache.lock(gen.prompt)
+        if isinstance(self.cache, BlockCache):  # sliding parts: from the hit's window on
+            gen._lock_handle = self.cache.lock(gen.prompt, hit_tokens=gen.cached_tokens)
+        else:
+            gen._lock_handle = self.cache.lock(gen.prompt)
         gen.admitted_s = now_s
         st = self.stats
         st.prompt_tokens_total += len(gen.prompt)

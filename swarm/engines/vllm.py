@@ -63,11 +63,9 @@ def hybrid_layout(model_config: dict[str, object]) -> tuple[int, int] | str:
         full = layers // pattern
         sliding = layers - full
     else:
-        return (
-            (0, 0)
-            if config.get("use_sliding_window") is False
-            else "every layer slides: no full-attention group"
-        )
+        if config.get("use_sliding_window") is False:
+            return (0, 0)
+        return "the layer pattern is unknown (no layer_types or sliding_window_pattern in the model config)"
     if sliding == 0:
         return (0, 0)
     if full == 0:
@@ -81,7 +79,9 @@ def hybrid_layout(model_config: dict[str, object]) -> tuple[int, int] | str:
     return (window, sliding_groups)
 
 
-def stated_pool(kv_blocks: int, block_tokens: int, model_config: dict[str, object]) -> tuple[dict[str, int], str] | str:
+def stated_pool(
+    kv_blocks: int, block_tokens: int, model_config: dict[str, object]
+) -> tuple[dict[str, int], str] | str:
     """The twin's pool and layout from the blocks vLLM states and the model's ``config.json``:
     (its settings, a note saying them), or why the layout is not known. The pool counts one KV
     group's tokens (``num_gpu_blocks`` less the null block, times the block size)."""
@@ -94,7 +94,9 @@ def stated_pool(kv_blocks: int, block_tokens: int, model_config: dict[str, objec
     if groups:
         settings |= {"swa_tokens": window, "swa_groups": groups}
     note = (
-        f"a sliding window of {window} tokens in {groups} KV groups beside one of full attention; " if groups else ""
+        f"a sliding window of {window} tokens in {groups} KV groups beside one of full attention; "
+        if groups
+        else ""
     ) + f"the pool is {kv_blocks} blocks of {block_tokens} (one kept null): {pool} tokens of one group"
     return settings, note
 
