@@ -23,30 +23,29 @@ from swarm.emulator.engine_model import EngineModel
 GEMMA3 = {"engine": "vllm", "block_tokens": 128, "swa_tokens": 512, "swa_groups": 5}
 
 
-def test_a_hit_needs_the_sliding_parts_of_its_last_window() -> None:
-    # blocks of 4, a window of 9: a hit needs the sliding parts of its last cdiv(8, 4) = 2 blocks
+def test_a_hit_needs_the_sliding_parts_of_the_tail_before_it() -> None:
+    # blocks of 4, a window of 9: a hit needs the sliding parts of its last cdiv(8, 4) = 2 blocks,
+    # and vLLM hashes only those of a prompt's tail before its last token's block
     cache = BlockCache(block_tokens=4, swa_tokens=9, swa_groups=2)
-    seq = tokens("s", 24)
+    seq = tokens("s", 22)  # 5 full blocks; its last token in block 5
     cache.insert(seq)
-    assert cache.size_blocks == 6 + 2 * 6  # every block computed: full and sliding parts
-    probe = seq + tokens("q", 4)
-    assert cache.match(probe) == 24
-    # the sliding parts out of the window (blocks 0-3: freed once computed) go first
-    assert cache.evict(4 * 2 * 4) == 4 * 2 * 4
-    assert cache.size_blocks == 6 + 2 * 2
-    assert cache.match(probe) == 24  # the window's are still there
-    # the window's tail sliding part goes next: no 2 sliding blocks in a row are left, no hit
-    cache.evict(1)
+    assert cache.size_blocks == 5 + 2 * 2  # full parts, and blocks 3-4 in each sliding group
+    probe = seq + tokens("q", 6)
+    assert cache.match(probe) == 20
+    assert cache.match(seq[:12] + tokens("r", 4)) == 0  # no sliding parts before the tail
+    cache.evict(1)  # the tail's last block, in the first sliding group, goes first
     assert cache.match(probe) == 0
-    assert cache.match(seq[:8] + tokens("r", 4)) == 0  # blocks 0-1 lost their sliding parts too
 
 
 def test_a_hit_never_covers_a_prompts_last_token() -> None:
+    """vLLM computes at least a prompt's last token, so the same prompt sent again hits up to
+    the block that token is in, and that is the one boundary whose tail it keeps
+    (``replay_boundaries``): a longer prompt over a block-aligned one hits there too."""
     cache = BlockCache(block_tokens=4, swa_tokens=9, swa_groups=2)
     seq = tokens("s", 16)
     cache.insert(seq)
-    assert cache.match(seq) == 12  # vLLM computes at least the last token: 3 blocks, not 4
-    assert cache.match([*seq, "x"]) == 16
+    assert cache.match(seq) == 12  # 3 blocks, not 4
+    assert cache.match([*seq, "x"]) == 12
 
 
 def test_without_sliding_layers_the_block_cache_is_unchanged() -> None:
@@ -63,20 +62,46 @@ def test_without_sliding_layers_the_block_cache_is_unchanged() -> None:
 
 
 def test_a_request_frees_its_out_of_window_blocks_when_it_has_computed_them() -> None:
-    """vLLM frees a running request's sliding blocks out of its window at its next step (they
-    join the free queue then, after whatever finished before): a request running while another
-    finishes keeps its older blocks' sliding parts until it lets go of them, and they go after
-    the finished one's."""
+    """vLLM frees a running request's sliding blocks out of its window at its next step: those
+    of its prompt's tail join the free queue then (after whatever finished before it), the
+    others were never hashed and are not cached at all."""
     cache = BlockCache(block_tokens=4, swa_tokens=9, swa_groups=2)
     running, finished = tokens("r", 24), tokens("f", 8)
     cache.insert(running)
     held = cache.lock(running)  # admitted: every sliding part held while it computes
     assert held.swa_at == list(range(6))
+    assert cache.size_blocks == 6 + 2 * 6
     cache.insert(finished)  # another request finishes: its blocks are free
     cache.trim(held, 24)  # the next step: blocks 0-3 leave the window
     assert held.swa_at == [4, 5]
-    cache.evict(1)  # the oldest free block: the finished one's tail, in its first sliding group
-    assert cache.match([*finished, "x"]) == 4 and cache.match([*running, "x"]) == 24
+    assert cache.size_blocks == 6 + 2 * 6 - 2 * 3 + 2 + 2 * 1  # blocks 0-2 uncached; the finished one: 2 blocks, its tail
+    cache.evict(1)  # the oldest free part: the finished one's tail, not block 3's freed after it
+    assert cache.match([*finished, "x"]) == 0 and cache.match([*running, "x"]) == 20
+
+
+def test_a_prompt_that_lost_its_tail_computes_its_sliding_parts_anew() -> None:
+    """A hit shorter than the full-attention blocks stored (its sliding tail evicted) computes
+    everything past it into new blocks in every group, holding them while it prefills, as vLLM
+    allocates them (its KV events, 2026-12-03: such a call's admission evicted 48 blocks' worth);
+    the parts out of the new tail go back uncached at its next step."""
+    cache = BlockCache(block_tokens=4, swa_tokens=9, swa_groups=2)
+    seq = tokens("s", 22)
+    cache.insert(seq)
+    cache.evict(1)  # the tail loses a part: no hit
+    longer = [*seq, *tokens("t", 10)]
+    assert cache.match(longer) == 0
+    cache.insert(longer)
+    held = cache.lock(longer, hit_tokens=0)
+    assert held.swa_at == list(range(8))
+    assert cache.size_blocks == 8 + 2 * 8  # every block in every group, as computed from 0
+    cache.trim(held, len(longer))
+    # kept: the old tail (blocks 3-4, vLLM's junction where the full-attention match ended)
+    # and the new prompt's (5-6); the window holds 6-7; blocks 0-2 went back to the pool
+    assert held.swa_at == [6, 7]
+    assert cache.size_blocks == 8 + 2 * 5
+    cache.unlock(held)
+    assert cache.size_blocks == 8 + 2 * 4  # block 7 is past the prompt's tail: not cached
+    assert cache.match([*longer, "x"]) == 28
 
 
 def test_a_running_request_holds_its_window_in_the_sliding_groups() -> None:
@@ -143,21 +168,17 @@ def test_a_finished_requests_last_token_is_not_cached(layout: dict[str, object])
 
 def test_a_hit_holds_no_sliding_parts_before_its_window() -> None:
     """vLLM takes null blocks in the sliding groups before a hit's window: a request extending a
-    cached sequence does not hold (nor free anew) the older blocks' sliding parts, so they stay
-    older than what finished in between."""
+    cached prompt holds (and computes) the sliding parts from its hit's window on only."""
     cache = BlockCache(block_tokens=4, swa_tokens=9, swa_groups=2)
-    first, other = tokens("a", 24), tokens("c", 8)
+    first = tokens("a", 22)
     cache.insert(first)
-    cache.insert(other)
-    extended = [*first, *tokens("b", 12)]
+    extended = [*first, *tokens("b", 14)]
     hit = cache.match(extended)
-    assert hit == 24
+    assert hit == 20
     cache.insert(extended)
     held = cache.lock(extended, hit_tokens=hit)
-    assert held.swa_at[0] == cache.swa_window_start(hit) == 4
-    cache.trim(held, len(extended))
-    cache.evict(2 * 4)  # blocks 0-3 of the first, out of every window, go before the other's
-    assert cache.match([*other, "x"]) == 8
+    assert held.swa_at == list(range(cache.swa_window_start(hit), 9)) == list(range(3, 9))
+    assert cache.size_blocks == 9 + 2 * 6  # nothing in the sliding groups before block 3
 
 
 def test_a_long_output_keeps_only_its_window_out_of_the_cache() -> None:
@@ -177,3 +198,55 @@ def test_a_long_output_keeps_only_its_window_out_of_the_cache() -> None:
     # 463 + 2000 tokens: 20 blocks, 3 of them the prompt's full ones: 17 full-attention blocks
     # past it; the window holds blocks 15-19 (5) in each of 5 sliding groups
     assert model.cache.capacity_blocks == 199 - 17 - 5 * 5
+
+
+def _chained_agents(agents: int, calls: int, **config: object) -> dict[tuple[int, int], int]:
+    """``agents`` agents on a virtual clock, each sending ``calls`` calls one after another (a
+    981-token prompt of its own, then each call its last one's prompt and output and 15 tokens
+    more; 8 tokens out): the cached tokens of each (agent, call)."""
+    model = EngineModel(EmulatorConfig(timing="batch", **config))  # type: ignore[arg-type]
+    live = {a: (0, model.submit(tokens(f"a{a}-", 981), 8, now_s=0.0)) for a in range(agents)}
+    cached: dict[tuple[int, int], int] = {}
+    now = 0.0
+    while model.running or model.waiting:
+        plan, step_s = model.begin_step(now)
+        now += step_s
+        model.end_step(plan, now)
+        for a, (call, gen) in list(live.items()):
+            if not gen.finished:
+                continue
+            cached[(a, call)] = gen.cached_tokens
+            del live[a]
+            if call + 1 < calls:
+                prompt = [*gen.prompt, *gen.output, *tokens(f"a{a}c{call}-", 15)]
+                live[a] = (call + 1, model.submit(prompt, 8, now_s=now))
+    return cached
+
+
+def test_at_the_pools_edge_the_twin_loses_the_prefixes_vllm_lost() -> None:
+    """docs/emulator.md's sweep point at 6 agents (3 chained calls of ~1,000 tokens each, a pool
+    of 199 blocks): vLLM's KV cache events (2026-12-03) showed each new prompt's admission taking
+    48 blocks (every block of every group, its hit being 0) and so evicting the tail of the
+    agent that finished before: of the 12 later calls one hit, in two runs. A twin that reused
+    the full-attention blocks of a prompt it could not hit, and counted the sliding parts out
+    of its tail as cached, kept 5 of them."""
+    cached = _chained_agents(
+        6, 3, **GEMMA3, kv_capacity_tokens=199 * 128, cache_capacity_tokens=199 * 128,
+        step_base_ms=141.7, prefill_ms_per_token=3.2, decode_ms_per_seq=7.5,
+    )  # fmt: skip
+    later = [cached[(a, c)] for a in range(6) for c in (1, 2)]
+    assert sum(1 for hit in later if hit) <= 1, later
+    assert all(cached[(a, 0)] == 0 for a in range(6))
+
+
+def test_an_idle_vllm_steps_on_the_first_request_of_a_burst() -> None:
+    """Six 981-token prompts sent within 4 ms to vLLM's CPU build (docs/emulator.md's sweep at
+    6 agents, three runs): its first step computed the first alone, the next two the others two
+    by two (2,048 tokens a step), then the last; a burst reaches the engine core one request
+    at a time through vLLM's API server. SGLang's twin keeps batching a burst whole."""
+    burst = [Arrival(0.0, tokens(f"b{i}-", 981), 2) for i in range(6)]
+    sim = simulate(burst, **GEMMA3, kv_capacity_tokens=199 * 128, cache_capacity_tokens=199 * 128)
+    firsts = [sim.token_s[i][0] for i in range(6)]
+    assert firsts[0] < firsts[1] == firsts[2] < firsts[3] == firsts[4] < firsts[5]
+    sglang = simulate(burst, engine="sglang", kv_capacity_tokens=199 * 128)
+    assert len({sglang.token_s[i][0] for i in range(2)}) == 1

@@ -18,14 +18,19 @@ capacities count pool blocks. A prefix of ``k`` blocks is a hit when its full pa
 stored and the sliding parts (in every group) of its last ``ceil((swa_tokens - 1) /
 block_tokens)`` blocks are (fewer from the start), found from the right as vLLM's
 ``SlidingWindowManager.find_longest_cache_hit`` does, and never the block of a prompt's last
-token (vLLM computes at least one). A sequence holds the sliding parts of its window only (vLLM
-frees those out of it once computed): the others are evictable from when the sequence was
-stored. Sliding parts are evicted one group's block at a time (vLLM's free queue knows no
-prefix order), oldest first, beside full leaves; a full part evicted takes what is left of its
-sliding parts. Stamps follow vLLM's free order for Gemma 3 (whose first layers slide, so its
-sliding groups come first): a finished sequence's sliding parts, group after group, each
-group's tail first (``SingleTypeKVCacheManager.free`` frees a group's blocks in reverse), then
-its full parts.
+token (vLLM computes at least one). vLLM (0.32, ``prefix_cache_retention_interval`` 0) hashes
+sliding parts only where a later request can hit: the tail before a prompt's replay boundary
+(its last token's block) and, when the full-attention blocks matched further than the hit, the
+tail before that junction; every other sliding part is computed, held while in the window, and
+goes back to the pool uncached (its free queue reuses unhashed blocks first). A request holds
+the sliding parts from its hit's window to its end, all of them while it computes (vLLM
+allocates every block past the hit anew, in every group, even where full-attention blocks of it
+are stored), and lets go of those out of its window once computed. Cached sliding parts are
+evicted one group's block at a time (vLLM's free queue knows no prefix order), oldest first,
+beside full leaves; a full part evicted takes what is left of its sliding parts. Stamps follow
+vLLM's free order for Gemma 3 (whose first layers slide, so its sliding groups come first): a
+request's sliding parts, group after group, each group's tail first
+(``SingleTypeKVCacheManager.free`` frees a group's blocks in reverse), then its full parts.
 """
 
 from __future__ import annotations
@@ -37,7 +42,17 @@ _ROOT = 0
 
 
 class _Block:
-    __slots__ = ("children", "key", "last_access", "lock", "parent", "swa", "swa_access", "swa_lock")
+    __slots__ = (
+        "children",
+        "key",
+        "last_access",
+        "lock",
+        "parent",
+        "swa",
+        "swa_access",
+        "swa_kept",
+        "swa_lock",
+    )
 
     def __init__(self, key: tuple[int, tuple[str, ...]], parent: int) -> None:
         self.key = key
@@ -50,6 +65,9 @@ class _Block:
         self.swa = 0
         self.swa_access = 0
         self.swa_lock = 0
+        #: its sliding parts are hashed (the window of a sequence stored): free, they stay
+        #: cached; else they are only held while a request computes past them
+        self.swa_kept = False
 
 
 class Hold:
@@ -140,6 +158,7 @@ class BlockCache:
             self.swa_count += groups - block.swa
             block.swa = groups
             block.swa_access = base
+            block.swa_kept = True
             if block.swa_lock == 0:
                 for g in range(groups):
                     heapq.heappush(heap, (base + g * n + rank, bid, base))
@@ -160,6 +179,13 @@ class BlockCache:
             for g in range(block.swa):
                 heapq.heappush(self._swa_heap, (base + g * n + rank, bid, base))
         self._tick += self.swa_groups * n
+
+    def _drop_swa(self, block: _Block) -> None:
+        """A block's sliding parts go back to the pool uncached (vLLM hashes none outside a
+        stored sequence's window: its free queue reuses them first)."""
+        self.swa_count -= block.swa
+        block.swa = 0
+        block.swa_kept = False
 
     def _swa_evictable(self, stamp: int, bid: int, base: int) -> bool:
         block = self._blocks.get(bid)
@@ -201,7 +227,8 @@ class BlockCache:
         need, groups = self.swa_hit_blocks, self.swa_groups
         run = 0
         for i in range(len(chain) - 1, -1, -1):
-            if self._blocks[chain[i]].swa == groups:
+            block = self._blocks[chain[i]]
+            if block.swa == groups and block.swa_kept:
                 run += 1
                 if run >= need:
                     return chain[: i + run]
@@ -209,17 +236,29 @@ class BlockCache:
                 run = 0
         return chain[:run]
 
+    def _tail(self, chain: list[int], boundary_blocks: int) -> list[int]:
+        """The blocks of ``chain`` whose sliding parts a hit ending after ``boundary_blocks``
+        blocks needs (the last ``swa_hit_blocks`` before it)."""
+        end = min(boundary_blocks, len(chain))
+        return chain[max(0, end - self.swa_hit_blocks) : end]
+
+    def _replay_tail(self, chain: list[int], n_tokens: int) -> list[int]:
+        """The blocks whose sliding parts vLLM hashes for a prompt of ``n_tokens``: the tail
+        before its replay boundary (its last token's block start: where the same prompt, or
+        a longer one, hits it)."""
+        return self._tail(chain, (n_tokens - 1) // self.block_tokens)
+
     def _touch_swa(self, chain: list[int], n_tokens: int) -> None:
-        """A sequence of ``n_tokens`` over ``chain`` was used: the sliding parts of its window
-        are the newest, tail first (the others keep their stamps: vLLM freed them earlier)."""
-        self._stamp_swa(chain[self.swa_window_start(n_tokens) :][::-1])
+        """A prompt of ``n_tokens`` over ``chain`` was stored: the sliding parts of its replay
+        tail are cached and the newest, tail first."""
+        self._stamp_swa(self._replay_tail(chain, n_tokens)[::-1])
 
     def match(self, tokens: Sequence[str]) -> int:
         chain = self._chain(tokens)
         if not self.touch_on_match:
             return len(chain) * self.block_tokens
-        if self.swa_groups:
-            self._touch_swa(chain, len(chain) * self.block_tokens)
+        if self.swa_groups:  # the sliding parts the hit used: the tail before it
+            self._restamp_swa(self._tail(chain, len(chain))[::-1])
         for bid in chain:
             self._touch(bid)
         return len(chain) * self.block_tokens
@@ -227,15 +266,28 @@ class BlockCache:
     def lock(self, tokens: Sequence[str], hit_tokens: int = 0) -> Hold:
         """Hold the stored blocks of ``tokens`` until ``unlock``: with sliding-window layers
         their sliding parts too, from the window of the ``hit_tokens`` it found cached on (vLLM
-        takes null blocks before it), all of them while the request computes (``trim`` lets go
-        of those out of its window as it goes)."""
+        takes null blocks before it) to its end, in every group, while the request computes
+        (``trim`` lets go of those out of its window as it goes). Parts past the hit that were
+        evicted are the request's anew: it computes them into blocks of the pool."""
         chain = self._chain(tokens, hit=False)
         for bid in chain:
             self._blocks[bid].lock += 1
-        first = self.swa_window_start(hit_tokens)
-        swa_at = [i for i in range(first, len(chain)) if self._blocks[chain[i]].swa > 0] if self.swa_groups else []
+        if not self.swa_groups:
+            return Hold(chain, [])
+        swa_at = list(range(self.swa_window_start(hit_tokens), len(chain)))
+        groups = self.swa_groups
         for i in swa_at:
-            self._blocks[chain[i]].swa_lock += 1
+            block = self._blocks[chain[i]]
+            block.swa_lock += 1
+            if block.swa < groups:
+                self.swa_count += groups - block.swa
+                block.swa = groups
+        # the full-attention match past the hit: vLLM keeps the tail before it too (its
+        # ``shared_prefix_boundary``, so the junction serves the next request)
+        matched = min(len(chain), (len(tokens) - 1) // self.block_tokens)
+        if matched * self.block_tokens > hit_tokens:
+            for bid in self._tail(chain, matched):
+                self._blocks[bid].swa_kept = True
         return Hold(chain, swa_at)
 
     def trim(self, handle: Hold, computed_tokens: int) -> None:
@@ -253,7 +305,10 @@ class BlockCache:
             if block is not None:
                 block.swa_lock -= 1
                 if block.swa_lock == 0 and block.swa > 0:
-                    freed.append(handle.chain[i])
+                    if block.swa_kept:
+                        freed.append(handle.chain[i])
+                    else:
+                        self._drop_swa(block)
         self._restamp_swa(freed[::-1])
 
     def unlocked_tokens(self, tokens: Sequence[str], n_tokens: int) -> int:
@@ -273,22 +328,26 @@ class BlockCache:
                 block.lock -= 1
                 if block.lock == 0 and block.children == 0:
                     self._push(bid)
+        freed = []
         for bid in window:
             block = self._blocks.get(bid)
             if block is not None:
                 block.swa_lock -= 1
-                if block.swa_lock == 0:  # free again, where it was (a finished one is stamped anew)
-                    for g in range(block.swa):
-                        heapq.heappush(self._swa_heap, (block.swa_access + g, bid, block.swa_access))
+                if block.swa_lock == 0 and not block.swa_kept:
+                    self._drop_swa(block)
+                elif block.swa_lock == 0:
+                    freed.append(bid)
+        self._restamp_swa(freed[::-1])  # the newest, tail first (vLLM frees a request's blocks so)
 
-    def insert(self, tokens: Sequence[str]) -> int:
-        """Store the full blocks of ``tokens``; return how many tokens were new."""
+    def insert(self, tokens: Sequence[str], *, swa_tail: bool = True) -> int:
+        """Store the full blocks of ``tokens``; return how many tokens were new. With
+        sliding-window layers and ``swa_tail``, the sliding parts of the tail before its replay
+        boundary too (a prompt; vLLM hashes those of no block past it, so a finished request's
+        output adds full parts only)."""
         parent = _ROOT
         b = self.block_tokens
         added = 0
         chain: list[int] = []
-        out_of_window: list[int] = []  # new blocks whose sliding parts vLLM frees once computed
-        start = self.swa_window_start(len(tokens))
         for i in range(len(tokens) // b):
             key = (parent, tuple(tokens[i * b : (i + 1) * b]))
             bid = self._ids.get(key)
@@ -300,12 +359,9 @@ class BlockCache:
                 if parent != _ROOT:
                     self._blocks[parent].children += 1
                 added += b
-                if self.swa_groups and i < start:
-                    out_of_window.append(bid)
             chain.append(bid)
             parent = bid
-        if self.swa_groups:
-            self._stamp_swa(out_of_window[::-1])
+        if self.swa_groups and swa_tail:
             self._touch_swa(chain, len(tokens))
         for bid in chain:
             self._touch(bid)
@@ -341,7 +397,9 @@ class BlockCache:
             swa = self._oldest_swa() if self.swa_groups else None
             if swa is not None and (not heap or swa[0] < heap[0][0]):
                 heapq.heappop(self._swa_heap)
-                self._blocks[swa[1]].swa -= 1
+                block = self._blocks[swa[1]]
+                block.swa -= 1
+                block.swa_kept = block.swa > 0
                 self.swa_count -= 1
                 freed += 1
                 continue

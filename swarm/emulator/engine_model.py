@@ -378,8 +378,17 @@ class EngineModel:
         self.cache.unlock(gen._lock_handle)  # type: ignore[arg-type]
         gen._lock_handle = []
         sequence = gen.prompt + gen.output
-        self.cache.insert(sequence[: gen.computed] if gen.computed is not None else sequence)
+        self._store_computed(sequence[: gen.computed] if gen.computed is not None else sequence)
         self.stats.preemptions += 1
+
+    def _store_computed(self, sequence: list[str]) -> None:
+        """What a request computed enters the prefix cache as it lets go of its KV: with
+        sliding-window layers, the full-attention blocks only (the sliding tail vLLM hashes is
+        the prompt's, stored at admission)."""
+        if isinstance(self.cache, BlockCache):
+            self.cache.insert(sequence, swa_tail=False)
+        else:
+            self.cache.insert(sequence)
 
     def flush_cache(self) -> bool:
         """Drop the prefix cache; refused (False) while requests are in flight, as SGLang does."""
@@ -448,7 +457,7 @@ class EngineModel:
         self.cache.unlock(gen._lock_handle)  # type: ignore[arg-type]
         gen._lock_handle = []
         if gen.output:
-            self.cache.insert(gen.prompt + (gen.output if self.behaviour.caches_last_token else gen.output[:-1]))
+            self._store_computed(gen.prompt + (gen.output if self.behaviour.caches_last_token else gen.output[:-1]))
         st = self.stats
         st.requests_finished += 1
         st.generation_tokens_total += len(gen.output)

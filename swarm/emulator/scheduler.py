@@ -32,7 +32,9 @@ The model, per step:
    from the requests left after a preemption (``retract_decode_steps``; no decay in that step)
    and starts again when the engine is idle. vLLM admits nothing in a step that preempted. A step with nothing
    running admits its first candidate whatever it needs (no request waits for ever; ``submit``
-   refuses one that cannot fit at all).
+   refuses one that cannot fit at all); with ``idle_admits_first`` (vLLM) it admits that one
+   only: requests sent together reach vLLM's engine core one at a time through its API server,
+   and an idle core steps on the first to arrive.
 4. **The step's tokens.** ``step_token_budget`` bounds the tokens one step computes: a decoding
    request counts 1, a prefill its chunk. With ``chunked_prefill`` a prompt larger than what is
    left is split over steps (its first token comes with its last chunk); without, it waits for
@@ -123,6 +125,9 @@ class SchedulerPolicy:
     retract_decode_steps: int | None = None
     #: a step that preempted may still admit waiting requests (vLLM's does not)
     admit_after_preempt: bool = True
+    #: a step with nothing running admits one request, the first (vLLM: the rest of a burst
+    #: reaches its engine core while that step runs)
+    idle_admits_first: bool = False
     #: a preempted request goes back to the front of the queue (vLLM), else to its end (SGLang)
     requeue_front: bool = True
     #: which running request a lack of KV preempts
@@ -297,8 +302,11 @@ class Scheduler(Generic[R]):
         if not waiting:  # nothing to admit: the KV held is not needed (a decode step's usual case)
             return budget
         held = sum(self.held(g) for g in running)
+        most = 1 if p.idle_admits_first and not running else None
         for gen in self._ordered(waiting, engine):
             if budget <= 0 or (p.max_running is not None and len(running) >= p.max_running):
+                break
+            if most is not None and len(plan.admitted) >= most:
                 break
             hit = engine.cached(gen)
             if gen.computed is not None:  # back after a preemption: at most what it had computed
