@@ -7,7 +7,7 @@ engines'); the timing errors are printed, not held: an engine slows with whateve
 on the machine (the suite's other worker, a CPU hog) and its twin does not, so one measured
 while it calibrated and the other while it swept differ by that (a run of the suite with a CPU
 hog read +110 % on the llama.cpp twin's TTFT). docs/emulator.md ("Held against a real engine")
-gives what a quiet machine measured: within 15 % for llama.cpp at every point. Marked
+gives what a quiet machine measured: within 15 % at every point, for llama.cpp and for vLLM. Marked
 ``engine``; skipped where llama.cpp, vLLM or the converted model is missing, except in CI.
 """
 

@@ -139,7 +139,10 @@ def test_sliding_groups_are_vllms_knob_and_need_a_window() -> None:
         EmulatorConfig(engine="sglang", swa_groups=5)
     with pytest.raises(ValueError, match="swa_groups needs swa_tokens"):
         EmulatorConfig(engine="vllm", swa_groups=5)
+    with pytest.raises(ValueError, match="swa_tokens on vllm needs swa_groups"):
+        EmulatorConfig(engine="vllm", swa_tokens=512)
     assert EmulatorConfig(engine="vllm", swa_tokens=512, swa_groups=5).swa_groups == 5
+    assert EmulatorConfig(engine="llamacpp", swa_tokens=512).swa_tokens == 512  # slots: no groups
 
 
 def _run_alone(model: EngineModel, prompt: list[str], max_new: int) -> list[str]:

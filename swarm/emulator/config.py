@@ -329,6 +329,12 @@ class EmulatorConfig(BaseModel):
                 raise ValueError(f"{name} is {' and '.join(owners)}'s knob; this emulator's engine is {self.engine}")
         if self.swa_groups and not self.swa_tokens:
             raise ValueError("swa_groups needs swa_tokens: the sliding window the groups' layers attend to")
+        groups_owner = SCHEDULER_KNOBS["swa_groups"]  # an engine whose sliding layers form KV groups
+        if self.swa_tokens and not self.swa_groups and groups_owner == self.engine:
+            raise ValueError(
+                f"swa_tokens on {self.engine} needs swa_groups: the KV groups of its sliding-window layers "
+                "(Gemma 3 270M: 5; swarm calibrate reads them from the model's config.json)"
+            )
         return self
 
     @model_validator(mode="after")
