@@ -203,9 +203,9 @@ def test_a_host_tier_keeps_what_the_device_evicts_and_a_hit_there_costs_its_tran
     tiered = simulate(_two_families(), **common, **tier, host_load_ms_per_token=0.01)
     hits = [g.cached_tokens for g in tiered.gens]
     assert hits[:2] == [0, 0] and min(hits[2:]) >= 192  # 200 tokens (six 32-token blocks for trtllm)
-    # the device alone kept nothing (radix) or a block or two of each prefix (blocks)
-    assert max(g.cached_tokens for g in device_only.gens) <= 64
-    assert tiered.host_loaded_tokens >= sum(hits) - 64 * len(hits)  # the rest came back from the host
+    # the device alone kept nothing (radix) or at most three of each prefix's six blocks
+    assert max(g.cached_tokens for g in device_only.gens) <= 96
+    assert tiered.host_loaded_tokens >= sum(hits) - 96 * len(hits)  # the rest came back from the host
     assert tiered.end_s - device_only.end_s == pytest.approx(0.01 / 1000 * tiered.host_loaded_tokens)
 
 

@@ -81,9 +81,6 @@ class EngineBehaviour:
     #: one KV pool holds running requests and cached blocks (vLLM's block pool): the prefix
     #: cache's room is its capacity less the blocks running requests hold beyond it
     shared_pool: bool = False
-    #: a finished request's last token is in the cache (else only what was computed: vLLM
-    #: caches the blocks of computed tokens, and the last token sampled is never computed)
-    caches_last_token: bool = True
 
     @property
     def owned_by(self) -> str:
@@ -418,10 +415,6 @@ VLLM = VllmBehaviour(
     # the CPU build's, which the engine tests run beside it
     default_block_tokens=vllm.CPU_BLOCK_TOKENS,
     shared_pool=True,
-    # ``KVCacheManager.allocate_slots`` caches the blocks of the tokens computed; a finished
-    # request has computed all but its last token (a 504-token prompt with 8 out came back
-    # with 384 cached when extended, not 512: its fourth block was one token short)
-    caches_last_token=False,
 )
 
 LLAMACPP = LlamacppBehaviour(

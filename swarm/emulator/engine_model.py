@@ -457,7 +457,8 @@ class EngineModel:
         self.cache.unlock(gen._lock_handle)  # type: ignore[arg-type]
         gen._lock_handle = []
         if gen.output:
-            self._store_computed(gen.prompt + (gen.output if self.behaviour.caches_last_token else gen.output[:-1]))
+            # the last token sampled was never computed: no engine caches it (docs/emulator.md)
+            self._store_computed(gen.prompt + gen.output[:-1])
         st = self.stats
         st.requests_finished += 1
         st.generation_tokens_total += len(gen.output)
