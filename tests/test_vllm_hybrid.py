@@ -81,27 +81,43 @@ def test_a_request_frees_its_out_of_window_blocks_when_it_has_computed_them() ->
 
 def test_a_prompt_that_lost_its_tail_computes_its_sliding_parts_anew() -> None:
     """A hit shorter than the full-attention blocks stored (its sliding tail evicted) computes
-    everything past it into new blocks in every group, holding them while it prefills, as vLLM
-    allocates them (its KV events, 2026-12-03: such a call's admission evicted 48 blocks' worth);
-    the parts out of the new tail go back uncached at its next step."""
+    every block past it anew in every group, holding them while it prefills, as vLLM allocates
+    them (its KV events, 2026-12-03: such a call's admission evicted 48 blocks' worth); the
+    copies stored there stay in the pool, evictable, until they go; the sliding tail before
+    where the full-attention match stopped is kept (vLLM's ``shared_prefix_boundary``); the
+    parts out of the new tail go back uncached at its next step."""
     cache = BlockCache(block_tokens=4, swa_tokens=9, swa_groups=2)
     seq = tokens("s", 22)
-    cache.insert(seq)
-    cache.evict(1)  # the tail loses a part: no hit
+    cache.insert(seq)  # 5 full parts, blocks 3-4's sliding parts in 2 groups
+    cache.evict(4 * 4)  # the tail's 4 sliding parts go: no hit on it
+    assert cache.size_blocks == 5
     longer = [*seq, *tokens("t", 10)]
     assert cache.match(longer) == 0
-    cache.insert(longer)
-    held = cache.lock(longer, hit_tokens=0)
+    held = cache.admit(longer, 0)
     assert held.swa_at == list(range(8))
-    assert cache.size_blocks == 8 + 2 * 8  # every block in every group, as computed from 0
+    # 8 blocks in every group, as computed from 0; and the 5 full copies stored before
+    assert cache.size_blocks == 8 + 2 * 8 + 5
     cache.trim(held, len(longer))
-    # kept: the old tail (blocks 3-4, vLLM's junction where the full-attention match ended)
-    # and the new prompt's (5-6); the window holds 6-7; blocks 0-2 went back to the pool
+    # kept: the junction's tail (blocks 3-4) and the new prompt's (5-6); the window holds
+    # 6-7; blocks 0-2 went back to the pool
     assert held.swa_at == [6, 7]
-    assert cache.size_blocks == 8 + 2 * 5
+    assert cache.size_blocks == 8 + 2 * 5 + 5
     cache.unlock(held)
-    assert cache.size_blocks == 8 + 2 * 4  # block 7 is past the prompt's tail: not cached
+    assert cache.size_blocks == 8 + 2 * 4 + 5  # block 7 is past the prompt's tail: not cached
     assert cache.match([*longer, "x"]) == 28
+    assert cache.match([*seq[:20], *tokens("u", 8)]) == 20  # the junction serves a sibling
+    cache.evict(5 * 4)  # the stale copies are the oldest: they go first
+    assert cache.size_blocks == 8 + 2 * 4 and cache.match([*longer, "x"]) == 28
+
+
+def test_a_shared_prefix_is_hit_from_the_third_request_on() -> None:
+    """A prompt's own sliding tail is its replay tail only, so a second prompt sharing its first
+    1,024 tokens finds no hit; its full-attention match pins the tail before that junction
+    (vLLM's ``shared_prefix_boundary``), and the third hits it."""
+    shared = tokens("sys", 1024)
+    arrivals = [Arrival(100.0 * i, [*shared, *tokens(f"u{i}-", 500)], 2) for i in range(3)]
+    sim = simulate(arrivals, **GEMMA3, kv_capacity_tokens=199 * 128, cache_capacity_tokens=199 * 128)
+    assert [g.cached_tokens for g in sim.gens] == [0, 0, 1024]
 
 
 def test_a_running_request_holds_its_window_in_the_sliding_groups() -> None:
@@ -253,3 +269,15 @@ def test_an_idle_vllm_steps_on_the_first_request_of_a_burst() -> None:
     assert firsts[0] < firsts[1] == firsts[2] < firsts[3] == firsts[4] < firsts[5]
     sglang = simulate(burst, engine="sglang", kv_capacity_tokens=199 * 128)
     assert len({sglang.token_s[i][0] for i in range(2)}) == 1
+
+
+def test_requests_waiting_for_room_are_all_taken_when_it_frees() -> None:
+    """The one-request first step is an idle engine's: requests that waited for room while
+    another ran are admitted together when it finishes (vLLM's core takes all it holds)."""
+    waiting = [
+        Arrival(0.0, tokens("a", 1000), 4),
+        Arrival(0.001, tokens("b", 300), 2),
+        Arrival(0.001, tokens("c", 300), 2),
+    ]
+    sim = simulate(waiting, engine="vllm", block_tokens=128, kv_capacity_tokens=9 * 128, cache_capacity_tokens=9 * 128)
+    assert sim.token_s[1][0] == sim.token_s[2][0] > sim.token_s[0][-1]

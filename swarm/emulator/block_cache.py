@@ -24,8 +24,9 @@ sliding parts only where a later request can hit: the tail before a prompt's rep
 tail before that junction; every other sliding part is computed, held while in the window, and
 goes back to the pool uncached (its free queue reuses unhashed blocks first). A request holds
 the sliding parts from its hit's window to its end, all of them while it computes (vLLM
-allocates every block past the hit anew, in every group, even where full-attention blocks of it
-are stored), and lets go of those out of its window once computed. Cached sliding parts are
+allocates every block past the hit anew, in every group, even where blocks of it are stored:
+those copies stay in the pool where they were until evicted, ``admit``'s stale copies), and lets
+go of those out of its window once computed. Cached sliding parts are
 evicted one group's block at a time (vLLM's free queue knows no prefix order), oldest first,
 beside full leaves; a full part evicted takes what is left of its sliding parts. Stamps follow
 vLLM's free order for Gemma 3 (whose first layers slide, so its sliding groups come first): a
@@ -65,8 +66,8 @@ class _Block:
         self.swa = 0
         self.swa_access = 0
         self.swa_lock = 0
-        #: its sliding parts are hashed (the window of a sequence stored): free, they stay
-        #: cached; else they are only held while a request computes past them
+        #: its sliding parts are hashed (a prompt's replay tail, or the tail before a junction):
+        #: free, they stay cached; else they are only held while a request computes past them
         self.swa_kept = False
 
 
@@ -115,6 +116,9 @@ class BlockCache:
         self.swa_count = 0
         #: evictable sliding parts: (stamp, block id, the block's ``swa_access`` then)
         self._swa_heap: list[tuple[int, int, int]] = []
+        #: stale copies (``admit``): pool blocks of a prompt's stored blocks past its hit, which
+        #: vLLM leaves cached where they were while it computes the blocks anew; by stamp
+        self._stale: list[int] = []
         self.capacity_tokens = capacity_tokens
         self.capacity_blocks = None if capacity_tokens is None else capacity_tokens // block_tokens
         self._blocks: dict[int, _Block] = {}
@@ -181,8 +185,8 @@ class BlockCache:
         self._tick += self.swa_groups * n
 
     def _drop_swa(self, block: _Block) -> None:
-        """A block's sliding parts go back to the pool uncached (vLLM hashes none outside a
-        stored sequence's window: its free queue reuses them first)."""
+        """A block's sliding parts go back to the pool uncached (vLLM hashes none but a
+        prompt's replay tail and a junction's: its free queue reuses the others first)."""
         self.swa_count -= block.swa
         block.swa = 0
         block.swa_kept = False
@@ -194,7 +198,7 @@ class BlockCache:
     @property
     def size_blocks(self) -> int:
         """Pool blocks stored: a full part each, and a sliding part in each group that has it."""
-        return len(self._blocks) + self.swa_count
+        return len(self._blocks) + self.swa_count + len(self._stale)
 
     @property
     def size_tokens(self) -> int:
@@ -249,8 +253,9 @@ class BlockCache:
         return self._tail(chain, (n_tokens - 1) // self.block_tokens)
 
     def _touch_swa(self, chain: list[int], n_tokens: int) -> None:
-        """A prompt of ``n_tokens`` over ``chain`` was stored: the sliding parts of its replay
-        tail are cached and the newest, tail first."""
+        """A prompt of ``n_tokens`` over ``chain`` was stored (or, ``match`` with
+        ``touch_on_match``, used): the sliding parts of its replay tail are cached and the
+        newest, tail first."""
         self._stamp_swa(self._replay_tail(chain, n_tokens)[::-1])
 
     def match(self, tokens: Sequence[str]) -> int:
@@ -263,7 +268,7 @@ class BlockCache:
             self._touch(bid)
         return len(chain) * self.block_tokens
 
-    def lock(self, tokens: Sequence[str], hit_tokens: int = 0) -> Hold:
+    def lock(self, tokens: Sequence[str], hit_tokens: int = 0, junction_tokens: int = 0) -> Hold:
         """Hold the stored blocks of ``tokens`` until ``unlock``: with sliding-window layers
         their sliding parts too, from the window of the ``hit_tokens`` it found cached on (vLLM
         takes null blocks before it) to its end, in every group, while the request computes
@@ -282,13 +287,40 @@ class BlockCache:
             if block.swa < groups:
                 self.swa_count += groups - block.swa
                 block.swa = groups
-        # the full-attention match past the hit: vLLM keeps the tail before it too (its
-        # ``shared_prefix_boundary``, so the junction serves the next request)
-        matched = min(len(chain), (len(tokens) - 1) // self.block_tokens)
-        if matched * self.block_tokens > hit_tokens:
-            for bid in self._tail(chain, matched):
-                self._blocks[bid].swa_kept = True
+        # a full-attention match longer than the hit (``junction_tokens``): vLLM keeps the
+        # sliding tail before it too (its ``shared_prefix_boundary``), so the junction of a
+        # shared prefix serves the next request
+        if junction_tokens > hit_tokens:
+            tail = set(self._tail(chain, junction_tokens // self.block_tokens))
+            for i in swa_at:
+                if chain[i] in tail:
+                    self._blocks[chain[i]].swa_kept = True
         return Hold(chain, swa_at)
+
+    def admit(self, tokens: Sequence[str], hit_tokens: int, replay_tokens: int | None = None) -> Hold:
+        """A request is admitted on ``hit_tokens`` cached: store its prompt ``tokens`` (the
+        sliding tail before the replay boundary of its first ``replay_tokens``, default all)
+        and hold it (``lock``). With sliding-window layers, as vLLM: every block past the hit
+        is computed anew, so the copies stored there stay in the pool, evictable where they
+        were, until they go (stale copies; those another request holds are not counted); and
+        a full-attention match longer than the hit pins the sliding tail before it."""
+        if not self.swa_groups:
+            self.insert(tokens)
+            return self.lock(tokens, hit_tokens)
+        stored = self._chain(tokens, hit=False)
+        junction = min(len(stored), (len(tokens) - 1) // self.block_tokens) * self.block_tokens
+        for bid in stored[hit_tokens // self.block_tokens :]:
+            block = self._blocks[bid]
+            if block.lock == 0:
+                heapq.heappush(self._stale, block.last_access)
+            if block.swa_lock == 0:
+                for _ in range(block.swa if block.swa_kept else 0):
+                    heapq.heappush(self._stale, block.swa_access)
+        n = len(tokens) if replay_tokens is None else replay_tokens
+        self.insert(tokens[:n])
+        if n < len(tokens):
+            self.insert(tokens, swa_tail=False)
+        return self.lock(tokens, hit_tokens, junction)
 
     def trim(self, handle: Hold, computed_tokens: int) -> None:
         """A request has computed ``computed_tokens``: the sliding parts it holds out of its
@@ -395,6 +427,11 @@ class BlockCache:
             while heap and not self._evictable(*heap[0]):
                 heapq.heappop(heap)
             swa = self._oldest_swa() if self.swa_groups else None
+            stale = self._stale[0] if self._stale else None
+            if stale is not None and (not heap or stale < heap[0][0]) and (swa is None or stale < swa[0]):
+                heapq.heappop(self._stale)
+                freed += 1
+                continue
             if swa is not None and (not heap or swa[0] < heap[0][0]):
                 heapq.heappop(self._swa_heap)
                 block = self._blocks[swa[1]]
@@ -438,4 +475,5 @@ class BlockCache:
         self._ids.clear()
         self._heap.clear()
         self._swa_heap.clear()
+        self._stale.clear()
         self.swa_count = 0

@@ -437,16 +437,22 @@ class EngineModel:
     def _admit(self, gen: Generation, now_s: float, cached: int | None = None) -> None:
         if gen.admitted_s is not None:  # back after a preemption: its sequence so far is its own
             sequence = gen.prompt + gen.output
-            self.cache.insert(sequence)
-            gen._lock_handle = self.cache.lock(sequence)
+            if isinstance(self.cache, BlockCache):
+                gen._lock_handle = self.cache.admit(sequence, cached or 0, replay_tokens=len(gen.prompt))
+            else:
+                self.cache.insert(sequence)
+                gen._lock_handle = self.cache.lock(sequence)
             return
         gen.cached_tokens = self._cached_for(gen.prompt) if cached is None else cached
-        if not self.cache.fills_on_lock:  # a slot takes the prompt when it is locked
-            self.cache.insert(gen.prompt)
         if isinstance(self.cache, BlockCache):  # sliding parts: from the hit's window on
-            gen._lock_handle = self.cache.lock(gen.prompt, hit_tokens=gen.cached_tokens)
+            gen._lock_handle = self.cache.admit(gen.prompt, gen.cached_tokens)
         else:
+            if not self.cache.fills_on_lock:  # a slot takes the prompt when it is locked
+                self.cache.insert(gen.prompt)
             gen._lock_handle = self.cache.lock(gen.prompt)
+        self._admitted(gen, now_s)
+
+    def _admitted(self, gen: Generation, now_s: float) -> None:
         gen.admitted_s = now_s
         st = self.stats
         st.prompt_tokens_total += len(gen.prompt)

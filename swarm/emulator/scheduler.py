@@ -32,9 +32,10 @@ The model, per step:
    from the requests left after a preemption (``retract_decode_steps``; no decay in that step)
    and starts again when the engine is idle. vLLM admits nothing in a step that preempted. A step with nothing
    running admits its first candidate whatever it needs (no request waits for ever; ``submit``
-   refuses one that cannot fit at all); with ``idle_admits_first`` (vLLM) it admits that one
-   only: requests sent together reach vLLM's engine core one at a time through its API server,
-   and an idle core steps on the first to arrive.
+   refuses one that cannot fit at all); with ``idle_admits_first`` (vLLM), the first step after
+   the engine was idle (nothing running or waiting) admits that one only: requests sent
+   together reach vLLM's engine core one at a time through its API server, and an idle core
+   steps on the first to arrive (requests already waiting are all taken).
 4. **The step's tokens.** ``step_token_budget`` bounds the tokens one step computes: a decoding
    request counts 1, a prefill its chunk. With ``chunked_prefill`` a prompt larger than what is
    left is split over steps (its first token comes with its last chunk); without, it waits for
@@ -125,7 +126,7 @@ class SchedulerPolicy:
     retract_decode_steps: int | None = None
     #: a step that preempted may still admit waiting requests (vLLM's does not)
     admit_after_preempt: bool = True
-    #: a step with nothing running admits one request, the first (vLLM: the rest of a burst
+    #: the first step after the engine was idle admits one request (vLLM: the rest of a burst
     #: reaches its engine core while that step runs)
     idle_admits_first: bool = False
     #: a preempted request goes back to the front of the queue (vLLM), else to its end (SGLang)
@@ -193,6 +194,9 @@ class Scheduler(Generic[R]):
         self.capacity = kv_capacity_tokens
         #: the reserve ratio now (SGLang's ``new_token_ratio``)
         self.ratio = policy.reserve_ratio
+        #: nothing has run since the engine was last idle (``idle``): with ``idle_admits_first``
+        #: its next step admits one request
+        self.idle_since_last_step = True
         self.preemptions = 0
 
     # -- KV ------------------------------------------------------------------------------------
@@ -302,7 +306,7 @@ class Scheduler(Generic[R]):
         if not waiting:  # nothing to admit: the KV held is not needed (a decode step's usual case)
             return budget
         held = sum(self.held(g) for g in running)
-        most = 1 if p.idle_admits_first and not running else None
+        most = 1 if p.idle_admits_first and self.idle_since_last_step and not running else None
         for gen in self._ordered(waiting, engine):
             if budget <= 0 or (p.max_running is not None and len(running) >= p.max_running):
                 break
@@ -329,6 +333,8 @@ class Scheduler(Generic[R]):
             engine.admit(gen)
             held += need
             budget = self._chunk(gen, budget, plan)
+        if plan.admitted:
+            self.idle_since_last_step = False
         return budget
 
     def _ordered(self, waiting: list[R], engine: Engine[R]) -> list[R]:
@@ -348,7 +354,9 @@ class Scheduler(Generic[R]):
             victim = self._victim(running)
             need -= self.kv(victim, victim in grow)
             running.remove(victim)
-            victim.computed = victim.prompt_tokens + len(victim.output) - victim.prefill_left
+            # what it computed: a decoding request has not computed its last token sampled
+            decoding = victim.prefill_left == 0 and bool(victim.output)
+            victim.computed = victim.prompt_tokens + len(victim.output) - victim.prefill_left - decoding
             victim.prefill_left = victim.kv_tokens = 0
             victim.preemptions += 1
             engine.release(victim)
@@ -371,8 +379,10 @@ class Scheduler(Generic[R]):
         return min(1.0, decoded / max(sum(g.max_new for g in running), 1))
 
     def idle(self) -> None:
-        """Nothing running or waiting: the ratio starts again (SGLang's, when idle)."""
+        """Nothing running or waiting: the ratio starts again (SGLang's, when idle); the next
+        request to arrive finds the engine idle."""
         self.ratio = self.policy.reserve_ratio
+        self.idle_since_last_step = True
 
     def _victim(self, running: list[R]) -> R:
         if self.policy.preempt == "newest":
