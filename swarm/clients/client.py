@@ -41,6 +41,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
+from swarm.clients import deadlines
 from swarm.clients.aiohttp_transport import AiohttpTransport, as_transport, open_http_session
 from swarm.clients.dialects import PATHS, StreamDecoder, build_body
 from swarm.clients.exchange import Call, StreamReading, run_exchange
@@ -195,7 +196,7 @@ class _Watchdog:
     """
 
     __slots__ = (
-        "_armed_ns", "_first", "_first_ns", "_idle", "_idle_ns", "_loop", "_task", "_total", "_total_ns",
+        "_armed_ns", "_deadlines", "_first", "_first_ns", "_idle", "_idle_ns", "_task", "_total", "_total_ns",
         "fired", "last_read_ns",
     )  # fmt: skip
 
@@ -203,10 +204,10 @@ class _Watchdog:
         task = asyncio.current_task()
         assert task is not None
         self._task = task
-        self._loop = asyncio.get_running_loop()
-        self._first: asyncio.TimerHandle | None = None
-        self._total: asyncio.TimerHandle | None = None
-        self._idle: asyncio.TimerHandle | None = None
+        self._deadlines = deadlines.for_loop(asyncio.get_running_loop())
+        self._first: deadlines.Deadline | None = None
+        self._total: deadlines.Deadline | None = None
+        self._idle: deadlines.Deadline | None = None
         self._idle_ns: int | None = None
         self._armed_ns = 0
         self._first_ns: int | None = None
@@ -223,12 +224,12 @@ class _Watchdog:
         self._armed_ns = _perf_ns()
         if timeouts.first_token_s is not None:
             self._first_ns = int(timeouts.first_token_s * 1e9)
-            self._first = self._loop.call_later(
+            self._first = self._deadlines.call_later(
                 timeouts.first_token_s, self._fire, _no_first_token(self._first_ns)
             )
         if timeouts.total_s is not None:
             self._total_ns = int(timeouts.total_s * 1e9)
-            self._total = self._loop.call_later(timeouts.total_s, self._fire, _not_finished(self._total_ns))
+            self._total = self._deadlines.call_later(timeouts.total_s, self._fire, _not_finished(self._total_ns))
         if timeouts.idle_s is not None:
             self._idle_ns = int(timeouts.idle_s * 1e9)
 
@@ -249,7 +250,7 @@ class _Watchdog:
             self._first = None
         if self._idle_ns is not None and self.fired is None:
             self.last_read_ns = at_ns
-            self._idle = self._loop.call_later(self._idle_ns / 1e9, self._check_idle)
+            self._idle = self._deadlines.call_later(self._idle_ns / 1e9, self._check_idle)
 
     def _stalled(self) -> str:
         assert self._idle_ns is not None
@@ -262,7 +263,7 @@ class _Watchdog:
             self._idle = None
             self._fire(self._stalled())
         else:
-            self._idle = self._loop.call_later((self._idle_ns - silent) / 1e9, self._check_idle)
+            self._idle = self._deadlines.call_later((self._idle_ns - silent) / 1e9, self._check_idle)
 
     def disarm(self) -> None:
         for handle in (self._first, self._total, self._idle):

@@ -54,6 +54,10 @@ class AgentEnv:
     context: str = "synthetic"
     stream: bool = True
     run_id: str = ""
+    #: the target and engine every record names (the client's own: set here, each request's
+    #: identity is made whole once instead of copied again by the client)
+    target: str = ""
+    engine: str = ""
     worker: int = 0
     #: the trace stores prompt parts and outputs (``--record-text``); with ``context: live``
     #: outputs are kept anyway (children read them). Otherwise a streamed answer is only
@@ -413,6 +417,8 @@ class AgentRun:
             max_tokens=1 if warmup else np_.max_tokens,
             identity=RequestIdentity(
                 run_id=env.run_id,
+                target=env.target,
+                engine=env.engine,
                 worker=env.worker,
                 agent_id=plan.agent_id,
                 profile=plan.profile.name,

@@ -98,6 +98,8 @@ class _AgentsRun:
             context=spec.context,
             stream=spec.stream,
             run_id=run.run_id,
+            target=d.client.target,
+            engine=d.client.profile.name if d.client.profile is not None else "",
             worker=placement.worker,
             record_text=run.keep_text,
             retries=source.retry.retries,

@@ -49,6 +49,7 @@ from swarm.runtime.clocks import wall_minus_perf_ns as read_wall_minus_perf_ns
 from swarm.runtime.gc_policy import AgentRunCollector, QuietCollector
 from swarm.runtime.live_stats import RunStats
 from swarm.runtime.retry import is_retryable, retry_delay_s
+from swarm.runtime.slot_gate import SlotGate
 from swarm.runtime.stop import StopConditions
 from swarm.trace.sink import TraceSink, TraceWriteError
 from swarm.workload.prefix import PrefixIndex
@@ -143,7 +144,7 @@ class Dispatcher:
         self.index = index if index is not None else PrefixIndex()
         self.clock_ns = clock_ns
         self._sleep = sleep
-        self._sem = asyncio.Semaphore(max_in_flight) if max_in_flight > 0 else None
+        self._sem = SlotGate(max_in_flight) if max_in_flight > 0 else None
         # the driver's wall clock = this process's perf counter + this
         mapping = wall_minus_perf_ns if wall_minus_perf_ns is not None else read_wall_minus_perf_ns()
         self._wall0 = mapping - clock_offset_ns

@@ -81,12 +81,8 @@ class PrefixIndex:
         return pos
 
     def observe(self, tokens: Sequence[object]) -> int:
-        """Longest shared prefix with anything observed before; then remember ``tokens``."""
-        shared = self.longest_prefix(tokens)
-        self._insert(tokens)
-        return shared
-
-    def _insert(self, tokens: Sequence[object]) -> None:
+        """Longest shared prefix with anything observed before; then remember ``tokens``. One
+        walk down the trie does both (the match's end is where the new branch goes)."""
         node, pos = self._root, 0
         n = len(tokens)
         while pos < n:
@@ -94,7 +90,7 @@ class PrefixIndex:
             if child is None:
                 node.children[tokens[pos]] = _Node(tuple(tokens[pos:]))
                 self.tokens_stored += n - pos
-                return
+                return pos
             key = child.key
             m = min(len(key), n - pos)
             i = 0
@@ -103,7 +99,7 @@ class PrefixIndex:
             else:
                 while i < m and key[i] == tokens[pos + i]:
                     i += 1
-            if i < len(key):
+            if i < len(key):  # the match ends inside this edge: split it there
                 middle = _Node(key[:i])
                 child.key = key[i:]
                 middle.children[child.key[0]] = child
@@ -111,3 +107,4 @@ class PrefixIndex:
                 child = middle
             pos += i
             node = child
+        return pos
