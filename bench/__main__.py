@@ -7,6 +7,8 @@ Cases (default: all but router, ray-scale, cluster and sim-fleet, about 8-9 minu
   10,000 agents
 - ``scale``: 10,000 agents on one Ray worker: requests/s, chunks/s, memory per agent
 - ``ingest``: records/s the driver receives and writes, and how many workers that serves
+- ``sink-stall``: how late a 1 ms ticker wakes on a loop that writes 10,000 records/s to the
+  trace, beside the same loop without a sink
 - ``arrival``: p99 lateness of sends on a Poisson schedule at the highest sustained rate
 - ``replay-timing``: timed replay's gap error and lateness (Poisson and Mooncake traces)
 - ``ray-scale``: 500 / 2,000 / 10,000 agents over 1 and 2 Ray workers (long; not in the default)
@@ -37,6 +39,7 @@ CASES = (
     "client-delay",
     "scale",
     "ingest",
+    "sink-stall",
     "arrival",
     "replay-timing",
     "default-run",
@@ -88,6 +91,10 @@ def main() -> None:
             from bench import ingest
 
             rows += ingest.run(worker_records_per_s)
+        elif case == "sink-stall":
+            from bench import sink_stall
+
+            rows += sink_stall.run()
         elif case == "arrival":
             from bench import arrival
 

@@ -67,16 +67,46 @@ def test_flush_interval_closes_parts_on_a_virtual_clock(tmp_path: Path) -> None:
     for i in range(10):
         sink.write(synthetic_record(i))
     sink.maybe_rotate()
+    sink.flush()  # waits for the writer thread
     assert list_parts(tmp_path) == []  # nothing due yet
     now[0] = 5.0
     sink.maybe_rotate()
+    sink.flush()  # waits for the writer thread
     assert read_requests(tmp_path).num_rows == 10  # rows older than the interval are closed out
     sink.write(synthetic_record(10))
     now[0] = 7.0
     sink.maybe_rotate()
+    sink.flush()  # waits for the writer thread
     assert read_requests(tmp_path).num_rows == 10
     sink.close()
     assert read_requests(tmp_path).num_rows == 11
+
+
+def test_a_full_buffer_goes_to_the_writer_thread_without_waiting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The caller (the loop that sends) hands a full batch over and goes on; only a writer two
+    batches behind makes it wait, and closing waits for everything."""
+    import threading
+
+    release = threading.Event()
+    started = threading.Event()
+    real_write = ParquetTraceSink._write
+
+    def slow_write(self: ParquetTraceSink, data: object, rows: int) -> None:
+        started.set()
+        assert release.wait(10)
+        real_write(self, data, rows)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ParquetTraceSink, "_write", slow_write)
+    sink = ParquetTraceSink(tmp_path, batch_rows=10, flush_interval_s=None)
+    for i in range(20):  # two full batches: the writer holds the first, the second waits
+        sink.write(synthetic_record(i))
+    assert started.wait(10)
+    assert sink.rows_written == 0  # nothing written yet, and the caller was not held
+    release.set()
+    sink.write(synthetic_record(20))
+    sink.close()
+    assert sink.rows_written == 21 and sink.rows_lost == 0
+    assert read_requests(tmp_path).num_rows == 21
 
 
 def test_interrupted_writer_leaves_readable_parts(tmp_path: Path) -> None:
