@@ -64,12 +64,12 @@ def run() -> list[Row]:
     bare_p99, bare_max = measure(with_sink=False)
     p99, worst = measure(with_sink=True)
     tag = "loop stall while the trace is written (10,000 records/s)"
+    worst_row = Row(f"{tag}: ticker lateness max", worst, "ms", baseline=bare_max)
+    worst_row.ratio = worst / max(bare_max, 1e-9)
+    worst_row.target, worst_row.met = f"<= {TARGET_MS:g} ms", worst <= TARGET_MS
     return [
         Row(f"{tag}: ticker lateness p99", p99, "ms", baseline=bare_p99, ratio=p99 / max(bare_p99, 1e-9)),
-        Row(
-            f"{tag}: ticker lateness max", worst, "ms", baseline=bare_max, ratio=worst / max(bare_max, 1e-9),
-            target=f"<= {TARGET_MS:g} ms", met=worst <= TARGET_MS,
-        ),  # fmt: skip
+        worst_row,
     ]
 
 
