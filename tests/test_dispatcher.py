@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -179,6 +180,33 @@ def test_prepared_entries_take_their_ideal_in_release_order() -> None:
     asyncio.run(d.run([entry("a", 0), entry("b", 1500), entry("c", 3000)]))
     ideal = {r.identity.request_id: r.ideal_cached_tokens_est for r in sink.records}
     assert ideal == {"a": 0, "b": 2, "c": 1}
+
+
+def test_a_stepped_preparation_lets_the_loop_turn_between_its_steps() -> None:
+    """A mid-life session's history is built ahead a step at a time: whatever else is due
+    (another agent's send, a read) runs between two steps, and the session starts once all
+    of them are done."""
+    clock = VirtualClock()
+    client = FakeClient(clock)
+    d, sink = dispatcher(clock, client)
+    order: list[str] = []
+
+    async def other(i: int) -> None:
+        order.append(f"other{i}")
+
+    def steps() -> Iterator[None]:
+        for i in range(3):
+            asyncio.get_running_loop().create_task(other(i))  # ready at the loop's next turn
+            order.append(f"step{i}")
+            yield
+
+    async def start(out: Outgoing | None, due: int) -> None:
+        order.append("start")
+        await d.send(request("m"))
+
+    asyncio.run(d.run([Scheduled(2_000 * MS, start, prepare_steps=steps, prepares_request=False)]))
+    assert order == ["step0", "other0", "step1", "other1", "step2", "other2", "start"]
+    assert [r.identity.request_id for r in sink.records] == ["m"] and d.prepared_late == 0
 
 
 def test_in_flight_cap_holds_and_records_the_wait_for_a_slot() -> None:

@@ -11,7 +11,7 @@ agent ids: a Ray worker rebuilds the identical Workload from them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any
 
 from swarm.runtime.agent import AgentEnv, AgentRun
@@ -82,11 +82,6 @@ class AgentSource:
         return _AgentsRun(self, d, run, placement)
 
 
-#: what the preparer reckons a mid-life session's history costs to build, in prompt tokens (its
-#: cost model's unit): a long coding session's, so it waits for a gap that long between releases
-MIDLIFE_PREPARE_TOKENS = 100_000
-
-
 class _AgentsRun:
     def __init__(self, source: AgentSource, d: Dispatcher, run: SourceContext, placement: Placement) -> None:
         spec = source.workload.spec
@@ -118,13 +113,13 @@ class _AgentsRun:
         if not self.workload.starts_mid(agent_id):
             return Scheduled(due_ns, self._starter(agent_id))
 
-        def prepare(_due_perf_ns: int) -> None:
-            self._prepared[agent_id] = AgentRun(self.workload.agent(agent_id), self.env).prepare_history()
+        def prepare_steps() -> Iterator[None]:
+            agent = AgentRun(self.workload.agent(agent_id), self.env)
+            yield
+            yield from agent.prepare_history_steps()
+            self._prepared[agent_id] = agent
 
-        return Scheduled(
-            due_ns, self._starter(agent_id), prepare=prepare, prepare_tokens=MIDLIFE_PREPARE_TOKENS,
-            prepares_request=False,
-        )  # fmt: skip
+        return Scheduled(due_ns, self._starter(agent_id), prepare_steps=prepare_steps, prepares_request=False)
 
     def _starter(self, agent_id: int) -> Callable[[Outgoing | None, int], Coroutine[Any, Any, None]]:
         async def start(_out: Outgoing | None, due_perf_ns: int) -> None:

@@ -39,7 +39,7 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -97,6 +97,10 @@ class Scheduled:
     prepare_tokens: int = 0
     #: whether ``prepare`` builds a request (a timed schedule) rather than a session's start
     prepares_request: bool = True
+    #: a session's start's work done ahead in small steps (a mid-life session's history), the
+    #: loop turning between them, so that no step holds another agent's send back for long
+    #: (built whole, a 120-turn history held the loop for 40-65 ms); ``prepare`` is then None
+    prepare_steps: Callable[[], Iterator[None]] | None = None
 
 
 class _PrepareCost:
@@ -421,10 +425,13 @@ class _Release:
             # released in this same order, so the ideal can be taken now, off the send path
             out.request = dataclasses.replace(out.request, ideal_cached_tokens_est=d.index.observe(out.tokens))
             out.tokens = None
+        self._prepared_now(j, out)
+        self.cost.learn(entry.prepare_tokens, d.clock_ns() - t0)
+
+    def _prepared_now(self, j: int, out: Outgoing | None) -> None:
         self.prepared[j] = out
         if (event := self.ready.pop(j, None)) is not None:
             event.set()
-        self.cost.learn(entry.prepare_tokens, d.clock_ns() - t0)
 
     def prepare_lead(self, start_perf_ns: int | None) -> int:
         """Prepare the entries due in the first ``PREPARE_LEAD_NS``; with no agreed start the
@@ -435,8 +442,13 @@ class _Release:
         d.start_perf_ns = start
         head = 0
         while head < len(schedule) and schedule[head].due_ns < PREPARE_LEAD_NS:
+            steps = schedule[head].prepare_steps
             if schedule[head].prepare is not None:
                 self.prepare_ahead(head)
+            elif steps is not None:
+                for _ in steps():
+                    pass
+                self.prepared[head] = None
             head += 1
         if start_perf_ns is None:  # the clock starts now; the early entries get their true times
             shift = d.clock_ns() - start
@@ -453,6 +465,12 @@ class _Release:
         d, schedule = self.d, self.schedule
         for j in range(head, len(schedule)):
             entry = schedule[j]
+            if entry.prepare_steps is not None:
+                await d.sleep_until(d.start_perf_ns + entry.due_ns - PREPARE_LEAD_NS)
+                for _ in entry.prepare_steps():
+                    await d._sleep(0)  # whatever is due (a send, a read) goes between two steps
+                self._prepared_now(j, None)
+                continue
             if entry.prepare is None:
                 continue
             await d.sleep_until(d.start_perf_ns + entry.due_ns - PREPARE_LEAD_NS)
@@ -470,7 +488,7 @@ class _Release:
     async def start_entry(self, j: int, due: int) -> None:
         entry = self.schedule[j]
         out: Outgoing | None = None
-        if entry.prepare is not None:
+        if entry.prepare is not None or entry.prepare_steps is not None:
             if j not in self.prepared:  # preparation fell behind (a huge burst)
                 self.d.prepared_late += 1
                 await self.ready.setdefault(j, asyncio.Event()).wait()
