@@ -101,3 +101,19 @@ def test_system_prompt_from_a_file_stays_inside_the_profile_folder(tmp_path: Pat
     with pytest.raises(InputError, match="leaves the spec's folder"):
         escaping.system_prompt_file()
     assert isinstance(Workload(WorkloadSpec(agents=1)).tokenizer, WordTokenizer)
+
+
+def test_encoding_in_steps_gives_the_words_of_encoding_whole() -> None:
+    """A long history part is tokenized a slice at a time, cut at spaces: the same tokens."""
+    import random as _random
+
+    from swarm.workload.tokenizer import WordTokenizer as _Words
+
+    tok, rng = _Words(), _random.Random(7)
+    for _ in range(200):
+        text = "".join(rng.choice(["ab", "c", " ", "  ", "\n", "\t", "x y", "é"]) for _ in range(rng.randrange(400)))
+        for chars in (1, 3, 7, 50, 1000):
+            pieces = list(tok.encode_in_steps(text, chars))
+            assert [w for piece in pieces for w in piece] == tok.encode(text)
+    long_text = " ".join(["word"] * 40_000)
+    assert len(list(tok.encode_in_steps(long_text, 65_536))) >= 3  # several steps, not one

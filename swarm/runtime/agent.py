@@ -35,13 +35,19 @@ from swarm.runtime.dispatcher import Dispatcher, Outgoing
 from swarm.runtime.retry import retry_request_id
 from swarm.workload.prefix import BLOCK_TOKENS, block_hashes
 from swarm.workload.prompts import compose_messages, synthetic_turn
-from swarm.workload.tokenizer import Tokenizer
+from swarm.workload.tokenizer import Tokenizer, WordTokenizer
 from swarm.workload.workload import AgentPlan, NodePlan
 
 log = logging.getLogger(__name__)
 
 ALIVE = "done"
 DEAD = frozenset({"cut", "failed", "pruned", "skipped"})
+
+
+#: a history part longer than this (characters) is tokenized a slice at a time when built ahead
+LONG_PART_CHARS = 100_000
+#: a warm-up prompt's block hashes built ahead this many blocks a step
+HASH_BLOCKS_PER_STEP = 256
 
 
 @dataclass
@@ -197,8 +203,14 @@ class AgentRun:
                 self.plan, node, [(a, synthetic_turn(self.plan, a)) for a in self.template.context_ancestors(node)]
             )
             tokens = self._prompt_tokens(messages)
-            self._warmups[node] = (messages, tokens, block_hashes(tokens))  # type: ignore[arg-type]
             yield
+            hashes: tuple[int, ...] = ()
+            end = 0
+            while end < len(tokens):  # a 150k-token prompt's hashes took 6-10 ms whole
+                end = min(len(tokens), (len(hashes) + HASH_BLOCKS_PER_STEP) * BLOCK_TOKENS)
+                hashes = block_hashes(tokens[:end], known=hashes)  # type: ignore[arg-type]
+                yield
+            self._warmups[node] = (messages, tokens, hashes)
 
     def _cut_threads(self) -> tuple[str, ...]:
         """The history nodes a later node extends: one warm-up each."""
@@ -232,10 +244,23 @@ class AgentRun:
                 self._built.add(n)
                 yield
             messages = compose_messages(plan, node, [(a, synthetic_turn(plan, a)) for a in t.context_ancestors(node)])
-            for i in range(len(messages)):
-                if messages[i].content not in self._part_tokens:
-                    self._prompt_tokens(messages[i : i + 1])
-                    yield
+            for message in messages:
+                if message.content not in self._part_tokens:
+                    yield from self._part_steps(message)
+
+    def _part_steps(self, message: ChatMessage) -> Iterator[None]:
+        """One history part's tokens, cached; a long part a slice of words per step (a
+        100k-word tool result took 19 ms whole on a slow core)."""
+        tokenizer = self.env.tokenizer
+        if message.role == "system" or len(message.content) < LONG_PART_CHARS or not isinstance(tokenizer, WordTokenizer):
+            self._prompt_tokens((message,))
+            yield
+            return
+        tokens: list[str] = []
+        for piece in tokenizer.encode_in_steps(message.content):
+            tokens.extend(piece)
+            yield
+        self._part_tokens[message.content] = tuple(tokens)
 
     def _launch(self, node: str, ready_perf_ns: int) -> None:
         if node in self.state and node in self.plan.history:  # answered before the session's start

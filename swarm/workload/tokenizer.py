@@ -9,7 +9,7 @@ part by part (each message's content), so template tokens an engine adds are not
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from sys import intern
 from typing import Protocol
@@ -40,6 +40,17 @@ class WordTokenizer:
         # interned: the same word in thousands of agents' prompts is then one object, not one
         # ~50-byte string per occurrence (the vocabulary is small, the prompts are many)
         return list(map(intern, text.split()))
+
+    def encode_in_steps(self, text: str, chars_per_step: int = 65_536) -> Iterator[list[str]]:
+        """``encode(text)`` in pieces of about ``chars_per_step`` characters, each cut at a
+        space (so no word is cut): a caller that must not hold its event loop long yields
+        between them. The pieces joined are ``encode(text)``."""
+        start, n = 0, len(text)
+        while start < n:
+            cut = text.find(" ", start + chars_per_step) if start + chars_per_step < n else -1
+            end = n if cut < 0 else cut
+            yield list(map(intern, text[start:end].split()))
+            start = end
 
     def count(self, text: str) -> int:
         """``len(text.split())``, without making the words: where the only whitespace is single
