@@ -2,8 +2,9 @@
 
 Place in the map (docs/architecture.md, "The trace"): the TraceSink seam, fed by the Dispatcher (or, on a cluster, by the
 driver with batches from workers). Memory stays flat however long the run: records are
-appended column by column into a buffer of at most ``batch_rows`` rows, which is turned into
-one Arrow record batch (one Parquet row group) and written out. A part file is written under
+appended as row tuples into a buffer of at most ``batch_rows`` rows, which a writer thread
+turns into one Parquet row group and writes out (the caller's event loop does not wait for
+Arrow or the disk). A part file is written under
 a ``.inprogress`` name and renamed to ``part-<writer>-<seq>.parquet`` when closed, so every
 file that carries the ``.parquet`` suffix is complete and readable; parts rotate every
 ``part_rows`` rows, and at the latest every ``flush_interval_s`` seconds of wall time, which
