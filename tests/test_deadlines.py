@@ -66,3 +66,40 @@ def test_one_failing_callback_does_not_skip_the_others() -> None:
         return fired
 
     assert asyncio.run(main()) == ["after"]
+
+
+def test_a_deadline_cancelled_by_another_of_its_bucket_does_not_fire() -> None:
+    async def main() -> list[str]:
+        d = Deadlines(asyncio.get_running_loop())
+        fired: list[str] = []
+        later: list[deadlines.Deadline] = []
+
+        def first() -> None:
+            fired.append("first")
+            for one in later:
+                one.cancel()
+
+        def second() -> None:
+            fired.append("second")
+
+        a = d.call_later(0.02, first)
+        b = d.call_later(0.02, second)
+        later.extend([a, b])  # whichever runs first cancels the other
+        await asyncio.sleep(0.1)
+        return fired
+
+    assert len(asyncio.run(main())) == 1
+
+
+def test_a_loops_deadlines_go_with_the_loop() -> None:
+    import gc
+
+    async def main() -> None:
+        deadlines.for_loop(asyncio.get_running_loop()).call_later(0.0, lambda: None)
+        await asyncio.sleep(0.05)
+
+    before = len(deadlines._PER_LOOP)
+    for _ in range(3):
+        asyncio.run(main())
+    gc.collect()
+    assert len(deadlines._PER_LOOP) <= before

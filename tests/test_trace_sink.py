@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -107,6 +108,53 @@ def test_a_full_buffer_goes_to_the_writer_thread_without_waiting(tmp_path: Path,
     sink.close()
     assert sink.rows_written == 21 and sink.rows_lost == 0
     assert read_requests(tmp_path).num_rows == 21
+
+
+def test_any_error_on_the_writer_thread_is_a_write_failure_with_every_row_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Arrow refusing a row is not an OSError: it still ends writing with a named failure, and
+    every row handed over is either in a part or counted lost."""
+    import swarm.trace.sink as sink_module
+    from swarm.trace.sink import TraceWriteError
+
+    real = sink_module._rows_to_table
+    calls = [0]
+
+    def second_batch_fails(rows: list[Any], keep_text: bool, slice_rows: int) -> Any:
+        calls[0] += 1
+        if calls[0] == 2:
+            raise ValueError("a value Arrow cannot convert")
+        return real(rows, keep_text, slice_rows)
+
+    monkeypatch.setattr(sink_module, "_rows_to_table", second_batch_fails)
+    sink = ParquetTraceSink(tmp_path, batch_rows=10, flush_interval_s=None)
+    errors = []
+    for i in range(45):  # every record is handed over, as the Dispatcher does, each refusal raised
+        try:
+            sink.write(synthetic_record(i))
+        except TraceWriteError as exc:
+            errors.append(str(exc))
+    sink.close()  # told already: no second error
+    assert errors and "ValueError: a value Arrow cannot convert" in errors[0]
+    assert sink.failure is not None
+    assert sink.rows_written + sink.rows_lost == 45 and sink.rows_written == 0  # the open part is torn
+
+
+def test_a_failure_first_met_on_close_is_raised_by_close(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from swarm.trace.sink import TraceWriteError
+
+    def no_space(self: ParquetTraceSink, data: object, rows: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    sink = ParquetTraceSink(tmp_path, batch_rows=1000, flush_interval_s=None)
+    for i in range(5):
+        sink.write(synthetic_record(i))
+    monkeypatch.setattr(ParquetTraceSink, "_write", no_space)
+    with pytest.raises(TraceWriteError, match="No space left on device"):
+        sink.close()
+    sink.close()
+    assert sink.rows_lost == 5 and sink.rows_written == 0
 
 
 def test_interrupted_writer_leaves_readable_parts(tmp_path: Path) -> None:

@@ -25,15 +25,17 @@ GRAIN_S = 0.01
 class Deadline:
     """One armed deadline; ``cancel`` takes it out of its bucket."""
 
-    __slots__ = ("_args", "_callback", "_key", "_owner")
+    __slots__ = ("_args", "_callback", "_cancelled", "_key", "_owner")
 
     def __init__(self, owner: Deadlines, key: int, callback: Callable[..., None], args: tuple[Any, ...]) -> None:
         self._owner = owner
         self._key = key
         self._callback = callback
         self._args = args
+        self._cancelled = False
 
     def cancel(self) -> None:
+        self._cancelled = True  # also when its bucket is firing: a later callback skips it
         self._owner._cancel(self)
 
 
@@ -41,16 +43,19 @@ class Deadlines:
     """The deadlines of one event loop (``for_loop``)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        # weakly: ``for_loop`` keys this on the loop, and a strong reference would keep both
+        self._loop_ref = weakref.ref(loop)
         #: bucket key (due time / GRAIN_S, rounded up) -> its loop timer and live deadlines
         self._buckets: dict[int, tuple[asyncio.TimerHandle, set[Deadline]]] = {}
 
     def call_later(self, delay_s: float, callback: Callable[..., None], *args: Any) -> Deadline:
         """Call ``callback(*args)`` ``delay_s`` from now (at most ``GRAIN_S`` later)."""
-        key = math.ceil((self._loop.time() + delay_s) / GRAIN_S)
+        loop = self._loop_ref()
+        assert loop is not None, "deadlines of a loop that is gone"
+        key = math.ceil((loop.time() + delay_s) / GRAIN_S)
         bucket = self._buckets.get(key)
         if bucket is None:
-            bucket = self._buckets[key] = (self._loop.call_at(key * GRAIN_S, self._fire, key), set())
+            bucket = self._buckets[key] = (loop.call_at(key * GRAIN_S, self._fire, key), set())
         deadline = Deadline(self, key, callback, args)
         bucket[1].add(deadline)
         return deadline
@@ -70,10 +75,14 @@ class Deadlines:
         if bucket is None:
             return
         for deadline in bucket[1]:
+            if deadline._cancelled:  # by an earlier callback of this bucket
+                continue
             try:
                 deadline._callback(*deadline._args)
             except Exception as exc:  # one deadline's failure must not skip the others
-                self._loop.call_exception_handler(
+                loop = self._loop_ref()
+                assert loop is not None
+                loop.call_exception_handler(
                     {"message": f"deadline callback {deadline._callback!r} failed", "exception": exc}
                 )
 

@@ -192,6 +192,7 @@ class ParquetTraceSink:
         #: what went wrong, once writing failed; later writes are refused (and counted lost)
         self.failure: str | None = None
         self._failed_errno: int | None = None
+        self._failure_raised = False  # the caller has been told (a later close stays quiet)
         self.parts: list[str] = []
         self._closed = False
         self._lock = threading.Lock()  # rows_lost and failure, changed by both threads
@@ -256,12 +257,14 @@ class ParquetTraceSink:
         if self._closed:
             return
         self._closed = True
+        raised_before = self._failure_raised
         try:
             if self.failure is None:
                 self._submit(self._write_rows, self._take_rows(), None, True)
             self._wait(0)
         except TraceWriteError:
-            pass  # said where it happened, and counted; the caller saw it or reads ``failure``
+            if not raised_before:  # first seen here (the last rows' write): the caller hears of it
+                raise
         finally:
             if self.failure is not None:
                 self._count_lost(len(self._rows))
@@ -289,7 +292,11 @@ class ParquetTraceSink:
         """Wait until at most ``most_pending`` batches are left to the writer; raise its failure."""
         pending = self._pending
         while pending and (len(pending) > most_pending or pending[0].done()):
-            pending.popleft().result()  # the writer's TraceWriteError comes out here
+            try:
+                pending.popleft().result()  # the writer's TraceWriteError comes out here
+            except TraceWriteError:
+                self._failure_raised = True
+                raise
         if self.failure is not None:
             self._refuse(0)
 
@@ -298,6 +305,7 @@ class ParquetTraceSink:
         self._count_lost(len(self._rows) + rows)
         self._rows = []
         assert self.failure is not None
+        self._failure_raised = True
         raise TraceWriteError(self._failed_errno, self.failure)
 
     def _count_lost(self, rows: int) -> None:
@@ -330,6 +338,8 @@ class ParquetTraceSink:
                 self._close_part()
         except OSError as exc:  # pyarrow's IO errors are OSErrors
             self._fail(exc, left)
+        except Exception as exc:  # a row Arrow refuses, a filesystem's own error: the same, named
+            self._fail(OSError(None, f"{type(exc).__name__}: {exc}"), left, cause=exc)
 
     def _write(self, data: pa.RecordBatch | pa.Table, rows: int) -> None:
         if self._part_writer is None:
@@ -363,7 +373,7 @@ class ParquetTraceSink:
         self._part_writer = None
         self._part_name = None
 
-    def _fail(self, exc: OSError, unwritten: int) -> None:
+    def _fail(self, exc: OSError, unwritten: int, cause: BaseException | None = None) -> None:
         """Writing failed: drop the open part (its rows are lost; closed parts stay), refuse
         further writes, and raise TraceWriteError naming the folder and the cause."""
         lost_in_part = self._part_rows_written if self._part_writer is not None else 0
@@ -381,7 +391,7 @@ class ParquetTraceSink:
             self._failed_errno = exc.errno
             self.failure = f"cannot write the trace under {where}: {exc.strerror or exc}"
         log.error("%s", self.failure)
-        raise TraceWriteError(exc.errno, self.failure) from exc
+        raise TraceWriteError(exc.errno, self.failure) from (cause or exc)
 
     def __enter__(self) -> ParquetTraceSink:
         return self
