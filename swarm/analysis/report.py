@@ -147,6 +147,44 @@ SIMULATED_WARNING = (
 )
 
 
+#: how each figure a twin's error is recorded for reads (``sweep.compare.ERROR_FIGURES``)
+_ERROR_FIGURE_NAMES = {
+    "ttft_ms.p50": "TTFT p50", "ttft_ms.p99": "TTFT p99", "output_tokens_per_s": "out tok/s",
+    "e2e_ms.p50": "E2E p50", "tasks.completion_ms.p50": "task p50",
+}  # fmt: skip
+
+
+def twin_error_lines(simulated: dict[str, Any] | None) -> list[str]:
+    """For a simulated run or sweep (its manifest's ``simulated``), each calibrated twin's
+    measured error against its engine, the error its simulated figures carry; or that a
+    calibrated twin was never held against its engine."""
+    out: list[str] = []
+    for twin in (simulated or {}).get("twins", []):
+        calibrated = twin.get("calibrated")
+        if calibrated is None:
+            continue
+        name, engine, path = f"twin-{twin['engine']}", twin["engine"], calibrated.get("calibration")
+        errors = calibrated.get("errors")
+        if errors is None:
+            out.append(
+                f"{name} is calibrated ({path}) but was never held against {engine}: the error of its simulated "
+                f"figures is not measured (swarm compare ENGINE_SWEEP TWIN_SWEEP --record-error {path})"
+            )
+            continue
+        parts = [f"{label} ±{errors[key]:.1%}" for key, label in _ERROR_FIGURE_NAMES.items() if key in errors]
+        if "hit_ratio" in errors:
+            parts.append(f"hit ±{errors['hit_ratio']:.2f}")
+        cliff = calibrated.get("cliff_steps")
+        if cliff is not None:
+            parts.append(f"cliff {cliff:+.2f} ladder steps")
+        out.append(
+            f"{name}'s figures carry its measured error against {engine} (its sweep held against the engine's: "
+            f"{calibrated.get('engine_sweep')} vs {calibrated.get('twin_sweep')}, recorded in {path}): "
+            + ", ".join(parts)
+        )
+    return out
+
+
 def run_warnings(run: LoadedRun, targets: dict[str, TargetReport]) -> list[str]:
     """What a reader of the figures must know first: a run that did not finish, rows lost,
     requests that failed, a generator that fell behind its schedule."""
@@ -154,6 +192,7 @@ def run_warnings(run: LoadedRun, targets: dict[str, TargetReport]) -> list[str]:
     out: list[str] = []
     if mf.simulated is not None:
         out.append(SIMULATED_WARNING)
+        out.extend(twin_error_lines(mf.simulated))
     if mf.status.value == "running":
         out.append(
             "the run never finished (its manifest still says running): the process was killed or "

@@ -58,6 +58,14 @@ def compare(
     across_clocks: Annotated[
         bool, typer.Option(help="name leaders between simulated (swarm simulate) and measured runs")
     ] = False,
+    record_error: Annotated[
+        str | None,
+        typer.Option(
+            metavar="CALIBRATION",
+            help="two sweeps, the engine's then its twin's: write the twin's error per figure into the "
+            "twin's calibration file (swarm calibrate), which every simulation of it then states",
+        ),
+    ] = None,
     *,
     given: Given,
 ) -> None:
@@ -72,8 +80,10 @@ def compare(
             raise InputError("compare sweep folders with sweep folders, run folders with run folders")
         from swarm.cli.sweep_view import print_sweep_comparison
 
-        print_sweep_comparison(run_dirs, as_json, output)
+        print_sweep_comparison(run_dirs, as_json, output, record_error=record_error)
         return
+    if record_error is not None:
+        raise InputError("--record-error takes two sweep folders: the engine's, then its twin's")
     compare_command(run_dirs, as_json, given.get("slo", []), force, tie_within, output, across_clocks)
 
 

@@ -16,7 +16,7 @@ from rich.console import Console
 from swarm.cli.app import app
 from swarm.cli.flags import Given, takes, validated
 from swarm.cli.sending import send_with_view, spec_data, with_showdown
-from swarm.cli.twins import twin_configs
+from swarm.cli.twins import twin_configs, twin_errors
 from swarm.errors import InputError
 
 if TYPE_CHECKING:
@@ -57,6 +57,7 @@ def simulate_command(given: Given) -> int:
         {
             **{k: given.get(k) for k in ("fleet", "routing") if k in given},
             "twins": twin_configs(engines, spec.emulator_args),
+            "twin_errors": twin_errors(engines, spec.emulator_args),
         },
         "swarm simulate", given,
     )  # fmt: skip

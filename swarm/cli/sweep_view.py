@@ -15,9 +15,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from swarm.analysis.report import SIMULATED_WARNING
+from swarm.analysis.report import SIMULATED_WARNING, twin_error_lines
 from swarm.analysis.rows import fmt
 from swarm.cli.sending import write_or_print
+from swarm.errors import InputError
 
 _SPECS = {
     "hit": ".1%",
@@ -145,6 +146,8 @@ def print_sweep_report(
     console.print(f"[dim]steady window: {s['steady_rule']}[/dim]", highlight=False, soft_wrap=True)
     if s.get("simulated") is not None:
         console.print(f"[bold yellow]warning:[/] {SIMULATED_WARNING}", highlight=False, soft_wrap=True)
+        for line in twin_error_lines(s["simulated"]):
+            console.print(f"[bold yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
     for table in sweep_tables(report):
         console.print(table)
     for line in verdict_lines(report):
@@ -157,15 +160,21 @@ def print_sweep_report(
         )
 
 
-def print_sweep_comparison(folders: list[str], as_json: bool, output: str | None = None) -> None:
+def print_sweep_comparison(
+    folders: list[str], as_json: bool, output: str | None = None, *, record_error: str | None = None
+) -> None:
     from swarm.sweep.compare import compare_sweeps
     from swarm.sweep.report import build_sweep_report
 
+    if record_error is not None and len(folders) != 2:
+        raise InputError(f"--record-error takes two sweep folders (the engine's, then its twin's), not {len(folders)}")
     reports = [build_sweep_report(f) for f in folders]
     labels = [Path(f).name or f for f in folders]
     if len(set(labels)) < len(labels):
         labels = [f"{i + 1}-{label}" for i, label in enumerate(labels)]
     result = compare_sweeps(reports, labels)
+    if record_error is not None:
+        result["recorded"] = record_twin_error(result, folders, record_error)
     if as_json:
         write_or_print(json.dumps(result, indent=2, default=str), output)
         return
@@ -219,6 +228,11 @@ def print_sweep_comparison(folders: list[str], as_json: bool, output: str | None
             f"crossover on {c['figure']} at ~{c['load']:.3g}: {c['leader_after']} overtakes {c['leader_before']}",
             highlight=False,
         )
+    if (recorded := result.get("recorded")) is not None:
+        console.print(
+            f"recorded the twin's error in {recorded['calibration']}: every simulation of this twin states it",
+            highlight=False,
+        )
 
 
 def _error_table(reference: str, key: str, errors: dict[str, Any], bound: float) -> Table:
@@ -246,3 +260,35 @@ def _error_table(reference: str, key: str, errors: dict[str, Any], bound: float)
         cells[-1] += f" ({diff:+.2f})" if diff is not None else ""
         table.add_row(fmt(row["load"], "g"), *cells)
     return table
+
+
+def record_twin_error(result: dict[str, Any], folders: list[str], path: str) -> dict[str, Any]:
+    """Write the twin's error (the second sweep's, against the first's) into its calibration
+    file; refuses a file of another engine than the twin's sweep, or two sweeps not of one
+    ladder (no load measured on both)."""
+    import datetime
+
+    from swarm.engines.calibration import HeldAgainst, load_calibration, record_held_against
+    from swarm.sweep.compare import twin_error
+
+    calibration = load_calibration(path)
+    series = result["errors"].get("series", {})
+    if len(series) != 1 or len(result["series"]) != 2:
+        raise InputError(
+            f"--record-error holds one twin against one engine: sweeps of one target each ({len(result['series'])} "
+            "series given)"
+        )
+    twin = next(iter(series))
+    engine = (result["series"].get(twin) or {}).get("engine")
+    if engine is not None and engine != calibration.engine:
+        raise InputError(f"{path}: engine: {calibration.engine}; the twin's sweep ({folders[1]}) is of {engine}")
+    errors, cliff_steps = twin_error(result["errors"], twin)
+    if not errors:
+        raise InputError("--record-error: no load was measured on both sweeps (the same --ladder is needed)")
+    held = HeldAgainst(
+        engine_sweep=folders[0], twin_sweep=folders[1],
+        recorded_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        errors=errors, cliff_steps=cliff_steps,
+    )  # fmt: skip
+    record_held_against(path, held)
+    return {"calibration": path, **held.model_dump(mode="json")}

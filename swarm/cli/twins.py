@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from swarm.cli.flags import Given, parse_flags, validated
 from swarm.errors import InputError
@@ -46,14 +46,12 @@ def twin_configs(engines: Sequence[str], emulator_args: Sequence[str]) -> list[E
     """Per engine, the twin ``swarm run``'s embedded emulator of it would serve: the engine, the
     arguments every embedded emulator of it gets (``runtime.targets.EMBEDDED_ARGS``), then
     ``emulator_args`` (``--emulator-arg``: any ``swarm emulate`` flag, ``--calibration`` too)."""
-    from swarm.runtime.targets import EMBEDDED_ARGS
 
     if len(set(engines)) < len(engines):
         raise InputError(f"--engine {' '.join(engines)}: one twin per engine")
     out = []
     for engine in engines:
-        args = ["--engine", engine, *EMBEDDED_ARGS.get(engine, ()), *emulator_args]
-        given = parse_flags("emulate", args, f"--emulator-arg (the {engine} twin)")
+        given = _twin_flags(engine, emulator_args)
         if int(given.get("replicas") or 1) > 1:
             raise InputError("a simulated twin's replicas are --fleet N, not --emulator-arg=--replicas")
         if served := given.given_of(HTTP_ONLY):
@@ -62,6 +60,31 @@ def twin_configs(engines: Sequence[str], emulator_args: Sequence[str]) -> list[E
                 "does not run (a simulated twin has no faults, stamps or replica header)"
             )
         out.append(emulator_config(given, f"the {engine} twin"))
+    return out
+
+
+def _twin_flags(engine: str, emulator_args: Sequence[str]) -> Given:
+    from swarm.runtime.targets import EMBEDDED_ARGS
+
+    args = ["--engine", engine, *EMBEDDED_ARGS.get(engine, ()), *emulator_args]
+    return parse_flags("emulate", args, f"--emulator-arg (the {engine} twin)")
+
+
+def twin_errors(engines: Sequence[str], emulator_args: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Per engine whose twin is calibrated (``--emulator-arg=--calibration=FILE``) and held
+    against its engine (``swarm compare ... --record-error``): what its calibration file
+    recorded (``HeldAgainst``), which every simulated figure of the twin then carries."""
+    from swarm.engines.calibration import load_calibration
+
+    out: dict[str, dict[str, Any]] = {}
+    for engine in engines:
+        path = _twin_flags(engine, emulator_args).get("calibration")
+        if path is None:
+            continue
+        held = load_calibration(path, engine).held_against
+        out[engine] = {"calibration": str(path), **held.model_dump(mode="json")} if held is not None else {
+            "calibration": str(path)
+        }
     return out
 
 
@@ -110,4 +133,8 @@ def simulation_of(given: Given, send: SendSpec, source: str) -> SimulationSpec:
         raise InputError("--simulate runs in this process: --executor ray does not apply")
     engines = given.get("engine") or list(EMBEDDED_ENGINES)
     data = {k: given.get(k) for k in ("fleet", "routing") if k in given}
-    return validated(SimulationSpec, {**data, "twins": twin_configs(engines, send.emulator_args)}, source, given)
+    return validated(
+        SimulationSpec,
+        {**data, "twins": twin_configs(engines, send.emulator_args), "twin_errors": twin_errors(engines, send.emulator_args)},
+        source, given,
+    )  # fmt: skip

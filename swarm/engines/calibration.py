@@ -119,6 +119,24 @@ def standard_errors(design: Any, residuals: Any, names: list[str]) -> dict[str, 
     return {name: float(np.sqrt(max(s2 * inverse[i, i], 0.0))) for i, name in enumerate(names)}
 
 
+class HeldAgainst(_Strict):
+    """The twin held against its engine: one sweep of each, the same ladder and workload
+    (``swarm compare ENGINE_SWEEP TWIN_SWEEP --record-error FILE``). Every simulation of this
+    twin states it beside its figures: a simulated figure carries at least this error."""
+
+    engine_sweep: str = Field(description="the engine's sweep (its folder)")
+    twin_sweep: str = Field(description="the twin's sweep (its folder)")
+    recorded_at: str = Field(description="UTC, ISO 8601")
+    errors: dict[str, float] = Field(
+        description="per figure, the largest relative error (twin - engine) / engine over the loads "
+        "measured on both, as a share (0.11: 11 %); hit_ratio in points of the ideal (0.02)"
+    )
+    cliff_steps: float | None = Field(
+        default=None, description="the twin's eviction cliff minus the engine's, in ladder steps (none: a "
+        "sweep without a cliff)",
+    )  # fmt: skip
+
+
 class Calibration(_Strict):
     """A calibration file (see the module docstring)."""
 
@@ -143,6 +161,8 @@ class Calibration(_Strict):
     #: how many fresh prompts the prefix cache held (``swarm calibrate``'s capacity phase)
     capacity: CapacityProbe | None = None
     notes: list[str] = Field(default_factory=list)
+    #: the twin's sweep held against its engine's, once a user has compared them
+    held_against: HeldAgainst | None = None
 
     def standard_errors(self) -> dict[str, float]:
         """Each fitted parameter's standard error (the decode fit's, then the prefill fit's):
@@ -416,4 +436,18 @@ def load_calibration(path: str | os.PathLike[str], engine: str | None = None) ->
         raise InputError("\n".join(problems)) from None
     if engine is not None and calibration.engine != engine:
         raise InputError(f"{path}: engine: {calibration.engine}, not {engine} (the engine asked for)")
+    return calibration
+
+
+def record_held_against(path: str | os.PathLike[str], held: HeldAgainst) -> Calibration:
+    """Write ``held`` into the calibration file at ``path`` (in place of any earlier one),
+    keeping the rest of the file; returns the calibration written."""
+    import yaml
+
+    calibration = load_calibration(path).model_copy(update={"held_against": held})
+    text = yaml.safe_dump(calibration.model_dump(mode="json"), sort_keys=False)
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
     return calibration

@@ -35,6 +35,12 @@ class SimulationSpec(BaseModel):
         description="the engine twins simulated, one target each (built from --engine and --emulator-arg)",
     )
 
+    twin_errors: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="per engine whose twin is calibrated: its calibration file, and the twin's error against "
+        "its engine when recorded there (swarm compare --record-error); stated beside the simulated figures",
+    )
+
     def twin_names(self) -> list[str]:
         """Each twin's target name: ``twin-ENGINE`` (one twin per engine)."""
         return [f"twin-{config.engine}" for config in self.twins]
@@ -62,7 +68,11 @@ class SimulationSpec(BaseModel):
             "fleet": self.fleet,
             "routing": self.routing if self.fleet > 1 else None,
             "twins": [
-                {"engine": t.engine, **t.model_dump(mode="json", exclude_defaults=True, exclude={"host", "port"})}
+                {
+                    "engine": t.engine,
+                    **t.model_dump(mode="json", exclude_defaults=True, exclude={"host", "port"}),
+                    **({"calibrated": self.twin_errors[t.engine]} if t.engine in self.twin_errors else {}),
+                }
                 for t in self.twins
             ],
         }

@@ -221,3 +221,17 @@ def errors_against_first(
             "cliffs": [ref_cliff, cliff],
         }
     return out
+
+
+def twin_error(errors: dict[str, Any], twin: str) -> tuple[dict[str, float], float | None]:
+    """From ``errors_against_first``'s result, the twin series' largest error per figure over
+    the loads (relative, as a share; the hit ratio in points) and its cliff's distance in
+    ladder steps: what a calibration file records of it (``HeldAgainst``)."""
+    series = errors["series"][twin]
+    worst: dict[str, float] = {}
+    for row in series["by_load"]:
+        for figure in ERROR_FIGURES:
+            value = row.get("hit_ratio.diff") if figure == "hit_ratio" else row.get(figure)
+            if value is not None:
+                worst[figure] = max(worst.get(figure, 0.0), abs(float(value)))
+    return worst, series["cliff_steps"]
