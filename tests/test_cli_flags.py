@@ -22,7 +22,7 @@ DATA = Path(__file__).parent / "data"
 #: options a command declares itself because no other command has them (and no spec holds them)
 OWN = {
     "emulate": {"--exit-with-parent"},
-    "compare": {"--force", "--tie-within", "--across-clocks"},
+    "compare": {"--force", "--tie-within", "--across-clocks", "--record-error"},
     "fit": {"--name"},
     "realism": {"--against", "--candidate-target", "--read-agents", "--set"},
     "topologies": {"--topologies-dir"},
