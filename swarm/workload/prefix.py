@@ -59,27 +59,6 @@ class PrefixIndex:
         self._root = _Node(())
         self.tokens_stored = 0
 
-    def longest_prefix(self, tokens: Sequence[object]) -> int:
-        node, pos = self._root, 0
-        n = len(tokens)
-        while pos < n:
-            child = node.children.get(tokens[pos])
-            if child is None:
-                return pos
-            key = child.key
-            m = min(len(key), n - pos)
-            if key[:m] == tuple(tokens[pos : pos + m]):
-                pos += m
-                if m < len(key):
-                    return pos
-                node = child
-                continue
-            i = 0
-            while i < m and key[i] == tokens[pos + i]:
-                i += 1
-            return pos + i
-        return pos
-
     def observe(self, tokens: Sequence[object]) -> int:
         """Longest shared prefix with anything observed before; then remember ``tokens``. One
         walk down the trie does both (the match's end is where the new branch goes)."""
