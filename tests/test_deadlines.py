@@ -74,17 +74,17 @@ def test_a_deadline_cancelled_by_another_of_its_bucket_does_not_fire() -> None:
         fired: list[str] = []
         later: list[deadlines.Deadline] = []
 
-        def first() -> None:
-            fired.append("first")
+        def fire(name: str) -> None:
+            fired.append(name)
             for one in later:
                 one.cancel()
 
-        def second() -> None:
-            fired.append("second")
-
-        a = d.call_later(0.02, first)
-        b = d.call_later(0.02, second)
-        later.extend([a, b])  # whichever runs first cancels the other
+        loop = asyncio.get_running_loop()
+        a = d.call_later(0.02, fire, "a")
+        # aim at the middle of a's grain: two equal delays straddle a grain's edge now and then
+        b = d.call_later(a._key * deadlines.GRAIN_S - loop.time() - deadlines.GRAIN_S / 2, fire, "b")
+        assert a._key == b._key
+        later.extend([a, b])  # whichever runs first (a set's order) cancels the other
         await asyncio.sleep(0.1)
         return fired
 
