@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import heapq
 from collections.abc import Iterator
 from typing import Any
@@ -81,11 +82,16 @@ class FakeClient:
         self.answer_ms = answer_ms
         self.status = status
         self.sent: list[tuple[str, int]] = []
+        self.payloads: list[bytes | None] = []
         self.in_flight = 0
         self.most_in_flight = 0
 
+    def encode(self, request: EngineRequest) -> bytes:
+        return request.identity.request_id.encode()
+
     async def send(self, request: EngineRequest, payload: bytes | None = None) -> RequestRecord:
         self.sent.append((request.identity.request_id, self.clock.now_ns))
+        self.payloads.append(payload)
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
         try:
@@ -207,6 +213,108 @@ def test_a_stepped_preparation_lets_the_loop_turn_between_its_steps() -> None:
     asyncio.run(d.run([Scheduled(2_000 * MS, start, prepare_steps=steps, prepares_request=False)]))
     assert order == ["step0", "other0", "step1", "other1", "step2", "other2", "start"]
     assert [r.identity.request_id for r in sink.records] == ["m"] and d.prepared_late == 0
+
+
+class LateTimers(VirtualClock):
+    """A loop whose timers wake ``late_ns`` after they are due, as asyncio's do (it polls in
+    whole milliseconds, rounded up)."""
+
+    def __init__(self, late_ns: int) -> None:
+        super().__init__()
+        self.late_ns = late_ns
+
+    async def sleep(self, seconds: float) -> None:
+        await super().sleep(seconds + self.late_ns / 1e9 if seconds > 0 else 0)
+
+
+@pytest.mark.parametrize("precise", [True, False])
+def test_a_send_instant_is_met_though_timers_wake_late(precise: bool) -> None:
+    clock = LateTimers(late_ns=900_000)
+    d, _ = dispatcher(clock, FakeClient(clock))
+
+    async def main() -> int:
+        due = clock.clock_ns() + 20 * MS
+        await d.sleep_until(due, precise=precise)
+        return clock.clock_ns() - due
+
+    late_ns = asyncio.run(main())
+    if precise:  # woken early, the loop turned (1 us a turn here) until the instant
+        assert 0 <= late_ns <= 1_000
+    else:
+        assert late_ns == 900_000
+
+
+def slow_build(clock: VirtualClock, built_at: list[int], build_ms: float, tokens: list[object]) -> Any:
+    def build(attempt: int, due: int, slot_wait_ns: int, *, ahead: bool = False) -> Outgoing:
+        built_at.append(clock.clock_ns())
+        clock.now_ns += int(build_ms * MS)  # building takes this long, on the loop
+        out = request(f"n{attempt}", tokens if ahead else None)
+        out.request = dataclasses.replace(out.request, prompt_tokens_est=1_000)
+        return out
+
+    return build
+
+
+def test_a_call_is_built_ahead_of_its_instant_and_sent_on_it() -> None:
+    """A call whose prompt takes 6 ms to build is built (and its body encoded) before its
+    instant and sent on it, its ideal reuse taken at the send; the Outgoing holds neither
+    tokens nor body once sent."""
+    clock = LateTimers(late_ns=900_000)
+    client = FakeClient(clock)
+    d, sink = dispatcher(clock, client)
+    built_at: list[int] = []
+    build = slow_build(clock, built_at, 6, ["s", "x", "y"])
+    d.index.observe(["s", "x"])
+
+    async def main() -> int:
+        due = clock.clock_ns() + 100 * MS
+        record, attempts = await d.send_on_time(build, due, expected_tokens=10_000)
+        assert record is not None and attempts == 1
+        return due
+
+    due = asyncio.run(main())
+    (built,) = built_at
+    assert built <= due - 6 * MS
+    ((_, sent_ns),) = client.sent
+    assert 0 <= sent_ns - due <= 1_000  # no build, no late timer in the lag
+    assert client.payloads == [b"n0"]  # encoded ahead
+    assert sink.records[0].ideal_cached_tokens_est == 2
+    assert d.build_cost.ns_per_token == 6_000  # learned: 6 ms for 1,000 tokens
+
+
+def test_on_a_virtual_clock_a_call_is_built_at_its_instant() -> None:
+    clock = VirtualClock()
+    client = FakeClient(clock)
+    d, _ = dispatcher(clock, client, precise_release=False)
+    built_at: list[int] = []
+
+    async def main() -> int:
+        due = clock.clock_ns() + 100 * MS
+        await d.send_on_time(slow_build(clock, built_at, 6, ["s"]), due, expected_tokens=10_000)
+        return due
+
+    due = asyncio.run(main())
+    assert built_at == [due] and client.payloads == [None]
+
+
+def test_with_every_slot_taken_a_call_is_built_once_a_slot_is_free() -> None:
+    """A prompt built ahead would be held while it waits for a slot under the in-flight cap."""
+    clock = VirtualClock()
+    client = FakeClient(clock, answer_ms=50)
+    d, sink = dispatcher(clock, client, max_in_flight=1)
+    built_at: list[int] = []
+
+    async def main() -> None:
+        start = clock.clock_ns()
+        busy = asyncio.get_running_loop().create_task(d.send(request("busy")))
+        await d.send_on_time(slow_build(clock, built_at, 1, ["s"]), start + 20 * MS)
+        await busy
+
+    asyncio.run(main())
+    (built,) = built_at
+    busy_end = client.sent[0][1] + 50 * MS
+    assert built >= busy_end and client.payloads[-1] is None
+    assert sink.records[-1].slot_wait_ns > 0
 
 
 def test_in_flight_cap_holds_and_records_the_wait_for_a_slot() -> None:

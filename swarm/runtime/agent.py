@@ -356,11 +356,11 @@ class AgentRun:
         d = env.dispatcher
         np_ = plan.node(node)
         due_perf_ns = ready_perf_ns + int(np_.think_s * 1e9)
-        await d.sleep_until(due_perf_ns)
         first_id = f"{plan.session_id}:{node}"
-        record, attempts = await d.send_retrying(
+        record, attempts = await d.send_on_time(
             functools.partial(self._build, node, np_, first_id),
             due_perf_ns,
+            expected_tokens=self._expected_tokens(node),
             retries=env.retries,
             backoff_s=env.retry_backoff_s,
         )
@@ -383,6 +383,12 @@ class AgentRun:
             await d.sleep_until(d.clock_ns() + int(np_.tool_s * 1e9))
         self.turns[node] = turn
         self._resolve(node, "cut" if np_.early_stop else ALIVE)
+
+    def _expected_tokens(self, node: str) -> int:
+        """At least how long ``node``'s prompt is: its longest context parent's prompt (whose
+        block hashes are kept until its extenders are built), for the time it takes to build."""
+        memos = (self._blocks.get(p) for p in self.template.context_parents(node))
+        return max((memo[1] for memo in memos if memo is not None), default=0)
 
     def _known_blocks(self, node: str, messages: tuple[ChatMessage, ...]) -> tuple[int, ...]:
         """The block hashes of ``node``'s prompt that a context parent's prompt already has: its
@@ -418,10 +424,11 @@ class AgentRun:
 
     def _build(
         self, node: str, np_: NodePlan, first_id: str, attempt: int, due_perf_ns: int, slot_wait_ns: int,
-        *, warmup: bool = False,
+        *, warmup: bool = False, ahead: bool = False,
     ) -> Outgoing:  # fmt: skip
         """One attempt at a node's call, built once a slot is free (its ideal reuse is taken
-        now, in send order); a warm-up call asks for one output token."""
+        now, in send order), or ``ahead`` of its instant (the ideal is then taken at the send,
+        from the Outgoing's tokens); a warm-up call asks for one output token."""
         env, plan = self.env, self.plan
         d = env.dispatcher
         built = self._warmups.pop(node, None) if warmup else None
@@ -433,8 +440,9 @@ class AgentRun:
             hashes = block_hashes(tokens, known=self._known_blocks(node, messages))  # type: ignore[arg-type]
         if attempt == 0:  # a retry builds the same prompt again
             self._remember_blocks(node, messages, len(tokens), hashes)
-        ideal = d.index.observe(tokens)
         prompt_tokens_est = len(tokens)
+        ideal = 0 if ahead else d.index.observe(tokens)
+        kept = tokens if ahead else None  # the Dispatcher takes them out at the send
         del tokens  # not held while the request is in flight (thousands of agents)
         parents = tuple(p for p in self.template.context_parents(node) if self.state.get(p) == ALIVE)
         request = EngineRequest(
@@ -468,4 +476,4 @@ class AgentRun:
             block_hashes=hashes,
             keep_text=env.record_text or env.context == "live",
         )
-        return Outgoing(request)
+        return Outgoing(request, kept)

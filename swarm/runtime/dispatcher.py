@@ -76,7 +76,8 @@ SAMPLE_EVERY_S = 0.2
 @dataclass(slots=True)
 class Outgoing:
     """A request ready to send: the request, its tokens when its ideal reuse is still to be
-    taken (at send time, in send order), and its encoded body when built ahead."""
+    taken (at send time, in send order), and its encoded body when built ahead. ``send``
+    takes both out of it."""
 
     request: EngineRequest
     tokens: Sequence[object] | None = None
@@ -117,6 +118,12 @@ class _PrepareCost:
 
     def estimate_ns(self, tokens: int) -> float:
         return self.ns_per_token * tokens + 200_000
+
+
+def _take_payload(out: Outgoing) -> bytes | None:
+    """``out``'s encoded body, no longer held by ``out`` (the client lets go of it once sent)."""
+    payload, out.payload = out.payload, None
+    return payload
 
 
 class Dispatcher:
@@ -163,6 +170,8 @@ class Dispatcher:
         self._releasing = False
         self._idle: asyncio.Event | None = None
         self._collector = AgentRunCollector()
+        #: how long a call takes to build and encode, per prompt token (``send_on_time``)
+        self.build_cost = _PrepareCost()
 
     # -- for sources ---------------------------------------------------------------------------
 
@@ -170,19 +179,26 @@ class Dispatcher:
         """The driver's wall clock at this process's ``perf_counter_ns`` reading."""
         return self._wall0 + perf_ns
 
-    async def sleep_until(self, perf_ns: int) -> None:
+    async def sleep_until(self, perf_ns: int, *, precise: bool = False) -> None:
         """Wait until ``perf_ns``; at once when the run has stopped sending, and no longer than
-        until it does (``wake_sleepers``): whoever waits would send nothing more."""
-        delay = (perf_ns - self.clock_ns()) / 1e9
-        if delay <= 0 or self.stop.stopped:
+        until it does (``wake_sleepers``): whoever waits would send nothing more. ``precise``
+        (a send's instant, on a real clock): sleep to ``DISPATCH_SPIN_NS`` before it and yield
+        the loop until it, as the releaser does: a loop timer wakes 0-1 ms late (asyncio polls
+        in whole milliseconds, rounded up), more on a busy virtual machine."""
+        delay_ns = perf_ns - self.clock_ns()
+        if delay_ns <= 0 or self.stop.stopped:
             return
+        spin_ns = DISPATCH_SPIN_NS if precise and self.precise_release else 0
         task = asyncio.current_task()
         if task is None:
-            await self._sleep(delay)
+            await self._sleep(delay_ns / 1e9)
             return
         self._sleeping.add(task)
         try:
-            await self._sleep(delay)
+            if delay_ns > spin_ns:
+                await self._sleep((delay_ns - spin_ns) / 1e9)
+            while spin_ns and self.clock_ns() < perf_ns and not self.stop.stopped:
+                await self._sleep(0)  # the loop keeps turning: reads and other sends go on
         except asyncio.CancelledError:
             if task not in self._woken:
                 raise
@@ -246,14 +262,19 @@ class Dispatcher:
             self.in_flight += 1
             try:
                 out = build(slot_wait_ns) if callable(build) else build
-                request = out.request
-                if out.tokens is not None or (slot_wait_ns and request.slot_wait_ns != slot_wait_ns):
+                del build
+                # taken out of ``out``: neither the prompt's tokens nor its body are held while
+                # the answer streams (thousands of agents in flight)
+                request, tokens = out.request, out.tokens
+                out.tokens = None
+                if tokens is not None or (slot_wait_ns and request.slot_wait_ns != slot_wait_ns):
                     changes: dict[str, Any] = {"slot_wait_ns": slot_wait_ns}
-                    if out.tokens is not None:
-                        changes["ideal_cached_tokens_est"] = self.index.observe(out.tokens)
+                    if tokens is not None:
+                        changes["ideal_cached_tokens_est"] = self.index.observe(tokens)
                     request = dataclasses.replace(request, **changes)
+                del tokens
                 self.stats.requests_sent += 1  # every send ends in exactly one record
-                record = await self.client.send(request, out.payload)
+                record = await self.client.send(request, _take_payload(out))
                 self.sent += 1
             finally:
                 self.in_flight -= 1
@@ -262,6 +283,36 @@ class Dispatcher:
                 sem.release()
         self.accept(record)
         return record
+
+    async def send_on_time(
+        self,
+        build: Callable[..., Outgoing],
+        due_perf_ns: int,
+        *,
+        expected_tokens: int = 0,
+        retries: int = 0,
+        backoff_s: float = 0.5,
+    ) -> tuple[RequestRecord | None, int]:
+        """``send_retrying`` at ``due_perf_ns``, its first attempt built ahead: on a real clock
+        ``build(0, due_perf_ns, 0, ahead=True)`` runs (and its body is encoded) the estimated
+        build time before the instant, with a margin, and the send wakes on it (``precise``).
+        Built once woken, a prompt of ``expected_tokens`` 100k tokens is milliseconds of lag,
+        and branches due together are built one after another; built ahead, it is held only
+        for the lead. ``build(..., ahead=True)`` leaves the ideal reuse to be taken at the send
+        (``Outgoing.tokens``). On a virtual clock the attempt is built at the instant, and
+        with every slot under the in-flight cap taken once a slot is free (a prompt built
+        ahead would be held while it waits)."""
+        first: Outgoing | None = None
+        if self.precise_release:
+            lead_ns = int(self.build_cost.estimate_ns(expected_tokens)) + DISPATCH_SPIN_NS
+            await self.sleep_until(due_perf_ns - lead_ns)
+            if not self.stop.stopped and (self._sem is None or not self._sem.locked()):
+                started = self.clock_ns()
+                first = build(0, due_perf_ns, 0, ahead=True)
+                first.payload = self.client.encode(first.request)
+                self.build_cost.learn(first.request.prompt_tokens_est or 0, self.clock_ns() - started)
+        await self.sleep_until(due_perf_ns, precise=True)
+        return await self.send_retrying(build, due_perf_ns, retries=retries, backoff_s=backoff_s, first=first)
 
     async def send_retrying(
         self,

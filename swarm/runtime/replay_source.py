@@ -467,7 +467,7 @@ class _ReplayRun:
         try:
             if out is None:
                 out = self.build(item, due_ns)
-            await self.d.sleep_until(due_ns)
+            await self.d.sleep_until(due_ns, precise=True)
             record, _ = await self.d.send_retrying(
                 functools.partial(self._attempt, item), due_ns, retries=self.source.retry.retries,
                 backoff_s=self.source.retry.backoff_s, first=out,
