@@ -11,7 +11,9 @@ Dispatcher owns the rest:
   ``DISPATCH_SPIN_NS`` early and yields until the instant. Entries with a ``prepare`` step (a replayed prompt of tens of
   thousands of tokens takes milliseconds to build) are prepared in due order,
   ``PREPARE_LEAD_NS`` ahead, never just before a send is due, and those due in the first
-  ``PREPARE_LEAD_NS`` before the clock starts.
+  ``PREPARE_LEAD_NS`` before the clock starts. A send that a source's task waits for (an
+  agent's call after its think time) is built just ahead of its instant and wakes on it
+  (``send_on_time``).
 - **The in-flight cap** (a semaphore; the wait for a slot is recorded as ``slot_wait_ns``), and
   **retries** of a retryable failure when the source asks for them (``send_retrying``).
 - **The client** and the **ideal-reuse index** (``ideal_cached_tokens_est``: the longest prefix
