@@ -12,7 +12,7 @@ timed whole; then, from its trace and the emulators' scraped metrics, per target
 - the emulator's step overrun: its steps' actual over modelled time.
 
 Targets (issue 14, section 2): under 120 s on a 2-core machine, no late-send warning, ITL
-within 20 % of the model. A row says met only when the run completed with every request ok
+within 20 % of the model; issue 27: dispatch lag p99 at most 3 ms. A row says met only when the run completed with every request ok
 and every Ray worker lived. (The default is the showdown since issue 26: it measures a window
 of each target, so the two targets' request counts may differ by the calls in flight at its
 end.)
@@ -33,6 +33,8 @@ from bench.common import Row
 WALL_TARGET_S = 120.0
 ITL_TOLERANCE = 0.2
 LATE_MS = 10.0
+#: issue 27: the default run's dispatch lag p99 at most this on a 2-core machine
+LAG_P99_TARGET_MS = 3.0
 
 
 def measure(args: list[str] | None = None) -> dict[str, Any]:
@@ -66,7 +68,9 @@ def measure(args: list[str] | None = None) -> dict[str, Any]:
                 "requests": entry["figures"]["requests"],
                 "ok": entry["figures"]["ok"],
                 "late": int(np.sum(lag > LATE_MS)),
+                "lag_p50_ms": float(np.percentile(lag, 50)) if lag.size else None,
                 "lag_p99_ms": float(np.percentile(lag, 99)) if lag.size else None,
+                "lag_max_ms": float(lag.max()) if lag.size else None,
                 "itl_mean_ms": itl_mean,
                 "model_itl_ms": model_itl,
                 "itl_vs_model": itl_mean / model_itl if itl_mean and model_itl else None,
@@ -104,15 +108,17 @@ def run(args: list[str] | None = None) -> list[Row]:
     for name, t in res["targets"].items():
         tag = f"default run, {name}"
         rows.append(Row(f"{tag}: requests (ok)", t["ok"], "requests"))
+        rows.append(Row(f"{tag}: dispatch lag p50", t["lag_p50_ms"], "ms"))
         rows.append(
             Row(
                 f"{tag}: dispatch lag p99",
                 t["lag_p99_ms"],
                 "ms",
-                target=f"<= {LATE_MS:g} ms (no warning)",
-                met=valid and t["lag_p99_ms"] is not None and t["lag_p99_ms"] <= LATE_MS,
+                target=f"<= {LAG_P99_TARGET_MS:g} ms (issue 27; the warning is at {LATE_MS:g})",
+                met=valid and t["lag_p99_ms"] is not None and t["lag_p99_ms"] <= LAG_P99_TARGET_MS,
             )
         )
+        rows.append(Row(f"{tag}: dispatch lag max", t["lag_max_ms"], "ms"))
         rows.append(Row(f"{tag}: sends > {LATE_MS:g} ms late", t["late"], "requests"))
         ratio = t["itl_vs_model"]
         rows.append(

@@ -276,3 +276,40 @@ def test_topologies_command_draws_a_tree() -> None:
         [sys.executable, "-m", "swarm", "topologies"], capture_output=True, text=True, check=True
     )
     assert "tree_of_thought" in listing.stdout and "debate" in listing.stdout
+
+
+@pytest.mark.parametrize("topology", ["tree_of_thought", "react"])
+def test_prompts_built_while_the_parent_is_in_flight_are_the_prompts_sent_without(
+    topology: str, catalog: Catalog, emulator: Callable[..., EmulatorThread], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child's prompt built ahead, while its parent streams (``context: synthetic``), is
+    byte for byte the one built once the parent answered, with the same parents and ideal
+    reuse; and ahead-building did happen."""
+    from swarm.runtime import agent
+
+    emu = emulator(engine="sglang", timing="fixed", first_token_ms=30.0, token_ms=2.0, cache_capacity_tokens=None)
+    taken: list[str] = []
+    take = agent.AgentRun._take_speculated
+
+    def counted(self: agent.AgentRun, node: str) -> object:
+        built = take(self, node)
+        if built is not None:
+            taken.append(node)
+        return built
+
+    def sent(budget: int) -> list[tuple]:  # type: ignore[type-arg]
+        monkeypatch.setattr(agent, "SPECULATED_TOKENS_BUDGET", budget)
+        records = run(Workload(spec(topology, agents=3), catalog), emu.url, limits=SendLimits(max_in_flight=1))
+        assert records and all(r.ok for r in records)
+        return sorted(
+            (r.identity.request_id, r.prompt_parts, r.identity.parent_nodes, r.prompt_tokens_est,
+             r.ideal_cached_tokens_est) for r in records
+        )  # fmt: skip
+
+    budget = agent.SPECULATED_TOKENS_BUDGET
+    monkeypatch.setattr(agent.AgentRun, "_take_speculated", counted)
+    without = sent(0)
+    assert not taken
+    with_ahead = sent(budget)
+    assert with_ahead == without
+    assert taken, "no child was built while its parent was in flight"

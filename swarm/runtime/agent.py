@@ -31,7 +31,7 @@ from typing import Any
 
 from swarm.record import RequestIdentity, Status
 from swarm.request import ChatMessage, EngineRequest
-from swarm.runtime.dispatcher import Dispatcher, Outgoing
+from swarm.runtime.dispatcher import DISPATCH_SPIN_NS, Dispatcher, Outgoing
 from swarm.runtime.retry import retry_request_id
 from swarm.workload.prefix import BLOCK_TOKENS, block_hashes
 from swarm.workload.prompts import compose_messages, synthetic_turn
@@ -48,6 +48,10 @@ DEAD = frozenset({"cut", "failed", "pruned", "skipped"})
 LONG_PART_CHARS = 100_000
 #: a warm-up prompt's block hashes built ahead this many blocks a step
 HASH_BLOCKS_PER_STEP = 256
+#: prompts built while their parent is in flight (``_speculate``): at most this many prompt
+#: tokens held at once by one target's agents (32 MB of token references); past it, a child's
+#: prompt is built when it is due, as without speculation
+SPECULATED_TOKENS_BUDGET = 4_000_000
 
 
 @dataclass
@@ -76,6 +80,8 @@ class AgentEnv:
     on_failure: str = "abort_branch"
     #: tokens of each system prompt, shared by all agents (a swarm has a few system prompts)
     system_prompt_tokens: dict[str, tuple[object, ...]] = field(default_factory=dict)
+    #: prompt tokens held now by prompts built ahead of their parent's answer (``_speculate``)
+    speculated_tokens: int = 0
 
 
 class AgentRun:
@@ -113,6 +119,9 @@ class AgentRun:
         # tokens of each prompt part, computed once; tuples, which the garbage collector stops
         # tracking, so thousands of agents' prompts cost nothing in its full collections
         self._part_tokens: dict[str, tuple[object, ...]] = {}
+        #: prompts built while their last parent was in flight: the alive context ancestors
+        #: they assumed, messages, tokens, block hashes (``_speculate``)
+        self._speculated: dict[str, tuple[tuple[str, ...], tuple[ChatMessage, ...], list[object], tuple[int, ...]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._idle = asyncio.Event()
         self.records = 0
@@ -125,10 +134,9 @@ class AgentRun:
             self._launch(n, start_perf_ns)
         for n in warm:
             self._spawn(self._warm_up(n, start_perf_ns))
-        if not self._tasks:
-            return
         try:
-            await self._idle.wait()
+            if self._tasks:
+                await self._idle.wait()
         except asyncio.CancelledError:
             # the run is stopping: cancel this agent's calls (the client records in-flight ones
             # as cancelled) and wait for them, so no request outlives its agent
@@ -138,6 +146,9 @@ class AgentRun:
                     task.cancel()
                 await asyncio.gather(*list(self._tasks), return_exceptions=True)
             raise
+        finally:
+            for node in list(self._speculated):  # children the run never launched
+                self._take_speculated(node)
 
     @property
     def cut_short(self) -> bool:
@@ -267,9 +278,11 @@ class AgentRun:
             return
         parents = self.template.context_parents(node)
         if parents and all(self.state.get(p) != ALIVE for p in parents):
+            self._take_speculated(node)
             self._resolve(node, "pruned")
             return
         if self.cancelled or self.env.dispatcher.stop.stopped:
+            self._take_speculated(node)
             self._resolve(node, "skipped")
             return
         self.state[node] = "running"
@@ -340,15 +353,20 @@ class AgentRun:
             tokens.extend(part)
         return tokens
 
-    def _alive_ancestors(self, node: str) -> list[str]:
+    def _alive_ancestors(self, node: str, assume_alive: str | None = None) -> list[str]:
         t = self.template
+        state = self.state
+
+        def alive(p: str) -> bool:
+            return p == assume_alive or state.get(p) == ALIVE
+
         seen: set[str] = set()
-        stack = [p for p in t.context_parents(node) if self.state.get(p) == ALIVE]
+        stack = [p for p in t.context_parents(node) if alive(p)]
         while stack:
             n = stack.pop()
             if n not in seen:
                 seen.add(n)
-                stack.extend(p for p in t.context_parents(n) if self.state.get(p) == ALIVE)
+                stack.extend(p for p in t.context_parents(n) if alive(p))
         return [n for n in t.order if n in seen]
 
     async def _run_node(self, node: str, ready_perf_ns: int) -> None:
@@ -357,6 +375,8 @@ class AgentRun:
         np_ = plan.node(node)
         due_perf_ns = ready_perf_ns + int(np_.think_s * 1e9)
         first_id = f"{plan.session_id}:{node}"
+        if env.context == "synthetic" and d.precise_release and not np_.early_stop:
+            self._spawn(self._speculate(node, due_perf_ns))
         record, attempts = await d.send_on_time(
             functools.partial(self._build, node, np_, first_id),
             due_perf_ns,
@@ -383,6 +403,60 @@ class AgentRun:
             await d.sleep_until(d.clock_ns() + int(np_.tool_s * 1e9))
         self.turns[node] = turn
         self._resolve(node, "cut" if np_.early_stop else ALIVE)
+
+    async def _speculate(self, parent: str, parent_due_perf_ns: int) -> None:
+        """Build the prompts of ``parent``'s children that wait for it alone and would be due
+        too soon after its answer to be built ahead (``send_on_time``), while ``parent`` is
+        in flight, assuming it answers (with ``context: synthetic`` its turn is known ahead).
+        Built once its answer came, a child's prompt is milliseconds of lag, and a fan-out's
+        siblings are built one after another (the third waited for two). A child checks the
+        assumption when it is built (``_take_speculated``). Runs after ``parent`` was sent,
+        the loop turning between two children; within ``SPECULATED_TOKENS_BUDGET``."""
+        env, plan, t = self.env, self.plan, self.template
+        d = env.dispatcher
+        await d.sleep_until(parent_due_perf_ns)
+        await asyncio.sleep(0)  # the parent's send goes first
+        if plan.profile.compaction is not None and t.beams:
+            return  # a compaction decision is taken once: not on an assumption a beam may undo
+        parent_tokens = self._expected_tokens_of(parent)
+        lead_ns = d.build_cost.estimate_ns(parent_tokens) + 2 * DISPATCH_SPIN_NS
+        for child in t.graph.successors(parent):
+            if child in self.state or self._deps[child] != 1 or parent not in t.context_parents(child):
+                continue  # launched, waiting for others too, or not extending it
+            if plan.node(child).think_s * 1e9 >= lead_ns:
+                continue  # built ahead of its own instant anyway
+            if env.speculated_tokens + parent_tokens > SPECULATED_TOKENS_BUDGET or d.stop.stopped:
+                return
+            alive = tuple(self._alive_ancestors(child, assume_alive=parent))
+            turns = [(a, synthetic_turn(plan, a) if a == parent else self.turns[a]) for a in alive]
+            messages = compose_messages(plan, child, turns)
+            tokens = self._prompt_tokens(messages)
+            if env.speculated_tokens + len(tokens) > SPECULATED_TOKENS_BUDGET:
+                return
+            hashes = block_hashes(tokens, known=self._known_blocks(child, messages))  # type: ignore[arg-type]
+            self._speculated[child] = (alive, messages, tokens, hashes)
+            env.speculated_tokens += len(tokens)
+            await asyncio.sleep(0)
+
+    def _take_speculated(
+        self, node: str
+    ) -> tuple[tuple[ChatMessage, ...], list[object], tuple[int, ...]] | None:
+        """``node``'s prompt built while its parent was in flight, if its alive context
+        ancestors are the ones it assumed (a beam may have cut one since); its tokens are no
+        longer counted against the budget either way."""
+        built = self._speculated.pop(node, None)
+        if built is None:
+            return None
+        alive, messages, tokens, hashes = built
+        self.env.speculated_tokens -= len(tokens)
+        if tuple(self._alive_ancestors(node)) != alive:
+            return None
+        return messages, tokens, hashes
+
+    def _expected_tokens_of(self, node: str) -> int:
+        """How long ``node``'s prompt was, when its block hashes are still kept."""
+        memo = self._blocks.get(node)
+        return memo[1] if memo is not None else self._expected_tokens(node)
 
     def _expected_tokens(self, node: str) -> int:
         """At least how long ``node``'s prompt is: its longest context parent's prompt (whose
@@ -431,8 +505,11 @@ class AgentRun:
         from the Outgoing's tokens); a warm-up call asks for one output token."""
         env, plan = self.env, self.plan
         d = env.dispatcher
-        built = self._warmups.pop(node, None) if warmup else None
-        if built is not None:  # prepared ahead (``prepare_history_steps``)
+        if warmup:
+            built = self._warmups.pop(node, None)
+        else:
+            built = self._take_speculated(node) if attempt == 0 else None
+        if built is not None:  # prepared ahead (``prepare_history_steps``, ``_speculate``)
             messages, tokens, hashes = built
         else:
             messages = self.messages(node)
