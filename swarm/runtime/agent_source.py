@@ -108,15 +108,17 @@ class _AgentsRun:
         self.schedule = [self._entry(i, int(offsets[i] * 1e9)) for i in order]
 
     def _entry(self, agent_id: int, due_ns: int) -> Scheduled:
-        """An agent's start; a mid-life one's history is built ahead, away from any release
-        (100k tokens of history take a tenth of a second to build)."""
-        if not self.workload.starts_mid(agent_id):
-            return Scheduled(due_ns, self._starter(agent_id))
+        """An agent's start, its first prompts built ahead, and a mid-life one's history,
+        away from any release (100k tokens of history take a tenth of a second to build)."""
+        mid = self.workload.starts_mid(agent_id)
 
         def prepare_steps() -> Iterator[None]:
             agent = AgentRun(self.workload.agent(agent_id), self.env)
             yield
-            yield from agent.prepare_history_steps()
+            if mid:
+                yield from agent.prepare_history_steps()
+            else:
+                yield from agent.prepare_root_steps()
             self._prepared[agent_id] = agent
 
         return Scheduled(due_ns, self._starter(agent_id), prepare_steps=prepare_steps, prepares_request=False)

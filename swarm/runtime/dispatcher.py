@@ -7,7 +7,7 @@ Dispatcher owns the rest:
 
 - **Timing.** Scheduled entries are released by one loop at their due times, all that are due
   at once (a timer per entry would not do: asyncio polls in whole milliseconds, so each of
-  several timers microseconds apart costs a 1 ms wait). For a timed schedule it wakes
+  several timers microseconds apart costs a 1 ms wait). On a real clock it wakes
   ``DISPATCH_SPIN_NS`` early and yields until the instant. Entries with a ``prepare`` step (a replayed prompt of tens of
   thousands of tokens takes milliseconds to build) are prepared in due order,
   ``PREPARE_LEAD_NS`` ahead, never just before a send is due, and those due in the first
@@ -24,9 +24,8 @@ Dispatcher owns the rest:
   cancels every task in flight (the client records its request as ``cancelled``).
 - **Garbage collection** (``gc_policy``), by the kind of schedule: a *timed* schedule (entries
   built ahead: a timed replay) has automatic collection off while releases are pending, with
-  collections run in quiet stretches (``QuietCollector``), and its releases are precise; any
-  other schedule (agent starts, a dependent replay's roots) is released with plain sleeps while
-  ``AgentRunCollector`` freezes what was alive at the start, makes young passes rarer and runs a
+  collections run in quiet stretches (``QuietCollector``); for any other schedule (agent
+  starts, a dependent replay's roots) ``AgentRunCollector`` freezes what was alive at the start, makes young passes rarer and runs a
   full pass once a minute.
 
 Clocks are injectable (``clock_ns``, ``sleep``) so the release logic runs on a virtual clock
@@ -146,8 +145,9 @@ class Dispatcher:
         precise_release: bool = True,
     ) -> None:
         self.client = client
-        #: a timed schedule's releases spin the last ``DISPATCH_SPIN_NS`` to the instant (off on a
-        #: virtual clock, which is at the instant when it wakes)
+        #: releases and sends at an instant spin the last ``DISPATCH_SPIN_NS`` to it, and a send
+        #: is built ahead of its instant (off on a virtual clock, which is at the instant when
+        #: it wakes)
         self.precise_release = precise_release
         #: the repeat this run is of its target (``--repeat``), stamped on every record
         self.repeat = repeat
@@ -551,7 +551,7 @@ class _Release:
     async def releaser(self) -> None:
         d, schedule = self.d, self.schedule
         quiet = QuietCollector() if self.timed else None
-        spin_ns = DISPATCH_SPIN_NS if self.timed and d.precise_release else 0
+        spin_ns = DISPATCH_SPIN_NS if d.precise_release else 0
         with quiet or contextlib.nullcontext():
             while self.next < len(schedule):
                 due = d.start_perf_ns + schedule[self.next].due_ns
