@@ -284,7 +284,8 @@ def test_prompts_built_while_the_parent_is_in_flight_are_the_prompts_sent_withou
 ) -> None:
     """A child's prompt built ahead, while its parent streams (``context: synthetic``), is
     byte for byte the one built once the parent answered, with the same parents and ideal
-    reuse; and ahead-building did happen."""
+    reuse, and its body (encoded ahead) tells the engine the same prompt; and ahead-building
+    did happen."""
     from swarm.runtime import agent
 
     emu = emulator(engine="sglang", timing="fixed", first_token_ms=30.0, token_ms=2.0, cache_capacity_tokens=None)
@@ -303,7 +304,7 @@ def test_prompts_built_while_the_parent_is_in_flight_are_the_prompts_sent_withou
         assert records and all(r.ok for r in records)
         return sorted(
             (r.identity.request_id, r.prompt_parts, r.identity.parent_nodes, r.prompt_tokens_est,
-             r.ideal_cached_tokens_est) for r in records
+             r.ideal_cached_tokens_est, r.prompt_tokens) for r in records
         )  # fmt: skip
 
     budget = agent.SPECULATED_TOKENS_BUDGET
@@ -311,5 +312,5 @@ def test_prompts_built_while_the_parent_is_in_flight_are_the_prompts_sent_withou
     without = sent(0)
     assert not taken
     with_ahead = sent(budget)
-    assert with_ahead == without
+    assert with_ahead == without  # the engine counted the same prompt from each body
     assert taken, "no child was built while its parent was in flight"

@@ -43,6 +43,11 @@ log = logging.getLogger(__name__)
 ALIVE = "done"
 DEAD = frozenset({"cut", "failed", "pruned", "skipped"})
 
+#: a prompt built ahead: messages, tokens, block hashes, and its encoded body (None: encoded
+#: at the send)
+_Built = tuple[tuple[ChatMessage, ...], list[object], tuple[int, ...], bytes | None]
+_NO_IDENTITY = RequestIdentity()
+
 
 #: a history part longer than this (characters) is tokenized a slice at a time when built ahead
 LONG_PART_CHARS = 100_000
@@ -111,7 +116,7 @@ class AgentRun:
         #: history nodes whose texts (and compaction decision) are built
         self._built: set[str] = set()
         #: warm-up calls built ahead: messages, tokens, block hashes
-        self._warmups: dict[str, tuple[tuple[ChatMessage, ...], list[object], tuple[int, ...]]] = {}
+        self._warmups: dict[str, _Built] = {}
         #: a built prompt's messages, tokens and block hashes, kept for the nodes that extend it
         #: (``_known_blocks``), and how many of those are still to be built
         self._blocks: dict[str, tuple[tuple[ChatMessage, ...], int, tuple[int, ...]]] = {}
@@ -121,7 +126,7 @@ class AgentRun:
         self._part_tokens: dict[str, tuple[object, ...]] = {}
         #: prompts built while their last parent was in flight: the alive context ancestors
         #: they assumed, messages, tokens, block hashes (``_speculate``)
-        self._speculated: dict[str, tuple[tuple[str, ...], tuple[ChatMessage, ...], list[object], tuple[int, ...]]] = {}
+        self._speculated: dict[str, tuple[tuple[str, ...], _Built]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._idle = asyncio.Event()
         self.records = 0
@@ -223,7 +228,8 @@ class AgentRun:
                 end = min(len(tokens), (len(hashes) + HASH_BLOCKS_PER_STEP) * BLOCK_TOKENS)
                 hashes = block_hashes(tokens[:end], known=hashes)  # type: ignore[arg-type]
                 yield
-            self._warmups[node] = (messages, tokens, hashes)
+            self._warmups[node] = (messages, tokens, hashes, self._body(messages, 1))
+            yield
 
     def _cut_threads(self) -> tuple[str, ...]:
         """The history nodes a later node extends: one warm-up each."""
@@ -436,7 +442,8 @@ class AgentRun:
             if env.speculated_tokens + len(tokens) > SPECULATED_TOKENS_BUDGET:
                 return
             hashes = block_hashes(tokens, known=self._known_blocks(child, messages))  # type: ignore[arg-type]
-            self._speculated[child] = (alive, messages, tokens, hashes)
+            body = self._body(messages, plan.node(child).max_tokens)
+            self._speculated[child] = (alive, (messages, tokens, hashes, body))
             env.speculated_tokens += len(tokens)
             await asyncio.sleep(0)
 
@@ -454,24 +461,35 @@ class AgentRun:
             tokens = self._prompt_tokens(messages)
             if env.speculated_tokens + len(tokens) > SPECULATED_TOKENS_BUDGET:
                 return
-            self._speculated[root] = ((), messages, tokens, block_hashes(tokens))  # type: ignore[arg-type]
+            hashes = block_hashes(tokens)  # type: ignore[arg-type]
+            body = self._body(messages, self.plan.node(root).max_tokens)
+            self._speculated[root] = ((), (messages, tokens, hashes, body))
             env.speculated_tokens += len(tokens)
             yield
 
-    def _take_speculated(
-        self, node: str
-    ) -> tuple[tuple[ChatMessage, ...], list[object], tuple[int, ...]] | None:
+    def _take_speculated(self, node: str) -> _Built | None:
         """``node``'s prompt built while its parent was in flight, if its alive context
         ancestors are the ones it assumed (a beam may have cut one since); its tokens are no
         longer counted against the budget either way."""
         built = self._speculated.pop(node, None)
         if built is None:
             return None
-        alive, messages, tokens, hashes = built
-        self.env.speculated_tokens -= len(tokens)
+        alive, prompt = built
+        self.env.speculated_tokens -= len(prompt[1])
         if tuple(self._alive_ancestors(node)) != alive:
             return None
-        return messages, tokens, hashes
+        return prompt
+
+    def _body(self, messages: tuple[ChatMessage, ...], max_tokens: int) -> bytes | None:
+        """A call's encoded body, ahead of its send (a 130k-token prompt's JSON takes
+        milliseconds): what the client encodes from the request ``_build`` makes, whose body
+        fields are its messages, ``max_tokens`` and ``stream`` (no identity). None on a
+        virtual clock (the twin reads the request)."""
+        env = self.env
+        if not env.dispatcher.precise_release:
+            return None
+        request = EngineRequest(messages=messages, max_tokens=max_tokens, identity=_NO_IDENTITY, stream=env.stream)
+        return env.dispatcher.client.encode(request)
 
     def _expected_tokens_of(self, node: str) -> int:
         """How long ``node``'s prompt was, when its block hashes are still kept."""
@@ -529,8 +547,9 @@ class AgentRun:
             built = self._warmups.pop(node, None)
         else:
             built = self._take_speculated(node) if attempt == 0 else None
+        body: bytes | None = None
         if built is not None:  # prepared ahead (``prepare_history_steps``, ``_speculate``)
-            messages, tokens, hashes = built
+            messages, tokens, hashes, body = built
         else:
             messages = self.messages(node)
             tokens = self._prompt_tokens(messages)
@@ -542,6 +561,7 @@ class AgentRun:
         kept = tokens if ahead else None  # the Dispatcher takes them out at the send
         del tokens  # not held while the request is in flight (thousands of agents)
         parents = tuple(p for p in self.template.context_parents(node) if self.state.get(p) == ALIVE)
+        # the body's fields (messages, max_tokens, stream) as ``_body`` encodes them ahead
         request = EngineRequest(
             messages=messages,
             max_tokens=1 if warmup else np_.max_tokens,
@@ -573,4 +593,4 @@ class AgentRun:
             block_hashes=hashes,
             keep_text=env.record_text or env.context == "live",
         )
-        return Outgoing(request, kept)
+        return Outgoing(request, kept, body)

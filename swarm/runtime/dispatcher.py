@@ -311,7 +311,8 @@ class Dispatcher:
             if not self.stop.stopped and (self._sem is None or not self._sem.locked()):
                 started = self.clock_ns()
                 first = build(0, due_perf_ns, 0, ahead=True)
-                first.payload = self.client.encode(first.request)
+                if first.payload is None:  # else encoded ahead by the source
+                    first.payload = self.client.encode(first.request)
                 self.build_cost.learn(first.request.prompt_tokens_est or 0, self.clock_ns() - started)
         await self.sleep_until(due_perf_ns, precise=True)
         return await self.send_retrying(build, due_perf_ns, retries=retries, backoff_s=backoff_s, first=first)
