@@ -278,19 +278,39 @@ def test_topologies_command_draws_a_tree() -> None:
     assert "tree_of_thought" in listing.stdout and "debate" in listing.stdout
 
 
-@pytest.mark.parametrize("topology", ["tree_of_thought", "react"])
+#: ``tiny`` that compacts its history past 170 tokens (a decision per call, from its length)
+TINY_COMPACTING = TINY.replace("name: tiny", "name: tiny_compacting") + """
+compaction:
+  threshold_tokens: 170
+  summary_tokens: {dist: constant, value: 30}
+"""
+
+
+@pytest.mark.parametrize(
+    ("profile", "topology"), [("tiny", "tree_of_thought"), ("tiny", "react"), ("tiny_compacting", "chain")]
+)
 def test_prompts_built_while_the_parent_is_in_flight_are_the_prompts_sent_without(
-    topology: str, catalog: Catalog, emulator: Callable[..., EmulatorThread], monkeypatch: pytest.MonkeyPatch
-) -> None:
+    profile: str, topology: str, tmp_path: Path, emulator: Callable[..., EmulatorThread],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
     """A child's prompt built ahead, while its parent streams (``context: synthetic``), is
     byte for byte the one built once the parent answered, with the same parents and ideal
     reuse, and its body (encoded ahead) tells the engine the same prompt; and ahead-building
     did happen."""
     from swarm.runtime import agent
 
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    (tmp_path / "tiny_compacting.yaml").write_text(TINY_COMPACTING)
+    catalog = Catalog(agent_dirs=[tmp_path])
     emu = emulator(engine="sglang", timing="fixed", first_token_ms=30.0, token_ms=2.0, cache_capacity_tokens=None)
     taken: list[str] = []
     take = agent.AgentRun._take_speculated
+    envs: list[agent.AgentEnv] = []
+    init = agent.AgentRun.__init__
+
+    def noted(self: agent.AgentRun, plan: object, env: agent.AgentEnv) -> None:
+        envs.append(env)
+        init(self, plan, env)  # type: ignore[arg-type]
 
     def counted(self: agent.AgentRun, node: str) -> object:
         built = take(self, node)
@@ -300,7 +320,8 @@ def test_prompts_built_while_the_parent_is_in_flight_are_the_prompts_sent_withou
 
     def sent(budget: int) -> list[tuple]:  # type: ignore[type-arg]
         monkeypatch.setattr(agent, "SPECULATED_TOKENS_BUDGET", budget)
-        records = run(Workload(spec(topology, agents=3), catalog), emu.url, limits=SendLimits(max_in_flight=1))
+        wl = Workload(WorkloadSpec(agents=3, mix=[MixEntry(profile=profile, topology=topology)]), catalog)
+        records = run(wl, emu.url, limits=SendLimits(max_in_flight=1))
         assert records and all(r.ok for r in records)
         return sorted(
             (r.identity.request_id, r.prompt_parts, r.identity.parent_nodes, r.prompt_tokens_est,
@@ -309,8 +330,12 @@ def test_prompts_built_while_the_parent_is_in_flight_are_the_prompts_sent_withou
 
     budget = agent.SPECULATED_TOKENS_BUDGET
     monkeypatch.setattr(agent.AgentRun, "_take_speculated", counted)
+    monkeypatch.setattr(agent.AgentRun, "__init__", noted)
     without = sent(0)
     assert not taken
     with_ahead = sent(budget)
     assert with_ahead == without  # the engine counted the same prompt from each body
     assert taken, "no child was built while its parent was in flight"
+    assert {e.speculated_tokens for e in envs} == {0}  # every prompt built ahead let go of
+    if profile == "tiny_compacting":  # compacted prompts were among them
+        assert any(part.startswith("summary ") for r in with_ahead for part in r[1])

@@ -54,8 +54,8 @@ LONG_PART_CHARS = 100_000
 #: a warm-up prompt's block hashes built ahead this many blocks a step
 HASH_BLOCKS_PER_STEP = 256
 #: prompts built while their parent is in flight (``_speculate``): at most this many prompt
-#: tokens held at once by one target's agents (32 MB of token references); past it, a child's
-#: prompt is built when it is due, as without speculation
+#: tokens held at once by one target's agents in one process (32 MB of token references, and
+#: about as much again of encoded bodies); past it, a prompt is built when it is due
 SPECULATED_TOKENS_BUDGET = 4_000_000
 
 
@@ -115,7 +115,7 @@ class AgentRun:
         self._decided: set[str] = set()
         #: history nodes whose texts (and compaction decision) are built
         self._built: set[str] = set()
-        #: warm-up calls built ahead: messages, tokens, block hashes
+        #: warm-up calls built ahead: messages, tokens, block hashes, body
         self._warmups: dict[str, _Built] = {}
         #: a built prompt's messages, tokens and block hashes, kept for the nodes that extend it
         #: (``_known_blocks``), and how many of those are still to be built
@@ -125,8 +125,9 @@ class AgentRun:
         # tracking, so thousands of agents' prompts cost nothing in its full collections
         self._part_tokens: dict[str, tuple[object, ...]] = {}
         #: prompts built while their last parent was in flight: the alive context ancestors
-        #: they assumed, messages, tokens, block hashes (``_speculate``)
-        self._speculated: dict[str, tuple[tuple[str, ...], _Built]] = {}
+        #: they assumed, the compaction decision taken on that assumption (None: none taken),
+        #: and the prompt with its body (``_speculate``)
+        self._speculated: dict[str, tuple[tuple[str, ...], bool | None, _Built]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._idle = asyncio.Event()
         self.records = 0
@@ -152,8 +153,7 @@ class AgentRun:
                 await asyncio.gather(*list(self._tasks), return_exceptions=True)
             raise
         finally:
-            for node in list(self._speculated):  # children the run never launched
-                self._take_speculated(node)
+            self.discard_ahead()  # children the run never launched
 
     @property
     def cut_short(self) -> bool:
@@ -193,8 +193,8 @@ class AgentRun:
         first_id = f"{plan.session_id}:{node}:warmup"
         # due once its history is built: the building is the session's preparation, not a late send
         due_perf_ns = max(start_perf_ns, d.clock_ns())
-        if env.context == "synthetic" and d.precise_release:
-            self._spawn(self._speculate(node, due_perf_ns))
+        if self._speculates(node):
+            self._spawn(self._speculate(node, due_perf_ns, asyncio.current_task()))  # type: ignore[arg-type]
         record, attempts = await d.send_retrying(
             functools.partial(self._build, node, np_, first_id, warmup=True), due_perf_ns, retries=0
         )
@@ -383,8 +383,8 @@ class AgentRun:
         np_ = plan.node(node)
         due_perf_ns = ready_perf_ns + int(np_.think_s * 1e9)
         first_id = f"{plan.session_id}:{node}"
-        if env.context == "synthetic" and d.precise_release and not np_.early_stop:
-            self._spawn(self._speculate(node, due_perf_ns))
+        if self._speculates(node) and not np_.early_stop:
+            self._spawn(self._speculate(node, due_perf_ns, asyncio.current_task()))  # type: ignore[arg-type]
         record, attempts = await d.send_on_time(
             functools.partial(self._build, node, np_, first_id),
             due_perf_ns,
@@ -412,40 +412,65 @@ class AgentRun:
         self.turns[node] = turn
         self._resolve(node, "cut" if np_.early_stop else ALIVE)
 
-    async def _speculate(self, parent: str, parent_due_perf_ns: int) -> None:
+    async def _speculate(self, parent: str, parent_due_perf_ns: int, parent_task: asyncio.Task[Any]) -> None:
         """Build the prompts of ``parent``'s children that wait for it alone and would be due
         too soon after its answer to be built ahead (``send_on_time``), while ``parent`` is
         in flight, assuming it answers (with ``context: synthetic`` its turn is known ahead).
         Built once its answer came, a child's prompt is milliseconds of lag, and a fan-out's
         siblings are built one after another (the third waited for two). A child checks the
-        assumption when it is built (``_take_speculated``). Runs after ``parent`` was sent,
-        the loop turning between two children; within ``SPECULATED_TOKENS_BUDGET``."""
+        assumption when it is built (``_take_speculated``). Starts once ``parent`` is due (and,
+        a slot free, sent); the loop turns between the parts of a child's build; within
+        ``SPECULATED_TOKENS_BUDGET``."""
         env, plan, t = self.env, self.plan, self.template
         d = env.dispatcher
         await d.sleep_until(parent_due_perf_ns)
         await asyncio.sleep(0)  # the parent's send goes first
-        if plan.profile.compaction is not None and t.beams:
-            return  # a compaction decision is taken once: not on an assumption a beam may undo
         parent_tokens = self._expected_tokens_of(parent)
         lead_ns = d.build_cost.estimate_ns(parent_tokens) + 2 * DISPATCH_SPIN_NS
         for child in t.graph.successors(parent):
-            if child in self.state or self._deps[child] != 1 or parent not in t.context_parents(child):
-                continue  # launched, waiting for others too, or not extending it
+            if not self._may_speculate(parent_task, parent, child):
+                continue  # launched, built already, waiting for others too, or not extending it
             if plan.node(child).think_s * 1e9 >= lead_ns:
                 continue  # built ahead of its own instant anyway
             if env.speculated_tokens + parent_tokens > SPECULATED_TOKENS_BUDGET or d.stop.stopped:
                 return
             alive = tuple(self._alive_ancestors(child, assume_alive=parent))
             turns = [(a, synthetic_turn(plan, a) if a == parent else self.turns[a]) for a in alive]
+            decided = child in plan.compacted
             messages = compose_messages(plan, child, turns)
+            # a compaction decision is taken once, from the prompt's length: taken on an
+            # assumption, it is put back only if the assumption holds (``_take_speculated``)
+            compacted = None if decided else plan.compacted.pop(child, None)
             tokens = self._prompt_tokens(messages)
-            if env.speculated_tokens + len(tokens) > SPECULATED_TOKENS_BUDGET:
-                return
+            await asyncio.sleep(0)
+            if not self._may_speculate(parent_task, parent, child) or env.speculated_tokens + len(tokens) > SPECULATED_TOKENS_BUDGET:
+                continue
             hashes = block_hashes(tokens, known=self._known_blocks(child, messages))  # type: ignore[arg-type]
+            await asyncio.sleep(0)
             body = self._body(messages, plan.node(child).max_tokens)
-            self._speculated[child] = (alive, (messages, tokens, hashes, body))
+            if not self._may_speculate(parent_task, parent, child):
+                continue
+            self._speculated[child] = (alive, compacted, (messages, tokens, hashes, body))
             env.speculated_tokens += len(tokens)
             await asyncio.sleep(0)
+
+    def _speculates(self, node: str) -> bool:
+        """Whether ``node``'s children may be built while it is in flight (a real clock,
+        ``context: synthetic``, and it has children)."""
+        env = self.env
+        return env.context == "synthetic" and env.dispatcher.precise_release and self.template.graph.out_degree(node) > 0
+
+    def _may_speculate(self, parent_task: asyncio.Task[Any], parent: str, child: str) -> bool:
+        """``child`` not launched nor built ahead, and ``parent`` (its task not ended: a node
+        resolves, launching its children, as its task ends) the last dependency it waits
+        for, whose turn its prompt extends."""
+        return (
+            not parent_task.done()
+            and child not in self.state
+            and child not in self._speculated
+            and self._deps[child] == 1
+            and parent in self.template.context_parents(child)
+        )
 
     def prepare_root_steps(self) -> Iterator[None]:
         """Build the prompts of the session's first calls (its roots) ahead of its start, a
@@ -461,11 +486,18 @@ class AgentRun:
             tokens = self._prompt_tokens(messages)
             if env.speculated_tokens + len(tokens) > SPECULATED_TOKENS_BUDGET:
                 return
+            yield
             hashes = block_hashes(tokens)  # type: ignore[arg-type]
+            yield
             body = self._body(messages, self.plan.node(root).max_tokens)
-            self._speculated[root] = ((), (messages, tokens, hashes, body))
+            self._speculated[root] = ((), None, (messages, tokens, hashes, body))
             env.speculated_tokens += len(tokens)
             yield
+
+    def discard_ahead(self) -> None:
+        """Let go of every prompt built ahead (a prepared session that will not run)."""
+        for node in list(self._speculated):
+            self._take_speculated(node)
 
     def _take_speculated(self, node: str) -> _Built | None:
         """``node``'s prompt built while its parent was in flight, if its alive context
@@ -474,10 +506,12 @@ class AgentRun:
         built = self._speculated.pop(node, None)
         if built is None:
             return None
-        alive, prompt = built
+        alive, compacted, prompt = built
         self.env.speculated_tokens -= len(prompt[1])
         if tuple(self._alive_ancestors(node)) != alive:
             return None
+        if compacted is not None:
+            self.plan.compacted[node] = compacted
         return prompt
 
     def _body(self, messages: tuple[ChatMessage, ...], max_tokens: int) -> bytes | None:

@@ -103,8 +103,11 @@ class _AgentsRun:
         )
         offsets = source.workload.start_offsets_s
         order = sorted(source.agent_ids, key=lambda i: (offsets[i], i))
-        #: sessions started mid-life, their history built ahead by the Dispatcher's preparer
+        #: sessions prepared ahead by the Dispatcher's preparer: a mid-life one's history, a
+        #: fresh one's first prompts
         self._prepared: dict[int, AgentRun] = {}
+        #: the agents started (a fresh one may start before its optional preparation ends)
+        self._started: set[int] = set()
         self.schedule = [self._entry(i, int(offsets[i] * 1e9)) for i in order]
 
     def _entry(self, agent_id: int, due_ns: int) -> Scheduled:
@@ -119,13 +122,20 @@ class _AgentsRun:
                 yield from agent.prepare_history_steps()
             else:
                 yield from agent.prepare_root_steps()
-            self._prepared[agent_id] = agent
+            if agent_id in self._started:  # released meanwhile (its preparation is optional)
+                agent.discard_ahead()
+            else:
+                self._prepared[agent_id] = agent
 
-        return Scheduled(due_ns, self._starter(agent_id), prepare_steps=prepare_steps, prepares_request=False)
+        return Scheduled(
+            due_ns, self._starter(agent_id), prepare_steps=prepare_steps, prepares_request=False,
+            prepare_optional=not mid,
+        )  # fmt: skip
 
     def _starter(self, agent_id: int) -> Callable[[Outgoing | None, int], Coroutine[Any, Any, None]]:
         async def start(_out: Outgoing | None, due_perf_ns: int) -> None:
             self.d.session_started()
+            self._started.add(agent_id)
             agent = self._prepared.pop(agent_id, None) or AgentRun(self.workload.agent(agent_id), self.env)
             try:
                 await agent.run(due_perf_ns)

@@ -99,10 +99,14 @@ class Scheduled:
     prepare_tokens: int = 0
     #: whether ``prepare`` builds a request (a timed schedule) rather than a session's start
     prepares_request: bool = True
-    #: a session's start's work done ahead in small steps (a mid-life session's history), the
-    #: loop turning between them, so that no step holds another agent's send back for long
-    #: (built whole, a 120-turn history held the loop for 40-65 ms); ``prepare`` is then None
+    #: a session's start's work done ahead in small steps (a mid-life session's history, a
+    #: session's first prompts), the loop turning between them, so that no step holds another
+    #: agent's send back for long (built whole, a 120-turn history held the loop for 40-65 ms);
+    #: ``prepare`` is then None
     prepare_steps: Callable[[], Iterator[None]] | None = None
+    #: the preparation only makes the start faster (a session's first prompts built ahead): the
+    #: entries due before the clock starts skip it, and a release never waits for it
+    prepare_optional: bool = False
 
 
 class _PrepareCost:
@@ -311,9 +315,9 @@ class Dispatcher:
             if not self.stop.stopped and (self._sem is None or not self._sem.locked()):
                 started = self.clock_ns()
                 first = build(0, due_perf_ns, 0, ahead=True)
-                if first.payload is None:  # else encoded ahead by the source
+                if first.payload is None:  # built now (a body encoded with its prompt was built before)
                     first.payload = self.client.encode(first.request)
-                self.build_cost.learn(first.request.prompt_tokens_est or 0, self.clock_ns() - started)
+                    self.build_cost.learn(first.request.prompt_tokens_est or 0, self.clock_ns() - started)
         await self.sleep_until(due_perf_ns, precise=True)
         return await self.send_retrying(build, due_perf_ns, retries=retries, backoff_s=backoff_s, first=first)
 
@@ -499,7 +503,7 @@ class _Release:
             steps = schedule[head].prepare_steps
             if schedule[head].prepare is not None:
                 self.prepare_ahead(head)
-            elif steps is not None:
+            elif steps is not None and not schedule[head].prepare_optional:
                 for _ in steps():
                     pass
                 self.prepared[head] = None
@@ -519,11 +523,16 @@ class _Release:
         d, schedule = self.d, self.schedule
         for j in range(head, len(schedule)):
             entry = schedule[j]
+            if d.stop.stopped:  # nothing more is released: nothing to prepare
+                return
             if entry.prepare_steps is not None:
+                if entry.prepare_optional and j < self.next:
+                    continue  # released without it
                 await d.sleep_until(d.start_perf_ns + entry.due_ns - PREPARE_LEAD_NS)
                 for _ in entry.prepare_steps():
                     await d._sleep(0)  # whatever is due (a send, a read) goes between two steps
-                self._prepared_now(j, None)
+                if not entry.prepare_optional:
+                    self._prepared_now(j, None)
                 continue
             if entry.prepare is None:
                 continue
@@ -542,7 +551,7 @@ class _Release:
     async def start_entry(self, j: int, due: int) -> None:
         entry = self.schedule[j]
         out: Outgoing | None = None
-        if entry.prepare is not None or entry.prepare_steps is not None:
+        if entry.prepare is not None or (entry.prepare_steps is not None and not entry.prepare_optional):
             if j not in self.prepared:  # preparation fell behind (a huge burst)
                 self.d.prepared_late += 1
                 await self.ready.setdefault(j, asyncio.Event()).wait()
