@@ -103,17 +103,40 @@ def test_system_prompt_from_a_file_stays_inside_the_profile_folder(tmp_path: Pat
     assert isinstance(Workload(WorkloadSpec(agents=1)).tokenizer, WordTokenizer)
 
 
-def test_encoding_in_steps_gives_the_words_of_encoding_whole() -> None:
-    """A long history part is tokenized a slice at a time, cut at spaces: the same tokens."""
+def test_encoding_in_steps_gives_the_ids_of_encoding_whole() -> None:
+    """A long history part is tokenized a slice at a time, cut at spaces: the same token ids,
+    which are the words' ids."""
     import random as _random
 
     from swarm.workload.tokenizer import WordTokenizer as _Words
+    from swarm.workload.tokenizer import word_ids
 
     tok, rng = _Words(), _random.Random(7)
     for _ in range(200):
         text = "".join(rng.choice(["ab", "c", " ", "  ", "\n", "\t", "x y", "é"]) for _ in range(rng.randrange(400)))
         for chars in (1, 3, 7, 50, 1000):
-            pieces = list(tok.encode_in_steps(text, chars))
-            assert [w for piece in pieces for w in piece] == tok.encode(text)
+            pieces = list(tok.ids_in_steps(text, chars))
+            assert [w for piece in pieces for w in piece] == list(tok.ids(text))
+            assert list(tok.ids(text)) == list(word_ids(tok.encode(text)))
     long_text = " ".join(["word"] * 40_000)
-    assert len(list(tok.encode_in_steps(long_text, 65_536))) >= 3  # several steps, not one
+    assert len(list(tok.ids_in_steps(long_text, 65_536))) >= 3  # several steps, not one
+
+
+def test_a_words_id_is_its_hash_in_every_process_and_words_differ() -> None:
+    """Ids are the same in a fresh process (a cluster's workers hash blocks alike), unequal for
+    unequal words, and an array the collector need not walk."""
+    import gc
+    import subprocess
+    import sys
+
+    from swarm.workload.tokenizer import word_ids
+
+    words = ["alpha", "beta", "é", "", "alpha", "x\udcff"]
+    here = list(word_ids(words))
+    code = f"from swarm.workload.tokenizer import word_ids; print(list(word_ids({words!r})))"
+    there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert here == eval(there)
+    assert here[0] == here[4] and len(set(here)) == 5
+    assert all(0 <= i < 1 << 63 for i in here)
+    big = word_ids(["w"] * 100_000)
+    assert all(isinstance(r, type) for r in gc.get_referents(big))  # no element is walked

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from array import array
 from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +36,7 @@ from swarm.runtime.dispatcher import DISPATCH_SPIN_NS, Dispatcher, Outgoing
 from swarm.runtime.retry import retry_request_id
 from swarm.workload.prefix import BLOCK_TOKENS, block_hashes
 from swarm.workload.prompts import compose_messages, synthetic_turn
-from swarm.workload.tokenizer import Tokenizer, WordTokenizer
+from swarm.workload.tokenizer import TokenIds, Tokenizer, WordTokenizer
 from swarm.workload.workload import AgentPlan, NodePlan
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ DEAD = frozenset({"cut", "failed", "pruned", "skipped"})
 
 #: a prompt built ahead: messages, tokens, block hashes, and its encoded body (None: encoded
 #: at the send)
-_Built = tuple[tuple[ChatMessage, ...], list[object], tuple[int, ...], bytes | None]
+_Built = tuple[tuple[ChatMessage, ...], TokenIds, tuple[int, ...], bytes | None]
 _NO_IDENTITY = RequestIdentity()
 
 
@@ -84,7 +85,7 @@ class AgentEnv:
     #: abort_branch, or standin: a call that failed for good still feeds its stand-in output on
     on_failure: str = "abort_branch"
     #: tokens of each system prompt, shared by all agents (a swarm has a few system prompts)
-    system_prompt_tokens: dict[str, tuple[object, ...]] = field(default_factory=dict)
+    system_prompt_tokens: dict[str, TokenIds] = field(default_factory=dict)
     #: prompt tokens held now by prompts built ahead of their parent's answer (``_speculate``)
     speculated_tokens: int = 0
 
@@ -121,9 +122,9 @@ class AgentRun:
         #: (``_known_blocks``), and how many of those are still to be built
         self._blocks: dict[str, tuple[tuple[ChatMessage, ...], int, tuple[int, ...]]] = {}
         self._extenders_left: dict[str, int] = {}
-        # tokens of each prompt part, computed once; tuples, which the garbage collector stops
-        # tracking, so thousands of agents' prompts cost nothing in its full collections
-        self._part_tokens: dict[str, tuple[object, ...]] = {}
+        # token ids of each prompt part, computed once; arrays, which the garbage collector
+        # does not walk, so thousands of agents' prompts cost nothing in its collections
+        self._part_tokens: dict[str, TokenIds] = {}
         #: prompts built while their last parent was in flight: the alive context ancestors
         #: they assumed, the compaction decision taken on that assumption (None: none taken),
         #: and the prompt with its body (``_speculate``)
@@ -226,7 +227,7 @@ class AgentRun:
             end = 0
             while end < len(tokens):  # a 150k-token prompt's hashes took 6-10 ms whole
                 end = min(len(tokens), (len(hashes) + HASH_BLOCKS_PER_STEP) * BLOCK_TOKENS)
-                hashes = block_hashes(tokens[:end], known=hashes)  # type: ignore[arg-type]
+                hashes = block_hashes(tokens[:end], known=hashes)
                 yield
             self._warmups[node] = (messages, tokens, hashes, self._body(messages, 1))
             yield
@@ -275,11 +276,11 @@ class AgentRun:
             self._prompt_tokens((message,))
             yield
             return
-        tokens: list[str] = []
-        for piece in tokenizer.encode_in_steps(message.content):
-            tokens.extend(piece)
+        tokens: TokenIds = array("q")
+        for piece in tokenizer.ids_in_steps(message.content):
+            tokens += piece
             yield
-        self._part_tokens[message.content] = tuple(tokens)
+        self._part_tokens[message.content] = tokens
 
     def _launch(self, node: str, ready_perf_ns: int) -> None:
         if node in self.state and node in self.plan.history:  # answered before the session's start
@@ -343,22 +344,22 @@ class AgentRun:
             self.plan, node, [(anc, self.turns[anc]) for anc in self._alive_ancestors(node)]
         )
 
-    def _prompt_tokens(self, messages: tuple[ChatMessage, ...]) -> list[object]:
-        encode = self.env.tokenizer.encode
+    def _prompt_tokens(self, messages: tuple[ChatMessage, ...]) -> TokenIds:
+        ids = self.env.tokenizer.ids
         cache = self._part_tokens
-        tokens: list[object] = []
+        tokens: TokenIds = array("q")
         for m in messages:
             part = cache.get(m.content)
             if part is None:
-                if m.role == "system":  # shared by the swarm: one tuple for every agent
+                if m.role == "system":  # shared by the swarm: one array for every agent
                     shared = self.env.system_prompt_tokens
                     part = shared.get(m.content)
                     if part is None:
-                        part = shared[m.content] = tuple(encode(m.content))
+                        part = shared[m.content] = ids(m.content)
                 else:
-                    part = tuple(encode(m.content))
+                    part = ids(m.content)
                 cache[m.content] = part
-            tokens.extend(part)
+            tokens += part
         return tokens
 
     def _alive_ancestors(self, node: str, assume_alive: str | None = None) -> list[str]:
@@ -445,7 +446,7 @@ class AgentRun:
             await asyncio.sleep(0)
             if not self._may_speculate(parent_task, parent, child) or env.speculated_tokens + len(tokens) > SPECULATED_TOKENS_BUDGET:
                 continue
-            hashes = block_hashes(tokens, known=self._known_blocks(child, messages))  # type: ignore[arg-type]
+            hashes = block_hashes(tokens, known=self._known_blocks(child, messages))
             await asyncio.sleep(0)
             body = self._body(messages, plan.node(child).max_tokens)
             if not self._may_speculate(parent_task, parent, child):
@@ -487,7 +488,7 @@ class AgentRun:
             if env.speculated_tokens + len(tokens) > SPECULATED_TOKENS_BUDGET:
                 return
             yield
-            hashes = block_hashes(tokens)  # type: ignore[arg-type]
+            hashes = block_hashes(tokens)
             yield
             body = self._body(messages, self.plan.node(root).max_tokens)
             self._speculated[root] = ((), None, (messages, tokens, hashes, body))
@@ -587,7 +588,7 @@ class AgentRun:
         else:
             messages = self.messages(node)
             tokens = self._prompt_tokens(messages)
-            hashes = block_hashes(tokens, known=self._known_blocks(node, messages))  # type: ignore[arg-type]
+            hashes = block_hashes(tokens, known=self._known_blocks(node, messages))
         if attempt == 0:  # a retry builds the same prompt again
             self._remember_blocks(node, messages, len(tokens), hashes)
         prompt_tokens_est = len(tokens)

@@ -21,6 +21,7 @@ from swarm.runtime.context import TargetOutcome, TargetRun
 from swarm.runtime.dispatcher import Dispatcher
 from swarm.runtime.stop import StopConditions
 from swarm.workload.prefix import PrefixIndex
+from swarm.workload.tokenizer import as_token_ids
 
 
 def stop_conditions_for(
@@ -97,7 +98,7 @@ async def dispatch(
     index = PrefixIndex()
     if placement.seed_shared_prefixes:
         for prefix in source.shared_prefixes():
-            index.observe(prefix)
+            index.observe(as_token_ids(prefix))  # as the prompts' tokens are held: ids
     d = Dispatcher(
         client,
         run.sink,

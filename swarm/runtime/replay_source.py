@@ -25,6 +25,7 @@ import dataclasses
 import functools
 import hashlib
 import random
+from array import array
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +39,7 @@ from swarm.runtime.dispatcher import Dispatcher, Outgoing, Scheduled
 from swarm.runtime.retry import RetryPolicy, retry_request_id
 from swarm.runtime.sources import SendLimits, SourceContext, share
 from swarm.workload.prefix import block_hashes
-from swarm.workload.tokenizer import Tokenizer, WordTokenizer
+from swarm.workload.tokenizer import Tokenizer, WordTokenizer, word_ids
 
 MODES = ("timed", "dependent")
 #: What copy k (> 0) of a session puts before its first non-system message, so that its content
@@ -309,7 +310,7 @@ class ReplaySource:
         words_are_tokens = isinstance(self.tokenizer, WordTokenizer)
         out: list[list[object]] = []
         for texts in shared.system_texts:
-            out.append([t for text in texts for t in self.tokenizer.encode(text)])
+            out.append([t for text in texts for t in self.tokenizer.ids(text)])
         for ids, block_tokens in shared.block_leads:
             words = [w for bid in ids for w in block_words(bid, block_tokens)]
             out.append(list(words) if words_are_tokens else list(self.tokenizer.encode(" ".join(words))))
@@ -362,13 +363,13 @@ class _ReplayRun:
 
     def build(self, item: ReplayItem, due_perf_ns: int, attempt: int = 0, slot_wait_ns: int = 0) -> Outgoing:
         messages, words = _item_prompt(item)
-        tokens: list[object] = []
         if words is not None and self.word_tokens:
-            tokens.extend(words)  # the words are the tokens; no need to split them again
+            tokens = word_ids(words)  # the words are the tokens; no need to split them again
         else:
-            encode = self.source.tokenizer.encode
+            ids = self.source.tokenizer.ids
+            tokens = array("q")
             for m in messages:
-                tokens.extend(encode(m.content))
+                tokens += ids(m.content)
         client = self.d.client
         identity = dataclasses.replace(
             item.identity,
@@ -389,7 +390,7 @@ class _ReplayRun:
             slot_wait_ns=slot_wait_ns,
             scheduled_ns=self.d.wall_at(due_perf_ns),
             prompt_tokens_est=len(tokens),
-            block_hashes=block_hashes(tokens),  # type: ignore[arg-type]
+            block_hashes=block_hashes(tokens),
             keep_text=item.prompt_parts is not None and self.run.keep_text,
         )
         return Outgoing(request, tokens, client.encode(request))

@@ -16,42 +16,46 @@ from __future__ import annotations
 
 import hashlib
 from array import array
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
+from typing import TypeAlias, Union
+
+from swarm.workload.tokenizer import TokenIds, as_token_ids
+
+#: an edge of the index: token ids, or a tuple of any hashable units
+_Key: TypeAlias = Union["array[int]", tuple[Hashable, ...]]
 
 BLOCK_TOKENS = 64
-
-
-def _token_bytes(tokens: Sequence[str] | Sequence[int]) -> bytes:
-    if tokens and isinstance(tokens[0], int):
-        return array("q", tokens).tobytes()
-    return "\x1f".join(tokens).encode("utf-8")  # type: ignore[arg-type]
 
 
 def block_hashes(
     tokens: Sequence[str] | Sequence[int], block_tokens: int = BLOCK_TOKENS, known: Sequence[int] = ()
 ) -> tuple[int, ...]:
-    """Chained hashes of the token blocks of a prompt (last block may be partial). ``known``:
-    the hashes of this prompt's first whole blocks, already computed (a prompt that extends an
-    earlier one has its blocks); the chain goes on from the last of them."""
+    """Chained hashes of the token blocks of a prompt (last block may be partial), over the
+    tokens' ids (``as_token_ids``: words by their ids). ``known``: the hashes of this prompt's
+    first whole blocks, already computed (a prompt that extends an earlier one has its
+    blocks); the chain goes on from the last of them."""
     out: list[int] = list(known)
     prev = known[-1].to_bytes(8, "little") if known else b"\x00" * 8
-    for start in range(len(known) * block_tokens, len(tokens), block_tokens):
-        h = hashlib.blake2b(prev + _token_bytes(tokens[start : start + block_tokens]), digest_size=8)
+    start = len(known) * block_tokens
+    data = as_token_ids(tokens[start:] if start else tokens).tobytes()
+    size = 8 * block_tokens
+    for at in range(0, len(data), size):
+        h = hashlib.blake2b(prev + data[at : at + size], digest_size=8)
         prev = h.digest()
         out.append(int.from_bytes(prev, "little"))
     return tuple(out)
 
 
-def _common_length(key: tuple[object, ...], tokens: Sequence[object], pos: int, m: int) -> int:
+def _common_length(key: _Key, tokens: _Key, pos: int, m: int) -> int:
     """How many of ``key``'s first ``m`` tokens equal ``tokens`` from ``pos``: slices compared
     in C, halving the stretch that holds the first difference (a token at a time, a 100k-token
     edge that differs near its end held the loop for tens of milliseconds)."""
-    if key[:m] == tuple(tokens[pos : pos + m]):
+    if key[:m] == tokens[pos : pos + m]:
         return m
     lo, hi = 0, m  # key[:lo] matches; the first difference is before hi
     while hi - lo > 16:
         mid = (lo + hi) // 2
-        if key[lo:mid] == tuple(tokens[pos + lo : pos + mid]):
+        if key[lo:mid] == tokens[pos + lo : pos + mid]:
             lo = mid
         else:
             hi = mid
@@ -63,11 +67,11 @@ def _common_length(key: tuple[object, ...], tokens: Sequence[object], pos: int, 
 class _Node:
     __slots__ = ("children", "key")
 
-    def __init__(self, key: tuple[object, ...]) -> None:
-        # a tuple, not a list: the collector stops tracking a tuple of strings or ints, so a
-        # large index costs nothing in the full collections that would otherwise walk it
+    def __init__(self, key: _Key) -> None:
+        # token ids in an array: a large index costs nothing in the collections that would
+        # otherwise walk it (a tuple is walked once before the collector stops tracking it)
         self.key = key
-        self.children: dict[object, _Node] = {}
+        self.children: dict[Hashable, _Node] = {}
 
 
 class PrefixIndex:
@@ -77,15 +81,19 @@ class PrefixIndex:
         self._root = _Node(())
         self.tokens_stored = 0
 
-    def observe(self, tokens: Sequence[object]) -> int:
+    def observe(self, tokens: TokenIds | Sequence[Hashable]) -> int:
         """Longest shared prefix with anything observed before; then remember ``tokens``. One
-        walk down the trie does both (the match's end is where the new branch goes)."""
+        walk down the trie does both (the match's end is where the new branch goes). Token ids
+        (an array: a prompt's tokens) are held as they are; any other sequence as a tuple of
+        its items. One index takes one kind (a word and its id are unequal)."""
+        if not isinstance(tokens, array):
+            tokens = tuple(tokens)
         node, pos = self._root, 0
         n = len(tokens)
         while pos < n:
             child = node.children.get(tokens[pos])
             if child is None:
-                node.children[tokens[pos]] = _Node(tuple(tokens[pos:]))
+                node.children[tokens[pos]] = _Node(tokens[pos:])
                 self.tokens_stored += n - pos
                 return pos
             key = child.key
