@@ -297,6 +297,8 @@ def test_prompts_built_while_the_parent_is_in_flight_are_the_prompts_sent_withou
     byte for byte the one built once the parent answered, with the same parents and ideal
     reuse, and its body (encoded ahead) tells the engine the same prompt; and ahead-building
     did happen."""
+    import gc
+
     from swarm.runtime import agent
 
     (tmp_path / "tiny.yaml").write_text(TINY)
@@ -316,6 +318,9 @@ def test_prompts_built_while_the_parent_is_in_flight_are_the_prompts_sent_withou
         built = take(self, node)
         if built is not None:
             taken.append(node)
+            # held as ids: nothing in a prompt's tokens for the garbage collector to walk
+            held = [built[1], *self._part_tokens.values()]
+            assert not [r for t in held for r in gc.get_referents(t) if not isinstance(r, type)]
         return built
 
     def sent(budget: int) -> list[tuple]:  # type: ignore[type-arg]
