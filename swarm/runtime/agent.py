@@ -100,19 +100,11 @@ class AgentRun:
         self.template = t
         self.state: dict[str, str] = {}
         self.turns: dict[str, list[str]] = {}
-        self._deps: dict[str, int] = {}
-        for n in t.order:
-            self._deps[n] = t.graph.in_degree(n) + (1 if t.gate(n) else 0)
-        self._groups = {g.name: g for g in t.beams}
-        self._member_of: dict[str, list[str]] = {}
-        for g in t.beams:
-            for m in (*g.candidates, *g.scorers):
-                self._member_of.setdefault(m, []).append(g.name)
-        self._gated: dict[str, list[str]] = {}
-        for n in t.order:
-            gate = t.gate(n)
-            if gate:
-                self._gated.setdefault(gate, []).append(n)
+        index = t.run_index()  # shared by every run of the template; only deps change
+        self._deps: dict[str, int] = dict(index.deps)
+        self._groups = index.groups
+        self._member_of = index.member_of
+        self._gated = index.gated
         self._decided: set[str] = set()
         #: history nodes whose texts (and compaction decision) are built
         self._built: set[str] = set()

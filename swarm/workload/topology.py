@@ -46,6 +46,19 @@ class BeamGroup:
 
 
 @dataclass(frozen=True)
+class RunIndex:
+    """A template's starting point for each run (``TopologyTemplate.run_index``): each node's
+    dependencies (its parents, and its beam's decision if gated), the beam groups by name,
+    the groups each node is a member of, and the nodes each group's decision gates. Shared:
+    a run copies ``deps`` and reads the rest."""
+
+    deps: dict[str, int]
+    groups: dict[str, BeamGroup]
+    member_of: dict[str, tuple[str, ...]]
+    gated: dict[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
 class TopologyTemplate:
     """A validated DAG of LLM calls. ``order`` is a deterministic topological order."""
 
@@ -56,7 +69,7 @@ class TopologyTemplate:
     spawns: frozenset[str] = frozenset()  # nodes that start a sub-agent fresh (``spawn: true``)
     #: context parents and ancestors by node, found once (the graph does not change; a
     #: simulation of a thousand mid-life sessions asked half a million times)
-    _context: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict, init=False, compare=False, repr=False)
+    _context: dict[tuple[str, str], Any] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled without what was found (``_context``): a template shipped to Ray workers stays
@@ -102,6 +115,27 @@ class TopologyTemplate:
     def gate(self, node: str) -> str | None:
         gate: str | None = self.graph.nodes[node].get("gate")
         return gate
+
+    def run_index(self) -> RunIndex:
+        """What every run of this template starts from, found once and shared by its runs (ten
+        thousand agents of a tree of thought held a copy each: 10 KB per agent)."""
+        found = self._context.get(("run", ""))
+        if found is None:
+            member_of: dict[str, list[str]] = {}
+            for g in self.beams:
+                for m in (*g.candidates, *g.scorers):
+                    member_of.setdefault(m, []).append(g.name)
+            gated: dict[str, list[str]] = {}
+            for n in self.order:
+                if gate := self.gate(n):
+                    gated.setdefault(gate, []).append(n)
+            found = self._context[("run", "")] = RunIndex(
+                deps={n: self.graph.in_degree(n) + (1 if self.gate(n) else 0) for n in self.order},
+                groups={g.name: g for g in self.beams},
+                member_of={m: tuple(names) for m, names in member_of.items()},
+                gated={g: tuple(nodes) for g, nodes in gated.items()},
+            )
+        return found
 
     def context_ancestors(self, node: str) -> list[str]:
         """Every node whose turn is in ``node``'s prompt, in topological order."""
