@@ -8,7 +8,8 @@ Dispatcher owns the rest:
 - **Timing.** Scheduled entries are released by one loop at their due times, all that are due
   at once (a timer per entry would not do: asyncio polls in whole milliseconds, so each of
   several timers microseconds apart costs a 1 ms wait). On a real clock it wakes
-  ``DISPATCH_SPIN_NS`` early and yields until the instant. Entries with a ``prepare`` step (a replayed prompt of tens of
+  ``DISPATCH_SPIN_NS`` early and a kernel timer wakes it at the instant (``PreciseWake``;
+  without one, it yields the loop until it). Entries with a ``prepare`` step (a replayed prompt of tens of
   thousands of tokens takes milliseconds to build) are prepared in due order,
   ``PREPARE_LEAD_NS`` ahead, never just before a send is due, and those due in the first
   ``PREPARE_LEAD_NS`` before the clock starts. A send that a source's task waits for (an
@@ -49,6 +50,7 @@ from swarm.request import EngineRequest
 from swarm.runtime.clocks import wall_minus_perf_ns as read_wall_minus_perf_ns
 from swarm.runtime.gc_policy import AgentRunCollector, QuietCollector
 from swarm.runtime.live_stats import RunStats
+from swarm.runtime.precise_wake import PreciseWake
 from swarm.runtime.retry import is_retryable, retry_delay_s
 from swarm.runtime.slot_gate import SlotGate
 from swarm.runtime.stop import StopConditions
@@ -62,7 +64,8 @@ log = logging.getLogger(__name__)
 
 #: Prompts with a ``prepare`` step are built this long before their send time.
 PREPARE_LEAD_NS = 1_000_000_000
-#: The release loop wakes this long before an entry is due and yields until it is.
+#: The release loop wakes this long before an entry is due, then waits for it on a kernel timer
+#: (or, without one, yields until it).
 DISPATCH_SPIN_NS = 1_500_000
 #: The release loop sleeps at most this long at a time (to run due garbage collections).
 DISPATCH_SLICE_NS = 50_000_000
@@ -149,7 +152,8 @@ class Dispatcher:
         precise_release: bool = True,
     ) -> None:
         self.client = client
-        #: releases and sends at an instant spin the last ``DISPATCH_SPIN_NS`` to it, and a send
+        #: releases and sends at an instant are woken at it (``PreciseWake``, else a spin of the
+        #: last ``DISPATCH_SPIN_NS``), and a send
         #: is built ahead of its instant (off on a virtual clock, which is at the instant when
         #: it wakes)
         self.precise_release = precise_release
@@ -178,6 +182,9 @@ class Dispatcher:
         self._collector = AgentRunCollector()
         #: how long a call takes to build and encode, per prompt token (``send_on_time``)
         self.build_cost = _PrepareCost()
+        #: a send's instant reached by a kernel timer instead of a spin, on the real clock
+        #: where the machine has one (``run`` makes it)
+        self._wake: PreciseWake | None = None
 
     # -- for sources ---------------------------------------------------------------------------
 
@@ -201,6 +208,9 @@ class Dispatcher:
             return
         self._sleeping.add(task)
         try:
+            if spin_ns and self._wake is not None:
+                await self._wake.until(perf_ns)  # woken by the kernel at the instant: no spin
+                return
             if delay_ns > spin_ns:
                 await self._sleep((delay_ns - spin_ns) / 1e9)
             while spin_ns and self.clock_ns() < perf_ns and not self.stop.stopped:
@@ -376,6 +386,8 @@ class Dispatcher:
         first second's entries are prepared."""
         loop = asyncio.get_running_loop()
         self._idle = asyncio.Event()
+        if self.precise_release and self.clock_ns is time.perf_counter_ns and self._sleep is asyncio.sleep:
+            self._wake = PreciseWake.create(loop)
         # a timed schedule (built ahead) keeps its own collections off the send instants
         timed = any(entry.prepare is not None and entry.prepares_request for entry in schedule)
         if not timed:
@@ -404,6 +416,9 @@ class Dispatcher:
         finally:
             for t in (*helpers, hard, idle, release):
                 t.cancel()
+            if self._wake is not None:
+                self._wake.close()
+                self._wake = None
             if not timed:
                 self._collector.stop()
             self.stats.in_flight = 0
@@ -574,7 +589,9 @@ class _Release:
                     await d._sleep(min(wake, DISPATCH_SLICE_NS) / 1e9)
                 if quiet is not None:
                     quiet.collect_if_due(quiet=False)
-                while d.clock_ns() < due:  # the last stretch: the loop keeps turning
+                if d._wake is not None:  # the last stretch: the kernel's timer wakes us at it
+                    await d._wake.until(due)
+                while d.clock_ns() < due:  # or the loop keeps turning
                     await d._sleep(0)
                 if d.stop.stopped_now():
                     return
