@@ -53,7 +53,7 @@ def test_sleepers_wake_at_or_after_their_instants_in_order_and_without_spinning(
     assert iterations < 100  # a spin turns the loop thousands of times in 60 ms
 
 
-def test_a_cancelled_sleeper_does_not_hold_the_others_and_close_cancels_the_rest() -> None:
+def test_a_cancelled_sleeper_does_not_hold_the_others_and_close_lets_the_rest_go() -> None:
     async def main() -> None:
         wake = PreciseWake.create(asyncio.get_running_loop())
         assert wake is not None
@@ -67,8 +67,7 @@ def test_a_cancelled_sleeper_does_not_hold_the_others_and_close_cancels_the_rest
         assert time.perf_counter_ns() >= now + 15_000_000
         await wake.until(now)  # an instant passed: at once
         wake.close()
-        with pytest.raises(asyncio.CancelledError):
-            await late
+        await asyncio.wait_for(late, 5)  # let go at the close, not cancelled
 
     asyncio.run(main())
 

@@ -59,3 +59,28 @@ def test_prompts_as_token_ids_match_as_their_words_do_and_hold_nothing_the_colle
     assert len(edges) > 10
     walked = [r for e in edges[1:] for r in gc.get_referents(e) if not isinstance(r, type)]
     assert walked == []
+
+
+def test_an_index_refuses_a_second_kind_of_tokens() -> None:
+    """Ids never equal words: an index given both would lose every match without a word."""
+    import pytest
+
+    from swarm.workload.tokenizer import word_ids
+
+    index = PrefixIndex()
+    index.observe(word_ids(["a", "b"]))
+    with pytest.raises(TypeError, match="one index token ids"):
+        index.observe(["a", "b"])
+
+
+def test_the_word_id_cache_is_bounded_and_ids_stay_the_same(monkeypatch: object) -> None:
+    import swarm.workload.tokenizer as tok
+
+    words = [f"w{i}" for i in range(50)]
+    expected = list(tok.word_ids(words))
+    monkeypatch.setattr(tok, "_WORD_IDS", {})  # type: ignore[attr-defined]
+    monkeypatch.setattr(tok, "_WORD_IDS_MAX", 8)  # type: ignore[attr-defined]
+    assert list(tok.word_ids(words)) == expected  # more new words than the cache holds
+    for i in range(0, 50, 5):
+        assert list(tok.word_ids(words[i : i + 5])) == expected[i : i + 5]
+    assert len(tok._WORD_IDS) <= 8

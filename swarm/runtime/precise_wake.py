@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 _CLOCK_MONOTONIC = 1
 _TFD_NONBLOCK = os.O_NONBLOCK
-_TFD_CLOEXEC = 0o2000000
+_TFD_CLOEXEC = os.O_CLOEXEC
 _TFD_TIMER_ABSTIME = 1
 
 
@@ -72,7 +72,12 @@ class PreciseWake:
         if fd < 0:
             log.debug("no timerfd (%s): sends spin to their instants", os.strerror(ctypes.get_errno()))
             return None
-        return cls(loop, libc, fd)
+        try:
+            return cls(loop, libc, fd)
+        except (NotImplementedError, OSError, ValueError) as exc:  # a loop that cannot watch it
+            os.close(fd)
+            log.debug("timerfd not usable on this loop (%s): sends spin to their instants", exc)
+            return None
 
     async def until(self, perf_ns: int) -> None:
         """Return at ``perf_ns`` (``time.perf_counter_ns``), or at once if it has passed."""
@@ -106,15 +111,25 @@ class PreciseWake:
                 future.set_result(None)
         while waiting and waiting[0][2].done():
             heapq.heappop(waiting)
-        self._arm(waiting[0][0] if waiting else None)
+        try:
+            self._arm(waiting[0][0] if waiting else None)
+        except OSError as exc:  # never left hanging: the waiters go now, a little early
+            log.error("re-arming the send timer failed: %s", exc)
+            self._release_all()
+
+    def _release_all(self) -> None:
+        for _, _, future in self._waiting:
+            if not future.done():
+                future.set_result(None)
+        self._waiting.clear()
+        self._armed_ns = None
 
     def close(self) -> None:
-        """Stop watching the timer and close it; tasks still waiting are cancelled."""
+        """Stop watching the timer and close it; tasks still waiting return now (their callers'
+        own stop checks take over), not cancelled: nobody cancelled them."""
         if self._fd < 0:
             return
         self._loop.remove_reader(self._fd)
         os.close(self._fd)
         self._fd = -1
-        for _, _, future in self._waiting:
-            future.cancel()
-        self._waiting.clear()
+        self._release_all()

@@ -80,6 +80,8 @@ class PrefixIndex:
     def __init__(self) -> None:
         self._root = _Node(())
         self.tokens_stored = 0
+        #: what this index holds, set by the first prompt: token ids (array) or tuples
+        self._kind: type | None = None
 
     def observe(self, tokens: TokenIds | Sequence[Hashable]) -> int:
         """Longest shared prefix with anything observed before; then remember ``tokens``. One
@@ -88,6 +90,13 @@ class PrefixIndex:
         its items. One index takes one kind (a word and its id are unequal)."""
         if not isinstance(tokens, array):
             tokens = tuple(tokens)
+        if self._kind is not type(tokens):
+            if self._kind is not None:  # an id never equals a word: every match would be lost
+                raise TypeError(
+                    f"a PrefixIndex of {self._kind.__name__}s was given {type(tokens).__name__} tokens: "
+                    "give one index token ids (as_token_ids) or other units, not both"
+                )
+            self._kind = type(tokens)
         node, pos = self._root, 0
         n = len(tokens)
         while pos < n:

@@ -28,8 +28,11 @@ from swarm.errors import InputError
 #: a prompt's tokens as the client holds them: token ids, ``array('q')``
 TokenIds: TypeAlias = "array[int]"
 
-#: each word's id, made once a process
+#: each word's id, made once a process (ids are recomputable: past ``_WORD_IDS_MAX`` words the
+#: cache starts again, so a replay whose prompts are millions of distinct block words does not
+#: keep them all)
 _WORD_IDS: dict[str, int] = {}
+_WORD_IDS_MAX = 200_000
 _ID_MASK = (1 << 63) - 1
 
 
@@ -38,6 +41,8 @@ def _word_id(word: str) -> int:
     cluster's workers hash blocks alike)."""
     wid = _WORD_IDS.get(word)
     if wid is None:
+        if len(_WORD_IDS) >= _WORD_IDS_MAX:
+            _WORD_IDS.clear()
         digest = hashlib.blake2b(word.encode("utf-8", "surrogatepass"), digest_size=8).digest()
         wid = _WORD_IDS[word] = int.from_bytes(digest, "little") & _ID_MASK
     return wid
@@ -51,7 +56,10 @@ def word_ids(words: Iterable[str]) -> TokenIds:
     try:
         return array("q", map(_WORD_IDS.__getitem__, words))
     except KeyError:  # new words: each hashed once, then the lookup again
-        for word in set(words).difference(_WORD_IDS):
+        new = set(words).difference(_WORD_IDS)
+        if len(_WORD_IDS) + len(new) > _WORD_IDS_MAX:  # would start again midway: one by one
+            return array("q", map(_word_id, words))
+        for word in new:
             _word_id(word)
         return array("q", map(_WORD_IDS.__getitem__, words))
 
