@@ -7,8 +7,9 @@ timed whole; then, from its trace and the emulators' scraped metrics, per target
   cap) passed 10 ms, and the lag's p99: the run's own warning fires when the p99 passes 10 ms;
 - emulated ITL vs the model: the client's mean inter-token latency over the emulator's
   modelled one (``swarm_emulator_step_token_model_seconds_total / ..._step_tokens_total``:
-  the step-time model averaged over tokens); 1.0 is an emulator that kept its model and a
-  client that saw it;
+  per token after a request's first, the modelled time since its previous token, averaged
+  over tokens, so a prefill step that pauses the streams counts as a client sees it); 1.0 is
+  an emulator that kept its model and a client that saw it;
 - the emulator's step overrun: its steps' actual over modelled time.
 
 Targets (issue 14, section 2): under 120 s on a 2-core machine, no late-send warning, ITL

@@ -40,6 +40,8 @@ class Sim:
     preemptions: int = 0
     host_loaded_tokens: int = 0
     end_s: float = 0.0
+    #: the model's own ITL figure: Σ modelled time per token after a first / such tokens
+    model_itl_s: float = 0.0
     #: prompt tokens each request was charged in prefill chunks, over all its admissions
     prefilled: dict[int, int] = field(default_factory=dict)
 
@@ -84,6 +86,8 @@ def simulate(arrivals: list[Arrival], **config: Any) -> Sim:
     sim.preemptions = model.stats.preemptions
     sim.host_loaded_tokens = model.stats.host_loaded_tokens
     sim.end_s = now
+    st = model.stats
+    sim.model_itl_s = st.step_token_model_s / st.step_tokens if st.step_tokens else 0.0
     assert all(g.finished and len(g.output) == g.max_new for g in sim.gens)  # every request ran whole
     return sim
 
@@ -133,6 +137,12 @@ def test_sglang_prefill_steps_pause_decoding_unless_mixed_chunk() -> None:
     assert max(paused.gaps_s(0)) == pytest.approx(2 * step_s)  # a prefill step between two tokens
     assert max(mixed.gaps_s(0)) == pytest.approx(step_s)  # a token every step
     assert sum(paused.gaps_s(0)) > sum(mixed.gaps_s(0))
+    # the model's own ITL figure is what a client of these streams measures (every gap between
+    # two tokens of a request, averaged over tokens): a prefill step's pause counts in it
+    for sim in (paused, mixed):
+        gaps = [gap for i in range(len(sim.gens)) for gap in sim.gaps_s(i)]
+        assert sim.model_itl_s == pytest.approx(sum(gaps) / len(gaps))
+    assert paused.model_itl_s > step_s == pytest.approx(mixed.model_itl_s)
 
 
 def test_sglang_reserves_a_share_of_running_outputs_and_retracts_when_decoding_runs_out() -> None:

@@ -221,7 +221,7 @@ def emulator_figures(table: pa.Table) -> dict[str, Any] | None:
     counters between the first and the last scrape (None for a real engine, or no steps):
 
     - ``step_overrun``: Δ actual step seconds / Δ modelled step seconds (1.0: kept its model)
-    - ``model_itl_ms``: Δ Σ(modelled step per token after a request's first) / Δ such tokens,
+    - ``model_itl_ms``: Δ Σ(per token after a request's first, the modelled time since its previous token) / Δ such tokens,
       x 1000: the inter-token latency the model gives, averaged over tokens as a client sees
       them (first tokens belong to TTFT)
     - ``steps``: Δ steps

@@ -116,9 +116,10 @@ class EngineStats:
     steps: int = 0
     step_model_s: float = 0.0
     step_actual_s: float = 0.0
-    #: tokens after each request's first emitted by steps, and Σ modelled step time per such
-    #: token: the model's ITL averaged as a client sees it (a step of 300 sequences counts 300
-    #: times; first tokens, which a client counts in TTFT, are left out)
+    #: tokens after each request's first emitted by steps, and Σ per such token of the modelled
+    #: time since its request's previous token: the model's ITL as a client measures it (every
+    #: step between two tokens counts, a prefill step that pauses decodes included; first
+    #: tokens, which a client counts in TTFT, are left out)
     step_tokens: int = 0
     step_token_model_s: float = 0.0
     #: running requests preempted for lack of KV (``emulator.scheduler``)
@@ -145,6 +146,7 @@ class Generation:
         "finished",
         "first_token_s",
         "kv_tokens",
+        "last_model_s",
         "max_new",
         "output",
         "preemptions",
@@ -166,6 +168,8 @@ class Generation:
         self.arrived_s = arrived_s
         self.admitted_s: float | None = None
         self.first_token_s: float | None = None
+        #: the model's clock (``EngineModel.model_clock_s``) at its last token
+        self.last_model_s = 0.0
         #: the scheduler's bookkeeping (``emulator.scheduler``): KV held, prompt tokens still to
         #: prefill, the cache hit at the last admission, times preempted
         self.kv_tokens = 0
@@ -268,6 +272,8 @@ class EngineModel:
         )
         #: the time of the step being planned (admissions are dated by it)
         self._step_now = 0.0
+        #: modelled time: Σ the modelled lengths of the steps run (``begin_step``)
+        self.model_clock_s = 0.0
         #: finished requests' per-request metrics (TensorRT-LLM's ``/perf_metrics``), drained on read
         self.perf_log: collections.deque[dict[str, object]] = collections.deque(
             maxlen=self.behaviour.perf_metrics_kept or 1
@@ -552,13 +558,11 @@ class EngineModel:
             delay = planned_end - clock()
             if delay > 0:
                 await asyncio.sleep(delay)
-            emitted = self.end_step(plan, clock())
+            self.end_step(plan, clock())
             st = self.stats
             st.steps += 1
             st.step_model_s += step_s
             st.step_actual_s += clock() - step_start
-            st.step_tokens += emitted
-            st.step_token_model_s += step_s * emitted
 
     def _drop_cancelled(self, now: float) -> None:
         """Requests whose client went while they waited leave the queue; one preempted after
@@ -599,16 +603,23 @@ class EngineModel:
             + cfg.host_load_ms_per_token * self._step_host_tokens
         )
         step_ms = max(fixed, compute) if cfg.step_overlap else fixed + compute
+        self.model_clock_s += step_ms / 1000.0  # the step's modelled end, when its tokens come
         return plan, step_ms / 1000.0
 
     def end_step(self, plan: StepPlan[Generation], now: float) -> int:
         """The end of a step: each decoding request, and each whose prefill completed, emits its
-        next token; finished and cancelled ones leave. Returns the tokens after a first."""
+        next token; finished and cancelled ones leave. Returns the tokens after a first, and
+        counts them and their modelled gaps in ``stats``."""
         emitted = 0
+        clock = self.model_clock_s
+        st = self.stats
         for gen in plan.decoding + plan.finishing_prefill:
             if gen.cancelled or gen.finished:
                 continue
-            emitted += bool(gen.output)  # a next token (the first is TTFT's, not ITL's)
+            if gen.output:  # a next token (the first is TTFT's, not ITL's): the modelled time
+                emitted += 1  # since its previous one, prefill-only steps between them included
+                st.step_token_model_s += clock - gen.last_model_s
+            gen.last_model_s = clock
             gen._emit(now)
             gen.kv_tokens += 1
             if gen.finished:
@@ -617,6 +628,7 @@ class EngineModel:
             if gen.cancelled and not gen.finished:
                 self._release(gen, now)
         self.running = [g for g in self.running if not g.finished]
+        st.step_tokens += emitted
         return emitted
 
     def _release(self, gen: Generation, now_s: float) -> None:

@@ -120,7 +120,7 @@ def emulator_step_metrics(st: EngineStats) -> list[tuple[str, float, str]]:
         (
             emulated.STEP_TOKEN_MODEL_SECONDS,
             st.step_token_model_s,
-            "Sum over emitted tokens of their step's modelled duration (the model's ITL x tokens).",
+            "Sum over emitted tokens of the modelled time since their request's previous token (the model's ITL x tokens).",
         ),
         (emulated.PREEMPTIONS, st.preemptions, "Running requests preempted for lack of KV (recomputed later)."),
         (emulated.HOST_LOADED_TOKENS, st.host_loaded_tokens, "Cached tokens loaded from the host tier."),
