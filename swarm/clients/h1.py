@@ -328,11 +328,15 @@ class H1Pool:
 
     async def _open(self, key: tuple[str, int]) -> H1Connection:
         loop = asyncio.get_running_loop()
+        opening = connect(loop, key, receive_stamps=self.receive_stamps, watch_first=self.watch_first_token)
         try:
-            conn = await asyncio.wait_for(
-                connect(loop, key, receive_stamps=self.receive_stamps, watch_first=self.watch_first_token),
-                self.connect_timeout_s,
-            )
+            if self.connect_timeout_s is None:
+                conn = await opening
+            elif hasattr(asyncio, "timeout"):  # 3.11: a timer on this task (wait_for makes a task per connect)
+                async with asyncio.timeout(self.connect_timeout_s):
+                    conn = await opening
+            else:
+                conn = await asyncio.wait_for(opening, self.connect_timeout_s)
         except asyncio.TimeoutError:
             raise H1ConnectError(
                 f"connect to {key[0]}:{key[1]} timed out after {self.connect_timeout_s:g} s"

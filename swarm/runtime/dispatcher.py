@@ -563,10 +563,15 @@ class _Release:
             self.prepare_ahead(j)
             await d._sleep(0)
 
+    @staticmethod
+    def _waits_for_preparation(entry: Scheduled) -> bool:
+        """Whether ``entry`` starts with what its preparation made (not an optional one)."""
+        return entry.prepare is not None or (entry.prepare_steps is not None and not entry.prepare_optional)
+
     async def start_entry(self, j: int, due: int) -> None:
         entry = self.schedule[j]
         out: Outgoing | None = None
-        if entry.prepare is not None or (entry.prepare_steps is not None and not entry.prepare_optional):
+        if self._waits_for_preparation(entry):
             if j not in self.prepared:  # preparation fell behind (a huge burst)
                 self.d.prepared_late += 1
                 await self.ready.setdefault(j, asyncio.Event()).wait()
@@ -606,7 +611,11 @@ class _Release:
             entry_due = d.start_perf_ns + schedule[j].due_ns
             if entry_due > now:
                 break
-            d.spawn(self.start_entry(j, entry_due))
+            entry = schedule[j]
+            if self._waits_for_preparation(entry) and j not in self.prepared:
+                d.spawn(self.start_entry(j, entry_due))  # its preparation fell behind: waits for it
+            else:  # no coroutine of the release's own around the entry's: a frame less an agent
+                d.spawn(entry.run(self.prepared.pop(j) if self._waits_for_preparation(entry) else None, entry_due))
             if (event := self.released.pop(j, None)) is not None:
                 event.set()
             self.next += 1
