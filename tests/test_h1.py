@@ -251,3 +251,42 @@ async def test_a_connection_reset_before_the_request_is_no_response_at_once() ->
     with pytest.raises(H1NoResponse, match="closed by the server"):
         await asyncio.wait_for(exchange.headers(), 1)
     assert not exchange.reused
+
+
+def test_a_connect_that_hangs_fails_after_the_pools_connect_timeout() -> None:
+    """A server whose accept queue is full drops new handshakes, so a connect waits: the pool
+    gives up after its connect timeout with an error saying so, and the task goes on."""
+    import socket
+
+    from swarm.clients.h1 import H1ConnectError
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)  # never accepted: the queue fills with the first connection or two
+    port = server.getsockname()[1]
+    filler: list[socket.socket] = []
+
+    async def main() -> str:
+        loop = asyncio.get_running_loop()
+        for _ in range(4):  # fill the accept queue (its size is the backlog plus one or so)
+            sock = socket.socket()
+            sock.setblocking(False)
+            filler.append(sock)
+            try:
+                await asyncio.wait_for(loop.sock_connect(sock, ("127.0.0.1", port)), 0.2)
+            except asyncio.TimeoutError:
+                break
+        else:
+            pytest.skip("the kernel kept accepting handshakes")
+        pool = H1Pool(connect_timeout_s=0.3)
+        with pytest.raises(H1ConnectError, match=r"timed out after 0\.3 s"):
+            await pool.exchange("127.0.0.1", port, b"GET / HTTP/1.1\r\n\r\n")
+        await asyncio.sleep(0)  # the task itself was not left cancelled
+        return "went on"
+
+    try:
+        assert asyncio.run(main()) == "went on"
+    finally:
+        for sock in filler:
+            sock.close()
+        server.close()
