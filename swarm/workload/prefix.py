@@ -74,8 +74,20 @@ class _Node:
         self.children: dict[Hashable, _Node] = {}
 
 
+def _held_ids(ids: array) -> array:
+    """Token ids as the index holds them: 64-bit ids by their low 32 bits (half the memory: a
+    swarm's index holds every token it sent; two words' ids share their low 32 bits with odds
+    of 2**-32, and only a pair met where two prompts part would lengthen one shared prefix);
+    narrower ids as they are."""
+    if ids.itemsize != 8:
+        return ids
+    return array("I", memoryview(ids).cast("B").cast("I")[::2].tobytes())
+
+
 class PrefixIndex:
-    """Every prompt seen so far, as a compressed trie over tokens (no eviction)."""
+    """Every prompt seen so far, as a compressed trie over tokens (no eviction): a prompt that
+    extends one seen before, past its end, lengthens that leaf's edge (a chain of calls is one
+    edge per session, not a node per call)."""
 
     def __init__(self) -> None:
         self._root = _Node(())
@@ -88,7 +100,9 @@ class PrefixIndex:
         walk down the trie does both (the match's end is where the new branch goes). Token ids
         (an array: a prompt's tokens) are held as they are; any other sequence as a tuple of
         its items. One index takes one kind (a word and its id are unequal)."""
-        if not isinstance(tokens, array):
+        if isinstance(tokens, array):
+            tokens = _held_ids(tokens)
+        else:
             tokens = tuple(tokens)
         if self._kind is not type(tokens):
             if self._kind is not None:  # an id never equals a word: every match would be lost
@@ -102,7 +116,12 @@ class PrefixIndex:
         while pos < n:
             child = node.children.get(tokens[pos])
             if child is None:
-                node.children[tokens[pos]] = _Node(tokens[pos:])
+                if node.children or node is self._root:
+                    node.children[tokens[pos]] = _Node(tokens[pos:])
+                elif isinstance(node.key, array):  # a leaf's edge grows (the index's own array)
+                    node.key.extend(tokens[pos:])  # type: ignore[arg-type]
+                else:
+                    node.key = node.key + tokens[pos:]  # type: ignore[operator]
                 self.tokens_stored += n - pos
                 return pos
             key = child.key
