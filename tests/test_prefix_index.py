@@ -84,3 +84,28 @@ def test_the_word_id_cache_is_bounded_and_ids_stay_the_same(monkeypatch: object)
     for i in range(0, 50, 5):
         assert list(tok.word_ids(words[i : i + 5])) == expected[i : i + 5]
     assert len(tok._WORD_IDS) <= 8
+
+
+def test_a_chain_of_calls_is_one_edge_of_32_bit_ids() -> None:
+    """A session's calls each extend the last: the index lengthens that edge rather than
+    adding a node a call, and keeps 4 bytes a token id (a swarm's index holds every token it
+    sent); the shared prefixes are what they were."""
+    from swarm.workload.tokenizer import word_ids
+
+    index = PrefixIndex()
+    system = [f"s{i}" for i in range(50)]
+    prompt = list(system)
+    for call in range(20):
+        before = len(prompt)
+        prompt += [f"t{call}-{i}" for i in range(30)]
+        assert index.observe(word_ids(prompt)) == (before if call else 0)
+    other = system + ["x"] * 10  # another session with the same system prompt
+    assert index.observe(word_ids(other)) == len(system)
+    edges, stack = [], [index._root]
+    while stack:
+        node = stack.pop()
+        edges.append(node.key)
+        stack.extend(node.children.values())
+    assert len(edges) == 4  # the root, the system prompt, and each session's own edge
+    assert all(edge.itemsize == 4 for edge in edges[1:])
+    assert sum(len(edge) for edge in edges) == index.tokens_stored == len(prompt) + 10

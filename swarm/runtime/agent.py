@@ -26,7 +26,7 @@ import asyncio
 import functools
 import logging
 from array import array
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,7 +128,9 @@ class AgentRun:
         self.records = 0
         self.cancelled = False
 
-    async def run(self, start_perf_ns: int) -> None:
+    async def run(self, start_perf_ns: int, on_end: Callable[[AgentRun], object] | None = None) -> None:
+        """Run the plan from ``start_perf_ns``; ``on_end(self)`` once it has ended, however it
+        ended (the source's count of sessions: no coroutine of its own around this one)."""
         warm = self._enter_history() if self.plan.history else []
         roots = [n for n in self.template.order if self._deps[n] == 0 and n not in self.state]
         for n in roots:
@@ -150,6 +152,8 @@ class AgentRun:
             raise
         finally:
             self.discard_ahead()  # children the run never launched
+            if on_end is not None:
+                on_end(self)
 
     @property
     def cut_short(self) -> bool:

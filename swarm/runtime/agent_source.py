@@ -133,16 +133,18 @@ class _AgentsRun:
         )  # fmt: skip
 
     def _starter(self, agent_id: int) -> Callable[[Outgoing | None, int], Coroutine[Any, Any, None]]:
-        async def start(_out: Outgoing | None, due_perf_ns: int) -> None:
+        def start(_out: Outgoing | None, due_perf_ns: int) -> Coroutine[Any, Any, None]:
+            """The session's start, at its release: the agent's own run is the task (no
+            coroutine of this one held for each agent)."""
             self.d.session_started()
             self._started.add(agent_id)
             agent = self._prepared.pop(agent_id, None) or AgentRun(self.workload.agent(agent_id), self.env)
-            try:
-                await agent.run(due_perf_ns)
-            finally:
-                self.d.session_ended(cut=agent.cut_short, session_id=self.workload.session_id(agent_id))
+            return agent.run(due_perf_ns, on_end=self._ended)
 
         return start
+
+    def _ended(self, agent: AgentRun) -> None:
+        self.d.session_ended(cut=agent.cut_short, session_id=agent.plan.session_id)
 
     def finish(self) -> None:
         return None

@@ -300,7 +300,7 @@ class Dispatcher:
         self.accept(record)
         return record
 
-    async def send_on_time(
+    def send_on_time(
         self,
         build: Callable[..., Outgoing],
         due_perf_ns: int,
@@ -308,7 +308,7 @@ class Dispatcher:
         expected_tokens: int = 0,
         retries: int = 0,
         backoff_s: float = 0.5,
-    ) -> tuple[RequestRecord | None, int]:
+    ) -> Coroutine[Any, Any, tuple[RequestRecord | None, int]]:
         """``send_retrying`` at ``due_perf_ns``, its first attempt built ahead: on a real clock
         ``build(0, due_perf_ns, 0, ahead=True)`` runs (and its body is encoded) the estimated
         build time before the instant, with a margin, and the send wakes on it (``precise``).
@@ -317,7 +317,15 @@ class Dispatcher:
         for the lead. ``build(..., ahead=True)`` leaves the ideal reuse to be taken at the send
         (``Outgoing.tokens``). On a virtual clock the attempt is built at the instant, and
         with every slot under the in-flight cap taken once a slot is free (a prompt built
-        ahead would be held while it waits)."""
+        ahead would be held while it waits). (``send_retrying``'s own coroutine: no frame of
+        this one held for each call in flight.)"""
+        return self.send_retrying(
+            build, due_perf_ns, retries=retries, backoff_s=backoff_s, on_time_tokens=expected_tokens
+        )
+
+    async def _build_ahead(self, build: Callable[..., Outgoing], due_perf_ns: int, expected_tokens: int) -> Outgoing | None:
+        """``send_on_time``'s first attempt, built (and its body encoded) ahead of its instant
+        on a real clock; then the wait for the instant."""
         first: Outgoing | None = None
         if self.precise_release:
             lead_ns = int(self.build_cost.estimate_ns(expected_tokens)) + DISPATCH_SPIN_NS
@@ -329,22 +337,26 @@ class Dispatcher:
                     first.payload = self.client.encode(first.request)
                     self.build_cost.learn(first.request.prompt_tokens_est or 0, self.clock_ns() - started)
         await self.sleep_until(due_perf_ns, precise=True)
-        return await self.send_retrying(build, due_perf_ns, retries=retries, backoff_s=backoff_s, first=first)
+        return first
 
     async def send_retrying(
         self,
-        build: Callable[[int, int, int], Outgoing],
+        build: Callable[..., Outgoing],
         due_perf_ns: int,
         *,
         retries: int = 0,
         backoff_s: float = 0.5,
         first: Outgoing | None = None,
+        on_time_tokens: int | None = None,
     ) -> tuple[RequestRecord | None, int]:
         """``send``, and send a retryable failure again up to ``retries`` times, after the
         server's Retry-After or a doubling backoff (``retry``). ``build(attempt, due_perf_ns,
-        slot_wait_ns)`` makes each attempt (``first``, when given, is attempt 0 built ahead).
-        Returns the last record (None: the run stopped before an attempt) and how many
-        attempts were sent."""
+        slot_wait_ns)`` makes each attempt (``first``, when given, is attempt 0 built ahead;
+        with ``on_time_tokens``, the expected prompt tokens of ``send_on_time``, it is built
+        ahead here). Returns the last record (None: the run stopped before an attempt) and how
+        many attempts were sent."""
+        if on_time_tokens is not None:
+            first = await self._build_ahead(build, due_perf_ns, on_time_tokens)
         attempt = 0
         while True:
             if attempt == 0 and first is not None:

@@ -98,12 +98,9 @@ class PrefixIndex:
     def observe(self, tokens: TokenIds | Sequence[Hashable]) -> int:
         """Longest shared prefix with anything observed before; then remember ``tokens``. One
         walk down the trie does both (the match's end is where the new branch goes). Token ids
-        (an array: a prompt's tokens) are held as they are; any other sequence as a tuple of
-        its items. One index takes one kind (a word and its id are unequal)."""
-        if isinstance(tokens, array):
-            tokens = _held_ids(tokens)
-        else:
-            tokens = tuple(tokens)
+        (an array: a prompt's tokens) are held as arrays (``_held_ids``); any other sequence as
+        a tuple of its items. One index takes one kind (a word and its id are unequal)."""
+        tokens = _held_ids(tokens) if isinstance(tokens, array) else tuple(tokens)
         if self._kind is not type(tokens):
             if self._kind is not None:  # an id never equals a word: every match would be lost
                 raise TypeError(
