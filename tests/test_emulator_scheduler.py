@@ -314,3 +314,35 @@ def test_vllm_running_requests_take_their_blocks_from_the_cached_ones() -> None:
 
     assert c_cached(1.02) == 256
     assert c_cached(2.0) == 0
+
+
+def test_the_admission_checks_sums_are_the_sums_of_each_requests_kv() -> None:
+    """``held_total`` and ``grown_total`` (one expression over the running requests) give what
+    ``held`` and ``kv`` add up to, request by request, for any block size, clip and ratio."""
+    import random
+
+    @dataclass
+    class Req:
+        output: list[str]
+        max_new: int
+        kv_tokens: int
+        prefill_left: int
+        prompt_tokens: int
+        admit_hit: int = 0
+        preemptions: int = 0
+        computed: int | None = None
+
+    rng = random.Random(11)
+    for block, clip in itertools.product((1, 16, 32), (None, 100)):
+        scheduler: Scheduler[Req] = Scheduler(
+            SchedulerPolicy(block_tokens=block, reserve_clip_tokens=clip, reserve_ratio=0.7), 10**9
+        )
+        for ratio in (0.0, 0.31, 0.7, 1.0):
+            scheduler.ratio = ratio
+            running = [
+                Req(["w"] * rng.randint(0, 300), rng.randint(1, 400), rng.randint(0, 5000), rng.choice((0, 0, 37)),
+                    rng.randint(1, 4000))
+                for _ in range(rng.randint(0, 40))
+            ]  # fmt: skip
+            assert scheduler.held_total(running) == sum(scheduler.held(g) for g in running)
+            assert scheduler.grown_total(running) == sum(scheduler.kv(g, g.prefill_left == 0) for g in running)

@@ -237,6 +237,35 @@ class Scheduler(Generic[R]):
         may add, and its reserve."""
         return self.blocks(gen.kv_tokens + 1 + self.reserve(gen)) + self.swa(gen.prompt_tokens + len(gen.output) + 1)
 
+    def held_total(self, running: Sequence[R]) -> int:
+        """Σ ``held`` over ``running``: what the admission check counts as taken. Without
+        sliding-window groups, in one expression over the requests (the sum runs every step
+        that has a request waiting, over every request running: a method call a request was
+        most of a busy twin's step); the same figure either way."""
+        p = self.policy
+        if p.swa_groups:
+            return sum(self.held(g) for g in running)
+        b, ratio = p.block_tokens, self.ratio
+        clip = p.reserve_clip_tokens if p.reserve_clip_tokens is not None else math.inf
+        ceil = math.ceil
+        if b == 1:
+            return sum(g.kv_tokens + 1 + ceil(ratio * min(max(g.max_new - len(g.output), 0), clip)) for g in running)
+        return b * sum(
+            -(-(g.kv_tokens + 1 + ceil(ratio * min(max(g.max_new - len(g.output), 0), clip))) // b) for g in running
+        )
+
+    def grown_total(self, running: Sequence[R]) -> int:
+        """Σ ``kv(g, 1 if g decodes else 0)`` over ``running``: the KV they hold once this step's
+        decodes add a token each (``_make_room``); in one expression without sliding-window
+        groups, as ``held_total``."""
+        p = self.policy
+        if p.swa_groups:
+            return sum(self.kv(g, g.prefill_left == 0) for g in running)
+        b = p.block_tokens
+        if b == 1:
+            return sum(g.kv_tokens + (g.prefill_left == 0) for g in running)
+        return b * sum(-(-(g.kv_tokens + (g.prefill_left == 0)) // b) for g in running)
+
     def used(self, running: Sequence[R]) -> int:
         """KV in use (reserves left out): what the engine's usage gauge shows."""
         return sum(self.kv(g) for g in running)
@@ -305,7 +334,7 @@ class Scheduler(Generic[R]):
         p = self.policy
         if not waiting:  # nothing to admit: the KV held is not needed (a decode step's usual case)
             return budget
-        held = sum(self.held(g) for g in running)
+        held = self.held_total(running)
         most = 1 if p.idle_admits_first and self.idle_since_last_step and not running else None
         for gen in self._ordered(waiting, engine):
             if budget <= 0 or (p.max_running is not None and len(running) >= p.max_running):
@@ -349,7 +378,7 @@ class Scheduler(Generic[R]):
         if self.policy.reserve_floor >= 1 and self.policy.reserve_ratio >= 1:
             return
         grow = [g for g in running if g.prefill_left == 0]
-        need = sum(self.kv(g, g.prefill_left == 0) for g in running)
+        need = self.grown_total(running)
         while need > self.capacity and len(running) > 1:
             victim = self._victim(running)
             need -= self.kv(victim, victim in grow)
