@@ -119,10 +119,14 @@ def test_client_delay_histogram_quantiles_are_within_a_tenth_of_a_percent_above(
 
     rng = random.Random(7)
     delays = [int(rng.lognormvariate(13, 1.5)) for _ in range(20_000)] + [200, -5]  # ns; some under 1 us
+    delays += [5 * 10**12]  # past the last bucket (over 1,000 s)
     hist = DelayHistogram()
-    hist.extend(delays)
+    hist.BATCH = 1_000  # several batches counted
+    hist.extend(delays[:15_000])
+    for d in delays[15_000:]:
+        hist.add(d)
     ordered = sorted(delays)
-    for q in (0.5, 0.99):
+    for q in (0.5, 0.99, 1.0):
         exact_ms = ordered[math.ceil(q * len(ordered)) - 1] / 1e6
         assert exact_ms <= hist.quantile_ms(q) <= exact_ms * 1.001
     assert hist.max_ms() == max(delays) / 1e6

@@ -371,6 +371,23 @@ def test_the_circuit_breaker_halts_with_its_reason() -> None:
     assert stop.reason == stop.halt_reason and not stop.interrupted
 
 
+def test_an_entry_that_cannot_start_halts_the_run_with_the_cause() -> None:
+    """A session's start is made at its release (no coroutine around it): one that raises (a
+    bug of ours) halts the run naming the cause, and nothing after it is sent."""
+    clock = VirtualClock()
+    client = FakeClient(clock, answer_ms=10)
+    stop = StopConditions(clock=clock.monotonic)
+    d, sink = dispatcher(clock, client, stop)
+
+    def broken(_out: Outgoing | None, _due: int) -> Any:
+        raise KeyError("no such agent")
+
+    out = sends(d, [("a", 0), ("late", 50)])
+    asyncio.run(d.run([out[0], Scheduled(10 * MS, broken), out[1]]))
+    assert stop.halt_reason is not None and "no such agent" in stop.halt_reason
+    assert [r.identity.request_id for r in sink.records] == ["a"]
+
+
 class BrokenSink(RecordBuffer):
     def write(self, record: RequestRecord) -> None:
         self.rows_lost += 1

@@ -128,9 +128,17 @@ class AgentRun:
         self.records = 0
         self.cancelled = False
 
-    async def run(self, start_perf_ns: int, on_end: Callable[[AgentRun], object] | None = None) -> None:
-        """Run the plan from ``start_perf_ns``; ``on_end(self)`` once it has ended, however it
-        ended (the source's count of sessions: no coroutine of its own around this one)."""
+    async def run(
+        self,
+        start_perf_ns: int,
+        on_start: Callable[[], object] | None = None,
+        on_end: Callable[[AgentRun], object] | None = None,
+    ) -> None:
+        """Run the plan from ``start_perf_ns``: ``on_start()`` as it starts and ``on_end(self)``
+        once it has ended, however it ended (the source's count of sessions, with no coroutine
+        of its own around this one)."""
+        if on_start is not None:
+            on_start()
         warm = self._enter_history() if self.plan.history else []
         roots = [n for n in self.template.order if self._deps[n] == 0 and n not in self.state]
         for n in roots:

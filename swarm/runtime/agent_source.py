@@ -135,11 +135,10 @@ class _AgentsRun:
     def _starter(self, agent_id: int) -> Callable[[Outgoing | None, int], Coroutine[Any, Any, None]]:
         def start(_out: Outgoing | None, due_perf_ns: int) -> Coroutine[Any, Any, None]:
             """The session's start, at its release: the agent's own run is the task (no
-            coroutine of this one held for each agent)."""
-            self.d.session_started()
+            coroutine of this one held for each agent); counted started when it runs."""
             self._started.add(agent_id)
             agent = self._prepared.pop(agent_id, None) or AgentRun(self.workload.agent(agent_id), self.env)
-            return agent.run(due_perf_ns, on_end=self._ended)
+            return agent.run(due_perf_ns, on_start=self.d.session_started, on_end=self._ended)
 
         return start
 

@@ -627,7 +627,14 @@ class _Release:
             if self._waits_for_preparation(entry) and j not in self.prepared:
                 d.spawn(self.start_entry(j, entry_due))  # its preparation fell behind: waits for it
             else:  # no coroutine of the release's own around the entry's: a frame less an agent
-                d.spawn(entry.run(self.prepared.pop(j) if self._waits_for_preparation(entry) else None, entry_due))
+                out = self.prepared.pop(j) if self._waits_for_preparation(entry) else None
+                try:
+                    started = entry.run(out, entry_due)
+                except Exception as exc:  # a bug of ours: the run stops with it as its reason
+                    log.error("schedule entry %d failed to start", j, exc_info=exc)
+                    d.stop.halt(f"internal error starting schedule entry {j}: {exc!r}")
+                    return
+                d.spawn(started)
             if (event := self.released.pop(j, None)) is not None:
                 event.set()
             self.next += 1

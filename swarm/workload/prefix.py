@@ -15,6 +15,7 @@ Workload's prompt tokens give
 from __future__ import annotations
 
 import hashlib
+import sys
 from array import array
 from collections.abc import Hashable, Sequence
 from typing import TypeAlias, Union
@@ -81,7 +82,8 @@ def _held_ids(ids: array) -> array:
     narrower ids as they are."""
     if ids.itemsize != 8:
         return ids
-    return array("I", memoryview(ids).cast("B").cast("I")[::2].tobytes())
+    low = 0 if sys.byteorder == "little" else 1  # which half of each 8 bytes is the low one
+    return array("I", memoryview(ids).cast("B").cast("I")[low::2].tobytes())
 
 
 class PrefixIndex:
