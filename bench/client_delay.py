@@ -55,7 +55,7 @@ class DelayHistogram:
     RATIO = 1.001
     FLOOR_NS = 1_000
     BUCKETS = math.ceil(math.log(1e12 / FLOOR_NS) / math.log(RATIO)) + 2
-    BATCH = 65_536
+    BATCH = 8_192
 
     def __init__(self) -> None:
         import numpy as np
