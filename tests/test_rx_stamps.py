@@ -1,15 +1,17 @@
 """Kernel receive stamps: a late event loop does not move TTFT, and the record says how late it was.
 
 The emulator runs as its own process in ``fixed`` timing (first token 20 ms after a request,
-then one every 15 ms) with ``--stamp-chunks``: every content event carries the emulator's
+then one every 40 ms) with ``--stamp-chunks``: every content event carries the emulator's
 write time on CLOCK_MONOTONIC, which the client's ``perf_counter_ns`` shares. swarm's HTTP/1.1
 client reads with ``recvmsg`` and the kernel's ``SO_TIMESTAMPNS``; what must hold:
 
 - every read of a response comes with a kernel stamp (no read falls back to user time);
-- with ``receive_clock`` ``watched`` and the event loop blocked on purpose for 60 ms from 5 ms
+- with ``receive_clock`` ``watched`` and the event loop blocked on purpose for 150 ms from 5 ms
   after the send (the first token and two more events arrive meanwhile), the first token is
   still dated within 1 ms of the emulator's write, and the record shows the block as the
-  client's lag for it;
+  client's lag for it. The watcher thread must run between the first token's arrival and the
+  second's: the 40 ms between them leave room for a busy machine's scheduler (CI's first run
+  of a 15 ms gap once woke it 27 ms late), and a late wake is tried again, twice at most;
 - with ``kernel`` alone the same block leaves the first token dated between the emulator's
   write and the client's read (TCP merged it with the events after it: the last one's stamp);
 - with ``user`` the block moves TTFT, and the record says which clock timed it.
@@ -30,8 +32,8 @@ from swarm.engines.registry import get_engine
 from swarm.record import RequestRecord
 from swarm.request import ChatMessage, EngineRequest
 
-FIRST_MS, ITL_MS, TOKENS = 20, 15, 8
-BLOCK_FROM_S, BLOCK_S = 0.005, 0.060
+FIRST_MS, ITL_MS, TOKENS = 20, 40, 6
+BLOCK_FROM_S, BLOCK_S = 0.005, 0.150
 MS = 1_000_000
 
 
@@ -79,7 +81,7 @@ def test_every_read_of_a_response_has_a_kernel_stamp(emulator_url: str) -> None:
         return got
 
     got = asyncio.run(reads())
-    assert len(got) >= TOKENS  # one read per event at least, 15 ms apart
+    assert len(got) >= TOKENS  # one read per event at least, 40 ms apart
     assert all(lag >= 0 for _, lag in got), got  # -1: a read timed in user space
     record, _ = asyncio.run(_send(emulator_url, "kernel", block=False))
     assert record.ok and record.clock == "kernel"
@@ -89,6 +91,7 @@ def test_every_read_of_a_response_has_a_kernel_stamp(emulator_url: str) -> None:
 
 
 def test_a_blocked_loop_does_not_move_the_first_token(emulator_url: str) -> None:
+    missed: list[list[int]] = []
     for attempt in range(3):  # a very busy machine may answer outside the block: send again
         record, (sent, start, end) = asyncio.run(_send(emulator_url, "watched", block=True, i=attempt))
         assert record.ok and record.clock == "kernel", record.error
@@ -97,10 +100,14 @@ def test_a_blocked_loop_does_not_move_the_first_token(emulator_url: str) -> None
         first_write = first_read - delays[0]  # the emulator's write of it
         if not start < first_write < end - 2 * ITL_MS * MS:  # it, and more events, in the block
             continue
-        assert 0 <= delays[0] <= 1 * MS, delays[:4]  # TTFT within 1 ms of the emulator's stamp
+        if delays[0] > 1 * MS:  # the watcher's thread woke after the next event had merged in
+            missed.append(delays[:4])
+            continue
+        assert delays[0] >= 0  # TTFT within 1 ms of the emulator's stamp
         # the block shows as the client's own lag: it read the first token after the block
         assert record.chunk_lag_ns[0] >= end - first_read - 1 * MS >= 10 * MS
         return
+    assert not missed, f"the first token took a later event's stamp: {missed}"
     pytest.fail("the first token never arrived inside the loop's block")
 
 
