@@ -18,6 +18,8 @@ class Row:
     ratio: float | None = None
     target: str | None = None
     met: bool | None = None
+    #: why a target is not met, where the bench can tell (printed under the table)
+    note: str | None = None
 
 
 def invalid_because(
@@ -83,6 +85,9 @@ def print_rows(rows: list[Row], as_json: bool) -> None:
         )
         if j == 0:
             print("  ".join("-" * w for w in widths))
+    for r in rows:
+        if r.note:
+            print(f"  {r.case}: {r.note}")
     sys.stdout.flush()
 
 

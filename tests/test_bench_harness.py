@@ -29,7 +29,7 @@ def test_bench_json_rows_have_the_tracked_fields() -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     rows = json.loads(out.stdout)
     assert rows and all(
-        set(r) == {"case", "figure", "unit", "baseline", "ratio", "target", "met"} for r in rows
+        set(r) == {"case", "figure", "unit", "baseline", "ratio", "target", "met", "note"} for r in rows
     )
     assert rows[0]["figure"] > 0 and isinstance(rows[0]["met"], bool)
 
@@ -100,6 +100,24 @@ def test_client_delay_with_failed_requests_is_not_met() -> None:
     assert [(r.case.split(": ")[-1], r.met) for r in held] == [
         ("memory per agent", False), ("TTFT p99", True), ("ITL p99", True)
     ]
+
+
+def test_a_missed_delay_target_says_by_how_much_and_whether_the_core_was_full() -> None:
+    """A p99 over its target carries a note: how many times the target, and, where the
+    client's core was over 80 % busy, the CPU a request may take at the run's rate against what
+    it took; a met one carries none."""
+    from bench.client_delay import delay_rows
+
+    res = {"requests": 8000.0, "ok": 8000.0, "expected": 8000.0, "ttft_p50": 0.1, "ttft_p99": 30.0,
+           "ttft_max": 50.0, "itl_p50": 0.1, "itl_p99": 0.5, "itl_max": 2.0, "busy": 0.96,
+           "requests_per_s": 2000.0, "cpu_ms_per_request": 0.96}  # fmt: skip
+    ttft, itl = (r for r in delay_rows(2000, "steady_agent", res) if r.target is not None)
+    assert itl.met and itl.note is None
+    assert not ttft.met and ttft.note is not None
+    # 30 ms against 1 ms; at 2,000 requests/s, 80 % of a core is 0.40 ms a request: 0.96 is 2.4x
+    assert ttft.note.startswith("30.0x the target") and "0.40 ms" in ttft.note and "(2.4x)" in ttft.note
+    (calm,) = (r for r in delay_rows(2000, "steady_agent", {**res, "busy": 0.3}) if r.target and not r.met)
+    assert calm.note is not None and "not saturated" in calm.note
 
 
 def test_a_case_without_its_data_prints_a_skipped_row(tmp_path: Path) -> None:

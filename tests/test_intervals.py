@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from swarm.analysis.compare import compare
-from swarm.analysis.intervals import FIGURES, MIN_UNITS, Units, figure_interval
+from swarm.analysis.intervals import FIGURES, MIN_UNITS, Units, figure_interval, target_intervals
 from swarm.analysis.report import build_run_report, load_run
 from swarm.emulator.http_server import EmulatorThread
 from swarm.launch import execute_run
@@ -113,6 +113,20 @@ def test_repeats_are_told_apart_in_rates_and_sessions(tmp_path: Path) -> None:
     assert interval is not None and interval.low <= rate <= interval.high and interval.high - interval.low < 0.02 * rate
     drawn = Units(run.rows_of("a")).take(np.array([0, 0, 1]))
     assert len(set(drawn["repeat"].to_pylist())) == 3
+
+
+def test_every_figure_drawn_together_has_the_interval_it_has_alone(tmp_path: Path) -> None:
+    """A report draws each resample once for all its figures, on the columns they read: every
+    figure is what it is on all the columns, and its interval the one it gets drawn alone."""
+    run = load_run(hand_run(tmp_path / "run", {"a": [100, 130, 90]}, noise_ms=20.0))
+    rows = run.rows_of("a")
+    slim = Units(rows).table
+    assert "parent_nodes" in rows.column_names and "parent_nodes" not in slim.column_names
+    assert {name: stat(slim) for name, stat in FIGURES.items()} == {name: stat(rows) for name, stat in FIGURES.items()}
+    together = target_intervals(rows)
+    alone = {name: figure_interval(rows, stat) for name, stat in FIGURES.items()}
+    assert together == {name: i for name, i in alone.items() if i is not None}
+    assert {"ITL p50", "ITL p99", "output tokens/s"} <= set(together)
 
 
 def test_cli_compare_prints_the_intervals_and_calls_the_tie(tmp_path: Path) -> None:

@@ -125,7 +125,9 @@ def test_the_wheel_installs_into_a_fresh_venv_and_runs(tmp_path: Path) -> None:
     assert version.returncode == 0 and re.fullmatch(r"swarm \d+\.\d+\.\d+\S*\n", version.stdout)
 
     run = subprocess.run(
-        [swarm_cmd, "run", "--agents", "20", "--executor", "inprocess", "--output", str(tmp_path / "runs"),
+        # the emulators answer at once (zero timing): what is tested is the installed package
+        [swarm_cmd, "run", "--agents", "20", "--profile", "tree_of_thought", "--emulator-arg=--timing",
+         "--emulator-arg=zero", "--duration", "5", "--executor", "inprocess", "--output", str(tmp_path / "runs"),
          "--no-progress", "--json"],
         cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300,
     )  # fmt: skip

@@ -55,13 +55,32 @@ def _completion_p50(t: pa.Table) -> float | None:
     return _pct(m.sessions(t)["completion_ms"], 50) if "session_id" in t.column_names else None
 
 
+class _LastITL:
+    """``metrics.itl_ms`` of the table it was last asked about (held, so its identity stays
+    its own): ITL p50 and p99 of one draw split its chunk lists once."""
+
+    def __init__(self) -> None:
+        self._table: pa.Table | None = None
+        self._values = np.zeros(0)
+
+    def __call__(self, table: pa.Table) -> np.ndarray:
+        if table is not self._table:
+            self._table, self._values = table, m.itl_ms(table)
+        return self._values
+
+    def forget(self) -> None:
+        self._table, self._values = None, np.zeros(0)
+
+
+_itl = _LastITL()
+
 #: name (as ``compare.DIMENSIONS`` names it) -> the figure of a table
 FIGURES: dict[str, Stat] = {
-    "output tokens/s": lambda t: m.throughput(t)["output_tokens_per_s"],
+    "output tokens/s": m.output_tokens_per_s,
     "TTFT p50, all calls": lambda t: _pct(m.ttft_ms(t), 50),
     "TTFT p99, all calls": lambda t: _pct(m.ttft_ms(t), 99),
-    "ITL p50": lambda t: _pct(m.itl_ms(t), 50),
-    "ITL p99": lambda t: _pct(m.itl_ms(t), 99),
+    "ITL p50": lambda t: _pct(_itl(t), 50),
+    "ITL p99": lambda t: _pct(_itl(t), 99),
     "E2E p50": lambda t: _pct(m.e2e_ms(t), 50),
     "agent task completion p50": _completion_p50,
     "cache hit ratio": lambda t: m.cache(t)["hit_ratio"],
@@ -85,12 +104,20 @@ class Interval:
         return {"low": self.low, "high": self.high, "units": self.units, "n": self.n}
 
 
+#: the columns ``FIGURES`` read: a draw copies these alone (the rest, lists of parents and
+#: client lags among them, would be copied ``RESAMPLES`` times for nothing)
+FIGURE_COLUMNS = frozenset({
+    "status", "sent_ns", "ttft_ns", "e2e_ns", "chunk_ns", "prompt_tokens", "completion_tokens",
+    "cached_tokens", "prompt_tokens_est", "ideal_cached_tokens_est", "session_id", "repeat",
+})  # fmt: skip
+
+
 class Units:
     """One target's rows grouped by unit (see the module docstring): ``keys`` and, per key, the
-    positions of its rows."""
+    positions of its rows (``table``: the rows, their ``FIGURE_COLUMNS`` only)."""
 
     def __init__(self, table: pa.Table) -> None:
-        self.table = table
+        self.table = table.select([c for c in table.column_names if c in FIGURE_COLUMNS])
         reps = m.repeats(table)
         if reps is not None:
             self.kind, labels = "repeats", reps.astype(object)
@@ -142,13 +169,35 @@ def percentile_interval(values: list[float], kind: str, n: int) -> Interval | No
 
 def figure_interval(table: pa.Table, stat: Stat, units: Units | None = None) -> Interval | None:
     """The 95 % interval of ``stat`` over ``table``'s units (None: too few units)."""
+    return figure_intervals(table, {"figure": stat}, units).get("figure")
+
+
+def figure_intervals(table: pa.Table, stats: dict[str, Stat], units: Units | None = None) -> dict[str, Interval]:
+    """The 95 % interval of each of ``stats`` over ``table``'s units, those with one (none with
+    too few units). Every figure is computed on the same draws (one generator seeded by
+    ``SEED``: each figure's interval is the one it would get alone), so each draw's rows are
+    copied once for all of them."""
     units = units or Units(table)
     n = len(units)
     if n < MIN_UNITS:
-        return None
+        return {}
     rng = np.random.default_rng(SEED)
-    values = [stat(units.take(rng.integers(0, n, n))) for _ in range(RESAMPLES)]
-    return percentile_interval([v for v in values if v is not None], units.kind, n)
+    values: dict[str, list[float]] = {name: [] for name in stats}
+    try:
+        for _ in range(RESAMPLES):
+            drawn = units.take(rng.integers(0, n, n))
+            for name, stat in stats.items():
+                value = stat(drawn)
+                if value is not None:
+                    values[name].append(value)
+    finally:
+        _itl.forget()
+    out = {}
+    for name, kept in values.items():
+        interval = percentile_interval(kept, units.kind, n)
+        if interval is not None:
+            out[name] = interval
+    return out
 
 
 def _ratio(leader: float, runner_up: float, better: str) -> float:
@@ -185,10 +234,4 @@ def ratio_interval(
 def target_intervals(table: pa.Table) -> dict[str, Interval]:
     """Every figure of ``FIGURES`` with its interval, for one target's rows (those with none
     left out)."""
-    units = Units(table)
-    out = {}
-    for name, stat in FIGURES.items():
-        interval = figure_interval(table, stat, units)
-        if interval is not None:
-            out[name] = interval
-    return out
+    return figure_intervals(table, FIGURES)

@@ -244,6 +244,15 @@ def output_token_times(table: pa.Table, origin: int) -> tuple[np.ndarray, np.nda
     return np.repeat(sent, n) + flat, np.repeat(share, n)
 
 
+def output_tokens_per_s(table: pa.Table) -> float | None:
+    """Σ ``completion_tokens`` of ok rows / span (``span_s``): ``throughput``'s
+    ``output_tokens_per_s`` without its peak window."""
+    span = span_s(table)
+    ok = ok_rows(table)
+    completion = float(np.nansum(_num(ok, "completion_tokens"))) if ok.num_rows else 0.0
+    return completion / span if span else None
+
+
 def throughput(table: pa.Table, window_s: float = 1.0) -> dict[str, float | None]:
     """Token throughput of a table.
 
