@@ -55,36 +55,29 @@ def _completion_p50(t: pa.Table) -> float | None:
     return _pct(m.sessions(t)["completion_ms"], 50) if "session_id" in t.column_names else None
 
 
-class _LastITL:
-    """``metrics.itl_ms`` of the table it was last asked about (held, so its identity stays
-    its own): ITL p50 and p99 of one draw split its chunk lists once."""
-
-    def __init__(self) -> None:
-        self._table: pa.Table | None = None
-        self._values = np.zeros(0)
-
-    def __call__(self, table: pa.Table) -> np.ndarray:
-        if table is not self._table:
-            self._table, self._values = table, m.itl_ms(table)
-        return self._values
-
-    def forget(self) -> None:
-        self._table, self._values = None, np.zeros(0)
-
-
-_itl = _LastITL()
-
 #: name (as ``compare.DIMENSIONS`` names it) -> the figure of a table
 FIGURES: dict[str, Stat] = {
     "output tokens/s": m.output_tokens_per_s,
     "TTFT p50, all calls": lambda t: _pct(m.ttft_ms(t), 50),
     "TTFT p99, all calls": lambda t: _pct(m.ttft_ms(t), 99),
-    "ITL p50": lambda t: _pct(_itl(t), 50),
-    "ITL p99": lambda t: _pct(_itl(t), 99),
+    "ITL p50": lambda t: _pct(m.itl_ms(t), 50),
+    "ITL p99": lambda t: _pct(m.itl_ms(t), 99),
     "E2E p50": lambda t: _pct(m.e2e_ms(t), 50),
     "agent task completion p50": _completion_p50,
     "cache hit ratio": lambda t: m.cache(t)["hit_ratio"],
     "error rate": lambda t: m.errors(t)["error_rate"],
+}
+
+
+#: the figures that are a percentile of values each row gives alone (a TTFT, an E2E, the ITLs
+#: within a row): on a draw, its units' values laid end to end are the drawn rows' values, so a
+#: unit's are found once, not on every draw; name -> (the values of a table, the percentile)
+POOLED: dict[str, tuple[Callable[[pa.Table], np.ndarray], float]] = {
+    "TTFT p50, all calls": (m.ttft_ms, 50),
+    "TTFT p99, all calls": (m.ttft_ms, 99),
+    "ITL p50": (m.itl_ms, 50),
+    "ITL p99": (m.itl_ms, 99),
+    "E2E p50": (m.e2e_ms, 50),
 }
 
 
@@ -137,6 +130,13 @@ class Units:
     def __len__(self) -> int:
         return len(self.keys)
 
+    def values(self, of: Callable[[pa.Table], np.ndarray]) -> list[np.ndarray]:
+        """``of`` each unit's rows, in the order of ``keys``."""
+        return [
+            of(self.table.take(pa.array(self._order[start : start + length])))
+            for start, length in zip(self._starts.tolist(), self._lengths.tolist(), strict=True)
+        ]
+
     def take(self, picks: np.ndarray) -> pa.Table:
         """The rows of the picked units (by position in ``keys``), a unit picked twice twice and
         each pick a unit of its own (its repeat, or its session id, renamed by its place among
@@ -175,23 +175,30 @@ def figure_interval(table: pa.Table, stat: Stat, units: Units | None = None) -> 
 def figure_intervals(table: pa.Table, stats: dict[str, Stat], units: Units | None = None) -> dict[str, Interval]:
     """The 95 % interval of each of ``stats`` over ``table``'s units, those with one (none with
     too few units). Every figure is computed on the same draws (one generator seeded by
-    ``SEED``: each figure's interval is the one it would get alone), so each draw's rows are
-    copied once for all of them."""
+    ``SEED``: each figure's interval is the one it would get alone), each draw's rows copied
+    once for all of them; a figure of ``POOLED`` is the percentile of its units' own values laid
+    end to end, found once per unit."""
     units = units or Units(table)
     n = len(units)
     if n < MIN_UNITS:
         return {}
+    pooled = {name: POOLED[name] for name, stat in stats.items() if name in POOLED and stat is FIGURES.get(name)}
+    per_unit = {of: units.values(of) for of, _ in pooled.values()}
+    drawn_rows = [name for name in stats if name not in pooled]
     rng = np.random.default_rng(SEED)
     values: dict[str, list[float]] = {name: [] for name in stats}
-    try:
-        for _ in range(RESAMPLES):
-            drawn = units.take(rng.integers(0, n, n))
-            for name, stat in stats.items():
-                value = stat(drawn)
-                if value is not None:
-                    values[name].append(value)
-    finally:
-        _itl.forget()
+    for _ in range(RESAMPLES):
+        picks = rng.integers(0, n, n)
+        laid = {of: np.concatenate([held[i] for i in picks.tolist()]) for of, held in per_unit.items()}
+        for name, (of, q) in pooled.items():
+            value = _pct(laid[of], q)
+            if value is not None:
+                values[name].append(value)
+        drawn = units.take(picks) if drawn_rows else None
+        for name in drawn_rows:
+            value = stats[name](drawn)
+            if value is not None:
+                values[name].append(value)
     out = {}
     for name, kept in values.items():
         interval = percentile_interval(kept, units.kind, n)
