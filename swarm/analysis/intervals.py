@@ -207,6 +207,16 @@ def figure_intervals(table: pa.Table, stats: dict[str, Stat], units: Units | Non
     return out
 
 
+def _drawn_figure(units: Units, stat: Stat) -> Callable[[np.ndarray], float | None]:
+    """``stat`` of the units picked by a draw: over their values laid end to end for a figure
+    of ``POOLED``, else on their rows."""
+    for name, (of, q) in POOLED.items():
+        if FIGURES.get(name) is stat:
+            held = units.values(of)
+            return lambda picks: _pct(np.concatenate([held[i] for i in picks.tolist()]), q)
+    return lambda picks: stat(units.take(picks))
+
+
 def _ratio(leader: float, runner_up: float, better: str) -> float:
     """``compare.lead``'s ratio: the runner-up over the leader when lower is better, else the
     leader over the runner-up."""
@@ -226,11 +236,12 @@ def ratio_interval(
     rng = np.random.default_rng(SEED)
     paired = a.kind == b.kind and a.keys == b.keys
     where = {k: i for i, k in enumerate(b.keys)}
+    figure_a, figure_b = _drawn_figure(a, stat), _drawn_figure(b, stat)
     values: list[float] = []
     for _ in range(RESAMPLES):
         picks_a = rng.integers(0, len(a), len(a))
         picks_b = np.array([where[a.keys[i]] for i in picks_a]) if paired else rng.integers(0, len(b), len(b))
-        fa, fb = stat(a.take(picks_a)), stat(b.take(picks_b))
+        fa, fb = figure_a(picks_a), figure_b(picks_b)
         if fa is None or fb is None:
             continue
         values.append(_ratio(fa, fb, better))
