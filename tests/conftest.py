@@ -18,22 +18,6 @@ from swarm.emulator.http_server import EmulatorThread
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Modules with real-engine tests first, then those with slow tests, then the rest, each
-    group in its own order: with ``--dist loadfile --no-loadscope-reorder`` (pyproject) the two
-    processes take the longest modules first, and the suite does not end on one of them alone
-    (xdist's own order, by tests per module, put the longest last: 4-6 minutes of one process)."""
-
-    def weight(item: pytest.Item) -> int:
-        return 0 if item.get_closest_marker("engine") else 1 if item.get_closest_marker("slow") else 2
-
-    module_weight: dict[str, int] = {}
-    for item in items:
-        module = item.nodeid.split("::", 1)[0]
-        module_weight[module] = min(module_weight.get(module, 2), weight(item))
-    items.sort(key=lambda item: module_weight[item.nodeid.split("::", 1)[0]])  # stable
-
-
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[None]:
     """One local Ray for the whole session (starting one takes ~5 s and ~850 MB)."""
