@@ -79,6 +79,8 @@ POOLED: dict[str, tuple[Callable[[pa.Table], np.ndarray], float]] = {
     "ITL p99": (m.itl_ms, 99),
     "E2E p50": (m.e2e_ms, 50),
 }
+#: the same, by the figure's function in ``FIGURES``
+_POOLED_BY_STAT = {FIGURES[name]: pooled for name, pooled in POOLED.items()}
 
 
 @dataclass(frozen=True)
@@ -182,7 +184,7 @@ def figure_intervals(table: pa.Table, stats: dict[str, Stat], units: Units | Non
     n = len(units)
     if n < MIN_UNITS:
         return {}
-    pooled = {name: POOLED[name] for name, stat in stats.items() if name in POOLED and stat is FIGURES.get(name)}
+    pooled = {name: _POOLED_BY_STAT[stat] for name, stat in stats.items() if stat in _POOLED_BY_STAT}
     per_unit = {of: units.values(of) for of, _ in pooled.values()}
     drawn_rows = [name for name in stats if name not in pooled]
     rng = np.random.default_rng(SEED)
@@ -210,10 +212,10 @@ def figure_intervals(table: pa.Table, stats: dict[str, Stat], units: Units | Non
 def _drawn_figure(units: Units, stat: Stat) -> Callable[[np.ndarray], float | None]:
     """``stat`` of the units picked by a draw: over their values laid end to end for a figure
     of ``POOLED``, else on their rows."""
-    for name, (of, q) in POOLED.items():
-        if FIGURES.get(name) is stat:
-            held = units.values(of)
-            return lambda picks: _pct(np.concatenate([held[i] for i in picks.tolist()]), q)
+    if stat in _POOLED_BY_STAT:
+        of, q = _POOLED_BY_STAT[stat]
+        held = units.values(of)
+        return lambda picks: _pct(np.concatenate([held[i] for i in picks.tolist()]), q)
     return lambda picks: stat(units.take(picks))
 
 
