@@ -128,16 +128,20 @@ class Units:
         self._order = order
         self._starts = starts.astype(np.int64)
         self._lengths = np.diff(np.append(self._starts, len(order))).astype(np.int64)
+        self._values: dict[Callable[[pa.Table], np.ndarray], list[np.ndarray]] = {}
 
     def __len__(self) -> int:
         return len(self.keys)
 
     def values(self, of: Callable[[pa.Table], np.ndarray]) -> list[np.ndarray]:
-        """``of`` each unit's rows, in the order of ``keys``."""
-        return [
-            of(self.table.take(pa.array(self._order[start : start + length])))
-            for start, length in zip(self._starts.tolist(), self._lengths.tolist(), strict=True)
-        ]
+        """``of`` each unit's rows, in the order of ``keys`` (found once for each ``of``)."""
+        held = self._values.get(of)
+        if held is None:
+            held = self._values[of] = [
+                of(self.table.take(pa.array(self._order[start : start + length])))
+                for start, length in zip(self._starts.tolist(), self._lengths.tolist(), strict=True)
+            ]
+        return held
 
     def take(self, picks: np.ndarray) -> pa.Table:
         """The rows of the picked units (by position in ``keys``), a unit picked twice twice and
@@ -184,21 +188,15 @@ def figure_intervals(table: pa.Table, stats: dict[str, Stat], units: Units | Non
     n = len(units)
     if n < MIN_UNITS:
         return {}
-    pooled = {name: _POOLED_BY_STAT[stat] for name, stat in stats.items() if stat in _POOLED_BY_STAT}
-    per_unit = {of: units.values(of) for of, _ in pooled.values()}
-    drawn_rows = [name for name in stats if name not in pooled]
+    pooled = {name: _drawn_figure(units, stat) for name, stat in stats.items() if stat in _POOLED_BY_STAT}
+    on_rows = any(name not in pooled for name in stats)
     rng = np.random.default_rng(SEED)
     values: dict[str, list[float]] = {name: [] for name in stats}
     for _ in range(RESAMPLES):
         picks = rng.integers(0, n, n)
-        laid = {of: np.concatenate([held[i] for i in picks.tolist()]) for of, held in per_unit.items()}
-        for name, (of, q) in pooled.items():
-            value = _pct(laid[of], q)
-            if value is not None:
-                values[name].append(value)
-        drawn = units.take(picks) if drawn_rows else None
-        for name in drawn_rows:
-            value = stats[name](drawn)
+        drawn = units.take(picks) if on_rows else None
+        for name, stat in stats.items():
+            value = pooled[name](picks) if name in pooled else stat(drawn)
             if value is not None:
                 values[name].append(value)
     out = {}
