@@ -9,6 +9,7 @@ without importing the client package (aiohttp, the HTTP/1.1 client, the dialects
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +45,11 @@ class EngineRequest:
     #: Keep the prompt parts and the output text in the record (``--record-text``, or an agent
     #: that feeds real outputs to its children).
     keep_text: bool = False
+    #: the prompt's tokens as the sender holds them, the ids of its messages' whitespace words
+    #: in order (``swarm.token_ids``), given only to a client that reads them
+    #: (``EngineClient.reads_token_ids``: a simulated twin, which then need not tokenise the
+    #: text again); None: not given
+    prompt_ids: array[int] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)

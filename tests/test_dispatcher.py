@@ -76,6 +76,7 @@ class FakeClient:
 
     target = "t"
     profile: Any = None
+    reads_token_ids = False
 
     def __init__(self, clock: VirtualClock, answer_ms: float = 0.0, status: Status = Status.OK) -> None:
         self.clock = clock

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from swarm.emulator.config import EmulatorConfig
 from swarm.emulator.engine_model import EngineModel, Generation, PromptTooLong
 from swarm.emulator.scheduler import Scheduler, SchedulerPolicy
+from swarm.token_ids import TokenIds, word_ids
 
 STEP_MS = 4.0
 
@@ -92,8 +93,9 @@ def simulate(arrivals: list[Arrival], **config: Any) -> Sim:
     return sim
 
 
-def tokens(tag: str, n: int) -> list[str]:
-    return [f"{tag}{i}" for i in range(n)]
+def tokens(tag: str, n: int) -> TokenIds:
+    """``n`` distinct words of ``tag`` as the engine model holds them: their ids."""
+    return word_ids([f"{tag}{i}" for i in range(n)])
 
 
 # --- SGLang ------------------------------------------------------------------------------------
@@ -308,7 +310,7 @@ def test_vllm_running_requests_take_their_blocks_from_the_cached_ones() -> None:
 
     def c_cached(c_at_s: float) -> int:
         x, y = tokens("x", 384), tokens("y", 484)
-        arrivals = [Arrival(0.0, [*x, "end"], 1), Arrival(1.0, y, 600), Arrival(c_at_s, [*x, "again"], 1)]
+        arrivals = [Arrival(0.0, [*x, *tokens("end", 1)], 1), Arrival(1.0, y, 600), Arrival(c_at_s, [*x, *tokens("again", 1)], 1)]
         sim = simulate(arrivals, engine="vllm", cache_capacity_tokens=6 * 128)
         return sim.gens[2].cached_tokens
 

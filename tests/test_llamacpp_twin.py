@@ -22,14 +22,15 @@ from swarm.emulator.http_server import EmulatorThread
 from swarm.emulator.slot_cache import SlotCache
 from swarm.sweep import curves as sc
 from swarm.sweep.compare import errors_against_first
+from swarm.token_ids import TokenIds
 
 
-def run_one(cache: SlotCache, prompt: list[str], output: list[str] = ()) -> int:  # type: ignore[assignment]
+def run_one(cache: SlotCache, prompt: TokenIds, output: TokenIds | None = None) -> int:
     """One request through ``cache`` as the engine model drives it: its cached tokens."""
     cached = cache.match(prompt)
     handle = cache.lock(prompt)
     cache.unlock(handle)
-    cache.insert(list(prompt) + list(output))
+    cache.insert(prompt + output if output is not None else prompt)
     return cached
 
 
@@ -103,7 +104,7 @@ def test_ram_keeps_its_newest_entries_within_its_room() -> None:
     cache = SlotCache(1, ram_tokens=500, cache_idle_slots=False)
     for tag in "abc":
         run_one(cache, tokens(tag, 300))
-    assert [e.tokens[0] for e in cache.ram] == ["b0"]  # a went to make room for b
+    assert [e.tokens[0] for e in cache.ram] == [tokens("b", 1)[0]]  # a went to make room for b
 
 
 def test_requests_past_the_slots_wait_first_come_first_served() -> None:

@@ -74,7 +74,7 @@ def test_an_index_refuses_a_second_kind_of_tokens() -> None:
 
 
 def test_the_word_id_cache_is_bounded_and_ids_stay_the_same(monkeypatch: object) -> None:
-    import swarm.workload.tokenizer as tok
+    import swarm.token_ids as tok
 
     words = [f"w{i}" for i in range(50)]
     expected = list(tok.word_ids(words))

@@ -45,7 +45,7 @@ def test_a_hit_never_covers_a_prompts_last_token() -> None:
     seq = tokens("s", 16)
     cache.insert(seq)
     assert cache.match(seq) == 12  # 3 blocks, not 4
-    assert cache.match([*seq, "x"]) == 12
+    assert cache.match([*seq, *tokens("x", 1)]) == 12
 
 
 def test_without_sliding_layers_the_block_cache_is_unchanged() -> None:
@@ -76,7 +76,7 @@ def test_a_request_frees_its_out_of_window_blocks_when_it_has_computed_them() ->
     assert held.swa_at == [4, 5]
     assert cache.size_blocks == 6 + 2 * 6 - 2 * 3 + 2 + 2 * 1  # blocks 0-2 uncached; the finished one: 2 blocks, its tail
     cache.evict(1)  # the oldest free part: the finished one's tail, not block 3's freed after it
-    assert cache.match([*finished, "x"]) == 0 and cache.match([*running, "x"]) == 20
+    assert cache.match([*finished, *tokens("x", 1)]) == 0 and cache.match([*running, *tokens("x", 1)]) == 20
 
 
 def test_a_prompt_that_lost_its_tail_computes_its_sliding_parts_anew() -> None:
@@ -104,10 +104,10 @@ def test_a_prompt_that_lost_its_tail_computes_its_sliding_parts_anew() -> None:
     assert cache.size_blocks == 8 + 2 * 5 + 5
     cache.unlock(held)
     assert cache.size_blocks == 8 + 2 * 4 + 5  # block 7 is past the prompt's tail: not cached
-    assert cache.match([*longer, "x"]) == 28
+    assert cache.match([*longer, *tokens("x", 1)]) == 28
     assert cache.match([*seq[:20], *tokens("u", 8)]) == 20  # the junction serves a sibling
     cache.evict(5 * 4)  # the stale copies are the oldest: they go first
-    assert cache.size_blocks == 8 + 2 * 4 and cache.match([*longer, "x"]) == 28
+    assert cache.size_blocks == 8 + 2 * 4 and cache.match([*longer, *tokens("x", 1)]) == 28
 
 
 def test_a_shared_prefix_is_hit_from_the_third_request_on() -> None:

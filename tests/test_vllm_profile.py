@@ -17,6 +17,7 @@ from swarm.emulator.tokens import PromptTokenizer
 from swarm.errors import InputError
 from swarm.runtime.cache_reset import reset_prefix_cache
 from swarm.runtime.context import ResolvedTarget
+from swarm.token_ids import word_ids
 
 
 def test_reset_prefix_cache_answers_as_vllm_does(emulator: Callable[..., EmulatorThread]) -> None:
@@ -82,9 +83,9 @@ def _word_level_tokenizer(path: Path) -> Path:
 
 def test_prompts_count_in_a_models_tokens_when_given_its_tokenizer(tmp_path: Path) -> None:
     tokens = PromptTokenizer(str(_word_level_tokenizer(tmp_path / "tokenizer.json")))
-    assert tokens.text("hello world") == ["1", "2", "3"]  # a completions prompt: with <bos>
-    assert tokens.parts(["hello", "world again"]) == ["2", "3", "4"]  # chat contents: without
-    assert PromptTokenizer().text("hello world") == ["hello", "world"]  # default: words
+    assert list(tokens.text("hello world")) == [1, 2, 3]  # a completions prompt: with <bos>
+    assert list(tokens.parts(["hello", "world again"])) == [2, 3, 4]  # chat contents: without
+    assert PromptTokenizer().text("hello world") == word_ids(["hello", "world"])  # default: words
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(InputError, match=r"not a tokenizer\.json"):
         PromptTokenizer(str(tmp_path / "bad.json"))

@@ -71,6 +71,9 @@ class EngineClient(Protocol):
     profile: Engine
     dialect: str
     model: str
+    #: whether ``send`` reads a request's ``prompt_ids`` (word ids the sender holds) in place
+    #: of tokenising its text: a sender gives them only then (a client over HTTP sends text)
+    reads_token_ids: bool
 
     def encode(self, request: EngineRequest) -> bytes:
         """The request's body, built ahead of its send (``send`` takes it as ``payload``)."""
@@ -319,6 +322,7 @@ class HttpEngineClient:
         self.dialect = check_dialect(profile, dialect or profile.default_dialect)
         self.target = target or profile.name
         self.model = model
+        self.reads_token_ids = False
         self.timeouts = timeouts or Timeouts()
         self.generate_cumulative = generate_cumulative
         #: wall clock for sent_ns; on a cluster worker it is shifted onto the driver's clock

@@ -37,7 +37,10 @@ request's sliding parts, group after group, each group's tail first
 from __future__ import annotations
 
 import heapq
+from array import array
 from collections.abc import Callable, Sequence
+
+from swarm.token_ids import TokenIds, as_token_ids
 
 _ROOT = 0
 
@@ -55,7 +58,7 @@ class _Block:
         "swa_lock",
     )
 
-    def __init__(self, key: tuple[int, tuple[str, ...]], parent: int) -> None:
+    def __init__(self, key: tuple[int, bytes], parent: int) -> None:
         self.key = key
         self.parent = parent
         self.children = 0
@@ -122,14 +125,15 @@ class BlockCache:
         self.capacity_tokens = capacity_tokens
         self.capacity_blocks = None if capacity_tokens is None else capacity_tokens // block_tokens
         self._blocks: dict[int, _Block] = {}
-        self._ids: dict[tuple[int, tuple[str, ...]], int] = {}
+        #: a block's id by its parent's and its tokens' bytes (8 a token id)
+        self._ids: dict[tuple[int, bytes], int] = {}
         self._next_id = 1
         self._tick = 0
         self.evicted_tokens = 0
         # evictable leaf blocks by last access, with lazy deletion (see RadixCache's docstring)
         self._heap: list[tuple[int, int]] = []
         #: called with the tokens from the first block to each evicted one (a host tier keeps them)
-        self.on_evict: Callable[[list[str]], object] | None = None
+        self.on_evict: Callable[[TokenIds], object] | None = None
 
     def _touch(self, bid: int) -> None:
         self._tick += 1
@@ -209,7 +213,7 @@ class BlockCache:
         (vLLM frees the blocks wholly before token ``n - swa_tokens + 1``)."""
         return max(0, n_tokens - self.swa_tokens + 1) // self.block_tokens if self.swa_groups else 0
 
-    def _chain(self, tokens: Sequence[str], *, hit: bool = True) -> list[int]:
+    def _chain(self, tokens: Sequence[object], *, hit: bool = True) -> list[int]:
         """Stored block ids matching the prompt's leading full blocks; with sliding-window
         layers and ``hit``, those of the longest hit (see the module docstring)."""
         out: list[int] = []
@@ -217,8 +221,12 @@ class BlockCache:
         b = self.block_tokens
         hit = hit and self.swa_groups > 0
         n_blocks = (len(tokens) - 1) // b if hit else len(tokens) // b
-        for i in range(max(n_blocks, 0)):
-            bid = self._ids.get((parent, tuple(tokens[i * b : (i + 1) * b])))
+        if n_blocks <= 0:
+            return self._swa_hit(out) if hit else out
+        raw, width = as_token_ids(tokens)[: n_blocks * b].tobytes(), 8 * b
+        ids = self._ids
+        for at in range(0, n_blocks * width, width):
+            bid = ids.get((parent, raw[at : at + width]))
             if bid is None:
                 break
             out.append(bid)
@@ -258,7 +266,7 @@ class BlockCache:
         newest, tail first."""
         self._stamp_swa(self._replay_tail(chain, n_tokens)[::-1])
 
-    def match(self, tokens: Sequence[str]) -> int:
+    def match(self, tokens: Sequence[object]) -> int:
         chain = self._chain(tokens)
         if not self.touch_on_match:
             return len(chain) * self.block_tokens
@@ -268,7 +276,7 @@ class BlockCache:
             self._touch(bid)
         return len(chain) * self.block_tokens
 
-    def lock(self, tokens: Sequence[str], hit_tokens: int = 0, junction_tokens: int = 0) -> Hold:
+    def lock(self, tokens: Sequence[object], hit_tokens: int = 0, junction_tokens: int = 0) -> Hold:
         """Hold the stored blocks of ``tokens`` until ``unlock``: with sliding-window layers
         their sliding parts too, from the window of the ``hit_tokens`` it found cached on (vLLM
         takes null blocks before it) to its end, in every group, while the request computes
@@ -297,7 +305,7 @@ class BlockCache:
                     self._blocks[chain[i]].swa_kept = True
         return Hold(chain, swa_at)
 
-    def admit(self, tokens: Sequence[str], hit_tokens: int, replay_tokens: int | None = None) -> Hold:
+    def admit(self, tokens: Sequence[object], hit_tokens: int, replay_tokens: int | None = None) -> Hold:
         """A request is admitted on ``hit_tokens`` cached: store its prompt ``tokens`` (the
         sliding tail before the replay boundary of its first ``replay_tokens``, default all)
         and hold it (``lock``). With sliding-window layers, as vLLM: every block past the hit
@@ -343,7 +351,7 @@ class BlockCache:
                         self._drop_swa(block)
         self._restamp_swa(freed[::-1])
 
-    def unlocked_tokens(self, tokens: Sequence[str], n_tokens: int) -> int:
+    def unlocked_tokens(self, tokens: Sequence[object], n_tokens: int) -> int:
         """Of the first ``n_tokens`` of ``tokens`` (whole cached blocks), those in blocks no
         request holds now."""
         chain = self._chain(tokens[:n_tokens], hit=False)
@@ -371,7 +379,7 @@ class BlockCache:
                     freed.append(bid)
         self._restamp_swa(freed[::-1])  # the newest, tail first (vLLM frees a request's blocks so)
 
-    def insert(self, tokens: Sequence[str], *, swa_tail: bool = True) -> int:
+    def insert(self, tokens: Sequence[object], *, swa_tail: bool = True) -> int:
         """Store the full blocks of ``tokens``; return how many tokens were new. With
         sliding-window layers and ``swa_tail``, the sliding parts of the tail before its replay
         boundary too (a prompt; vLLM hashes those of no block past it, so a finished request's
@@ -380,8 +388,10 @@ class BlockCache:
         b = self.block_tokens
         added = 0
         chain: list[int] = []
-        for i in range(len(tokens) // b):
-            key = (parent, tuple(tokens[i * b : (i + 1) * b]))
+        width = 8 * b
+        raw = as_token_ids(tokens)[: len(tokens) // b * b].tobytes()
+        for at in range(0, len(raw), width):
+            key = (parent, raw[at : at + width])
             bid = self._ids.get(key)
             if bid is None:
                 bid = self._next_id
@@ -460,15 +470,17 @@ class BlockCache:
         self.evicted_tokens += freed * self.block_tokens
         return freed * self.block_tokens
 
-    def _path(self, bid: int, told: set[int]) -> list[str]:
+    def _path(self, bid: int, told: set[int]) -> TokenIds:
         """The tokens of the blocks from the first to ``bid``; each of them joins ``told``."""
-        keys: list[tuple[str, ...]] = []
+        keys: list[bytes] = []
         while bid != _ROOT:
             block = self._blocks[bid]
             keys.append(block.key[1])
             told.add(bid)
             bid = block.parent
-        return [t for key in reversed(keys) for t in key]
+        path: TokenIds = array("q")
+        path.frombytes(b"".join(reversed(keys)))
+        return path
 
     def reset(self) -> None:
         self._blocks.clear()

@@ -45,6 +45,7 @@ import bisect
 import collections
 import logging
 import time
+from array import array
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 
@@ -54,7 +55,8 @@ from swarm.emulator.config import EmulatorConfig
 from swarm.emulator.radix_cache import RadixCache
 from swarm.emulator.scheduler import Scheduler, StepPlan
 from swarm.emulator.slot_cache import SlotCache
-from swarm.emulator.tokens import output_words
+from swarm.emulator.tokens import VOCAB, VOCAB_IDS, output_choices
+from swarm.token_ids import TokenIds, as_token_ids
 
 log = logging.getLogger(__name__)
 
@@ -129,14 +131,16 @@ class EngineStats:
 
 
 class Generation:
-    """One request inside the engine. Iterate ``tokens()`` to receive generated words."""
+    """One request inside the engine. Iterate ``tokens()`` to receive generated words. Its
+    ``prompt`` and ``output`` are token ids (``swarm.token_ids``); the words it generates are
+    those of ``VOCAB`` at its seeded choices (``output_words``)."""
 
     __slots__ = (
+        "_choices",
         "_event",
         "_lock_handle",
         "_model",
         "_pending",
-        "_words",
         "admit_hit",
         "admitted_s",
         "arrived_s",
@@ -155,12 +159,13 @@ class Generation:
         "times",
     )
 
-    def __init__(self, model: EngineModel, prompt: list[str], max_new: int, arrived_s: float):
+    def __init__(self, model: EngineModel, prompt: TokenIds, max_new: int, arrived_s: float):
         self._model = model
         self.prompt = prompt
         self.max_new = max_new
         self.cached_tokens = 0
-        self.output: list[str] = []
+        #: the ids of the tokens generated so far
+        self.output: TokenIds = array("q")
         self._pending: list[str] = []
         self._event = asyncio.Event()
         self.finished = False
@@ -178,7 +183,8 @@ class Generation:
         self.preemptions = 0
         self.computed: int | None = None
         self._lock_handle: object = None
-        self._words = output_words(prompt, max_new)
+        #: the vocabulary index of each token it will generate
+        self._choices = output_choices(prompt, max_new)
         #: the time of each emission, for a reader that waits for the end (``finished``)
         #: rather than for each token; None: not kept
         self.times: list[float] | None = None
@@ -187,17 +193,21 @@ class Generation:
     def prompt_tokens(self) -> int:
         return len(self.prompt)
 
+    def output_words(self) -> list[str]:
+        """The words generated so far."""
+        return [VOCAB[i] for i in self._choices[: len(self.output)]]
+
     def _emit(self, now_s: float) -> None:
         output = self.output
-        word = self._words[len(output)]
-        output.append(word)
+        choice = self._choices[len(output)]
+        output.append(VOCAB_IDS[choice])
         if self.first_token_s is None:
             self.first_token_s = now_s
         if len(output) >= self.max_new:
             self.finished = True
         times = self.times
         if times is None:
-            self._pending.append(word)
+            self._pending.append(VOCAB[choice])
             self._event.set()
         else:  # a reader of the end only (no stream to hand words to): woken at the finish
             times.append(now_s)  # (``EngineModel._release``)
@@ -309,14 +319,14 @@ class EngineModel:
         """KV tokens the running requests hold (whole blocks)."""
         return self.scheduler.used(self.running)
 
-    def _cached_for(self, prompt: Sequence[str]) -> int:
+    def _cached_for(self, prompt: TokenIds) -> int:
         """Cached tokens of ``prompt``: the device cache's match, or the host tier's if longer."""
         matched = self.cache.match(prompt)
         if self.host is not None:
             matched = max(matched, self.host.match(prompt))
         return self.behaviour.cached_tokens(matched, len(prompt), self._page_tokens)
 
-    def _from_host(self, sequence: Sequence[str], hit: int) -> int:
+    def _from_host(self, sequence: TokenIds, hit: int) -> int:
         """Of ``hit`` cached tokens, those beyond the device cache's match (loaded from the host)."""
         if self.host is None:
             return 0
@@ -387,7 +397,7 @@ class EngineModel:
         self._store_computed(sequence[: gen.computed] if gen.computed is not None else sequence)
         self.stats.preemptions += 1
 
-    def _store_computed(self, sequence: list[str]) -> None:
+    def _store_computed(self, sequence: TokenIds) -> None:
         """What a request computed enters the prefix cache as it lets go of its KV: with
         sliding-window layers, the full-attention blocks only (the sliding tail vLLM hashes is
         the prompt's, stored at admission)."""
@@ -407,8 +417,10 @@ class EngineModel:
 
     # -- requests ------------------------------------------------------------------------------
 
-    def submit(self, prompt: list[str], max_new: int | None, now_s: float | None = None) -> Generation:
-        """A request arrives (at ``now_s``, default the event loop's clock now)."""
+    def submit(self, tokens: Sequence[object], max_new: int | None, now_s: float | None = None) -> Generation:
+        """A request of the prompt ``tokens`` (ids, or words) arrives (at ``now_s``, default the
+        event loop's clock now)."""
+        prompt = as_token_ids(tokens)
         if len(prompt) > self.config.max_prompt_tokens:
             raise PromptTooLong(
                 f"prompt has {len(prompt)} tokens, more than the maximum {self.config.max_prompt_tokens}"
@@ -529,8 +541,8 @@ class EngineModel:
                 if delay > 0:
                     await asyncio.sleep(delay)
                 gen._emit(loop.time())
-                gen._pending.clear()
-                yield [gen.output[-1]]
+                words, gen._pending = gen._pending, []
+                yield words
         finally:
             self._finish(gen, loop.time())
 

@@ -25,6 +25,7 @@ import logging
 import secrets
 import threading
 import time
+from array import array
 from typing import Any
 
 from aiohttp import web
@@ -51,6 +52,7 @@ from swarm.emulator.tokens import PromptTokenizer
 from swarm.engines.emulated import REPLICA_HEADER
 from swarm.errors import InputError
 from swarm.jsoncodec import loads
+from swarm.token_ids import TokenIds
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +108,7 @@ class _Handlers:
             return _bad(f"1 validation error: extra fields not permitted: {', '.join(unknown)}")
         return None
 
-    def _submit(self, prompt: list[str], max_tokens: Any) -> Generation | web.Response:
+    def _submit(self, prompt: TokenIds, max_tokens: Any) -> Generation | web.Response:
         if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
             return _bad(f"max_tokens must be a positive integer, got {max_tokens!r}")
         try:
@@ -345,7 +347,7 @@ class _Handlers:
         if slot.busy:
             return _bad("slot is processing a task", 400)
         erased = len(slot.tokens)
-        slot.tokens, slot.checkpoints = [], []
+        slot.tokens, slot.checkpoints = array("q"), []
         return json_response({"id_slot": index, "n_erased": erased})
 
     async def iteration_stats(self, request: web.Request) -> web.Response:

@@ -1,7 +1,8 @@
 """Token-level radix prefix cache with LRU eviction of unreferenced leaves (SGLang's model).
 
 Place in the map (docs/architecture.md, "The emulator"): the prefix cache of the ``sglang`` profile.
-A compressed radix tree over token sequences: each edge holds a run of tokens; a request's
+A compressed radix tree over token ids (``swarm.token_ids``): each edge holds a run of them,
+an array whose slices compare in C; a request's
 cached tokens are the length of the longest path from the root that matches its prompt, at
 token granularity. Inserting a sequence adds only the tokens not already present. When the
 tree holds more than ``capacity_tokens``, leaves that no running request references are
@@ -18,43 +19,21 @@ popped, so eviction costs O(log n) per leaf instead of a walk over the whole tre
 from __future__ import annotations
 
 import heapq
+from array import array
 from collections.abc import Callable, Sequence
+
+from swarm.token_ids import TokenIds, as_token_ids, common_prefix
 
 
 class _Node:
     __slots__ = ("children", "key", "last_access", "lock", "parent")
 
-    def __init__(self, key: list[str], parent: _Node | None) -> None:
+    def __init__(self, key: TokenIds, parent: _Node | None) -> None:
         self.key = key
-        self.children: dict[str, _Node] = {}
+        self.children: dict[int, _Node] = {}
         self.parent = parent
         self.last_access = 0
         self.lock = 0
-
-
-def _common_prefix(edge: list[str], tokens: Sequence[str], start: int) -> int:
-    """Length of the common prefix of ``edge`` and ``tokens[start:]``: runs compared as slices
-    (in C), growing while they match, then halved to the first token that differs; the
-    comparisons copy about twice the common prefix, not the whole edge (a prompt of 100k tokens
-    against an edge it leaves early)."""
-    if type(tokens) is not list:  # a list's slice equals only a list's
-        tokens = list(tokens)
-    n = min(len(edge), len(tokens) - start)
-    i, run = 0, 64
-    while i < n:  # grow: each matching run doubles the next
-        k = min(run, n - i)
-        if edge[i : i + k] != tokens[start + i : start + i + k]:
-            break
-        i, run = i + k, run * 2
-    else:
-        return n
-    while k > 1:  # the first difference is within the k tokens from i
-        half = k // 2
-        if edge[i : i + half] == tokens[start + i : start + i + half]:
-            i, k = i + half, k - half
-        else:
-            k = half
-    return i
 
 
 class RadixCache:
@@ -71,14 +50,14 @@ class RadixCache:
         if capacity_tokens is not None and capacity_tokens < 1:
             raise ValueError("capacity_tokens must be >= 1 or None")
         self.capacity_tokens = capacity_tokens
-        self.root = _Node([], None)
+        self.root = _Node(array("q"), None)
         self.size_tokens = 0
         self.evicted_tokens = 0
         self._tick = 0
         self._heap: list[tuple[int, int, _Node]] = []
         self._nodes = 0
         #: called with the whole token path of each evicted leaf (a host tier keeps it)
-        self.on_evict: Callable[[list[str]], object] | None = None
+        self.on_evict: Callable[[TokenIds], object] | None = None
 
     def _touch(self, node: _Node) -> None:
         self._tick += 1
@@ -95,7 +74,7 @@ class RadixCache:
     def _evictable(self, node: _Node, stamp: int) -> bool:
         return node.parent is not None and not node.children and node.lock == 0 and node.last_access == stamp
 
-    def _walk(self, tokens: Sequence[str]) -> tuple[int, list[_Node]]:
+    def _walk(self, tokens: TokenIds) -> tuple[int, list[_Node]]:
         """Matched length and the nodes on the matched path (last may be partially matched)."""
         node = self.root
         pos = 0
@@ -104,7 +83,7 @@ class RadixCache:
             child = node.children.get(tokens[pos])
             if child is None:
                 break
-            n = _common_prefix(child.key, tokens, pos)
+            n = common_prefix(child.key, tokens, pos)
             pos += n
             path.append(child)
             if n < len(child.key):
@@ -112,16 +91,17 @@ class RadixCache:
             node = child
         return pos, path
 
-    def match(self, tokens: Sequence[str]) -> int:
-        """Number of leading tokens of ``tokens`` present in the cache (marks them used)."""
-        matched, path = self._walk(tokens)
+    def match(self, tokens: Sequence[object]) -> int:
+        """Number of leading tokens of ``tokens`` (ids, or words) present in the cache (marks
+        them used)."""
+        matched, path = self._walk(as_token_ids(tokens))
         for node in path:
             self._touch(node)
         return matched
 
-    def lock(self, tokens: Sequence[str]) -> list[_Node]:
+    def lock(self, tokens: Sequence[object]) -> list[_Node]:
         """Protect the matched path of ``tokens`` from eviction; returns a handle for unlock."""
-        _, path = self._walk(tokens)
+        _, path = self._walk(as_token_ids(tokens))
         for node in path:
             node.lock += 1
         return path
@@ -132,8 +112,9 @@ class RadixCache:
             if node.lock == 0 and not node.children and node.parent is not None:
                 self._push(node)
 
-    def insert(self, tokens: Sequence[str]) -> int:
-        """Add ``tokens`` as a path; return how many tokens were new. May evict others."""
+    def insert(self, sequence: Sequence[object]) -> int:
+        """Add ``sequence`` as a path; return how many tokens were new. May evict others."""
+        tokens = as_token_ids(sequence)
         node = self.root
         pos = 0
         added = 0
@@ -141,13 +122,13 @@ class RadixCache:
             self._touch(node)
             child = node.children.get(tokens[pos])
             if child is None:
-                leaf = _Node(list(tokens[pos:]), node)
+                leaf = _Node(tokens[pos:], node)
                 node.children[tokens[pos]] = leaf
                 self._nodes += 1
                 self._touch(leaf)
                 added = len(tokens) - pos
                 break
-            n = _common_prefix(child.key, tokens, pos)
+            n = common_prefix(child.key, tokens, pos)
             if n < len(child.key):
                 # split the edge: child keeps its tail under a new middle node
                 middle = _Node(child.key[:n], node)
@@ -191,18 +172,21 @@ class RadixCache:
         return freed
 
     @staticmethod
-    def _path(node: _Node) -> list[str]:
+    def _path(node: _Node) -> TokenIds:
         """The tokens from the root to the end of ``node``."""
-        keys: list[list[str]] = []
+        keys: list[TokenIds] = []
         at: _Node | None = node
         while at is not None and at.parent is not None:
             keys.append(at.key)
             at = at.parent
-        return [t for key in reversed(keys) for t in key]
+        path: TokenIds = array("q")
+        for key in reversed(keys):
+            path += key
+        return path
 
     def reset(self) -> None:
         """Drop everything (``/flush_cache``)."""
-        self.root = _Node([], None)
+        self.root = _Node(array("q"), None)
         self.size_tokens = 0
         self._heap = []
         self._nodes = 0

@@ -182,7 +182,7 @@ async def whole_answer(
             "object": fmt.object,
             "created": created_s,
             "model": config.model,
-            "choices": [fmt.whole_choice(" ".join(gen.output))],
+            "choices": [fmt.whole_choice(" ".join(gen.output_words()))],
             "usage": usage(config, gen),
         }
     )
@@ -253,7 +253,7 @@ async def generate_answer(gen: Generation, rid: str, start_s: float) -> web.Resp
     await _drain(gen)
     return json_response(
         {
-            "text": " ".join(gen.output),
+            "text": " ".join(gen.output_words()),
             "meta_info": generate_meta(gen, rid, True, time.monotonic() - start_s),
         }
     )
@@ -271,7 +271,7 @@ async def generate_stream(
             await resp.write(
                 sse(
                     {
-                        "text": " ".join(gen.output),
+                        "text": " ".join(gen.output_words()),
                         "meta_info": generate_meta(gen, rid, done, time.monotonic() - start_s),
                     }
                 )

@@ -58,7 +58,7 @@ that the docs state.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Sequence, Sized
 from dataclasses import dataclass, field
 from typing import Generic, Literal, Protocol, TypeVar
 
@@ -66,7 +66,6 @@ from typing import Generic, Literal, Protocol, TypeVar
 class Request(Protocol):
     """What the scheduler reads and keeps of a request (``engine_model.R``)."""
 
-    output: list[str]
     max_new: int
     #: KV tokens it holds; prompt tokens still to prefill; cache hit at its last admission;
     #: times preempted
@@ -76,6 +75,11 @@ class Request(Protocol):
     preemptions: int
     #: after a preemption: the tokens of its sequence it had computed (None: never preempted)
     computed: int | None
+
+    @property
+    def output(self) -> Sized:
+        """The tokens generated so far (the scheduler reads how many)."""
+        ...
 
     @property
     def prompt_tokens(self) -> int: ...

@@ -34,10 +34,12 @@ Every rule is ``llama-server``'s (``tools/server/server-context.cpp`` and
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from swarm.engines.llamacpp import CHECKPOINT_TAIL
+from swarm.token_ids import TokenIds, as_token_ids, common_prefix
 
 #: llama.cpp's ``--ctx-checkpoints`` default: checkpoints kept per slot
 CHECKPOINTS_PER_SLOT = 32
@@ -45,17 +47,6 @@ CHECKPOINTS_PER_SLOT = 32
 RAM_MIN_KEEP = 0.25
 #: a slot chosen by similarity that keeps less than this share of its tokens is saved to RAM first
 SLOT_SAVE_BELOW_KEEP = 0.5
-
-
-def common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
-    """Length of the common prefix of ``a`` and ``b``."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 def pad256(n: int) -> int:
@@ -68,7 +59,7 @@ class Slot:
     it, and when it was last released (a logical tick; -1: never)."""
 
     index: int
-    tokens: list[str] = field(default_factory=list)
+    tokens: TokenIds = field(default_factory=lambda: array("q"))
     checkpoints: list[int] = field(default_factory=list)
     busy: bool = False
     last_used: int = -1
@@ -76,7 +67,7 @@ class Slot:
 
 @dataclass
 class _Entry:
-    tokens: list[str]
+    tokens: TokenIds
     checkpoints: list[int]
 
 
@@ -127,7 +118,7 @@ class SlotCache:
         #: tokens restored from the host prompt cache, in all
         self.loaded_tokens = 0
         #: unused: the slots' own saving to RAM is this cache's host tier
-        self.on_evict: Callable[[list[str]], object] | None = None
+        self.on_evict: Callable[[TokenIds], object] | None = None
 
     @property
     def size_tokens(self) -> int:
@@ -142,8 +133,9 @@ class SlotCache:
     def _idle(self) -> list[Slot]:
         return [s for s in self.slots if not s.busy]
 
-    def choose(self, prompt: Sequence[str]) -> SlotChoice | None:
-        """Where ``prompt`` would go now (None: no slot is idle)."""
+    def choose(self, tokens: Sequence[object]) -> SlotChoice | None:
+        """Where ``tokens`` (ids, or words) would go now (None: no slot is idle)."""
+        prompt = as_token_ids(tokens)
         idle = self._idle()
         if not idle:
             return None
@@ -170,7 +162,7 @@ class SlotCache:
         cached = self._reusable(tokens, checkpoints, prompt)
         return SlotChoice(best, entry, save_first, cached, cached if entry else 0)
 
-    def _ram_entry(self, slot: Slot, prompt: Sequence[str]) -> _Entry | None:
+    def _ram_entry(self, slot: Slot, prompt: TokenIds) -> _Entry | None:
         """The RAM entry that would move into ``slot`` for ``prompt``: scanned oldest first, one
         that keeps a larger share of itself and matches a larger share of the prompt than the
         best so far (the slot's own to begin with)."""
@@ -188,7 +180,7 @@ class SlotCache:
                 keep_best, sim_best, chosen = keep, sim, entry
         return chosen
 
-    def _reusable(self, tokens: Sequence[str], checkpoints: Sequence[int], prompt: Sequence[str]) -> int:
+    def _reusable(self, tokens: TokenIds, checkpoints: Sequence[int], prompt: TokenIds) -> int:
         """The tokens of ``prompt`` a slot holding ``tokens`` (with ``checkpoints``) reuses."""
         n = common_prefix(tokens, prompt)
         if self.swa_tokens and n > 0:
@@ -215,12 +207,12 @@ class SlotCache:
 
     # -- the cache interface the engine model drives --------------------------------------------
 
-    def match(self, tokens: Sequence[str]) -> int:
+    def match(self, tokens: Sequence[object]) -> int:
         """The cached tokens ``tokens`` would get in the slot it would take now (0: none idle)."""
         choice = self.choose(tokens)
         return 0 if choice is None else choice.cached
 
-    def lock(self, tokens: Sequence[str]) -> list[int]:
+    def lock(self, tokens: Sequence[object]) -> list[int]:
         """Give ``tokens`` its slot (``choose``): save and restore through RAM as llama.cpp
         does, take the prompt's checkpoints, and hold the slot; returns ``[slot index]``."""
         choice = self.choose(tokens)
@@ -234,19 +226,19 @@ class SlotCache:
                 slot.tokens, slot.checkpoints = choice.entry.tokens, list(choice.entry.checkpoints)
                 self.loaded_tokens += choice.from_ram
             elif choice.cached == 0:
-                slot.tokens, slot.checkpoints = [], []
+                slot.tokens, slot.checkpoints = array("q"), []
             self._fit_ram()
         n_past = choice.cached
         slot.checkpoints = [c for c in slot.checkpoints if c - 1 <= n_past]
         if self.swa_tokens:
             self._take_checkpoints(slot, n_past, len(tokens))
-        slot.tokens = list(tokens)
+        slot.tokens = array("q", as_token_ids(tokens))
         slot.busy = True
         if self.cache_idle_slots:
             for idle in self._idle():
                 self._save(idle)
                 if self.kv_unified:
-                    idle.tokens, idle.checkpoints = [], []
+                    idle.tokens, idle.checkpoints = array("q"), []
             self._fit_ram()
         return [slot.index]
 
@@ -268,22 +260,23 @@ class SlotCache:
             slot.busy = False
             slot.last_used = self._tick
 
-    def insert(self, tokens: Sequence[str]) -> int:
+    def insert(self, sequence: Sequence[object]) -> int:
         """A finished sequence: the idle slot holding the longest prefix of it now holds all of
         it (the output a request generated stays in its slot). Returns the tokens added."""
+        tokens = as_token_ids(sequence)
         best, held = None, 0
         for slot in self._idle():
             n = len(slot.tokens)
-            if held < n <= len(tokens) and list(tokens[:n]) == slot.tokens:
+            if held < n <= len(tokens) and tokens[:n] == slot.tokens:
                 best, held = slot, n
         if best is None:
             return 0
-        best.tokens = list(tokens)
+        best.tokens = array("q", tokens)
         return len(tokens) - held
 
     def reset(self) -> None:
         for slot in self.slots:
-            slot.tokens, slot.checkpoints = [], []
+            slot.tokens, slot.checkpoints = array("q"), []
         self.ram.clear()
 
     # -- the host prompt cache -----------------------------------------------------------------
@@ -297,7 +290,7 @@ class SlotCache:
         if any(common_prefix(e.tokens, tokens) == len(tokens) for e in self.ram):
             return
         self.ram = [e for e in self.ram if common_prefix(e.tokens, tokens) != len(e.tokens)]
-        self.ram.append(_Entry(list(tokens), list(slot.checkpoints)))
+        self.ram.append(_Entry(array("q", tokens), list(slot.checkpoints)))
 
     def _fit_ram(self) -> None:
         """The oldest entries go while the entries hold more than ``ram_tokens``."""

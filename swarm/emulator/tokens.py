@@ -1,7 +1,9 @@
 """The emulator's tokenizer and its text generator.
 
 Place in the map (docs/architecture.md, "The emulator"): a token is a whitespace-separated word, so the
-prompt token count of any text is ``len(text.split())``, exact and knowable by the client. For
+prompt token count of any text is ``len(text.split())``, exact and knowable by the client. The
+engine model holds tokens as ids (``swarm.token_ids``: a word's id is its hash), the ids a
+client holds of the same words. For
 chat requests the tokens are the words of every message's content in order (no template
 tokens), so a chat prompt and the same parts joined into one completions prompt count alike.
 
@@ -14,10 +16,12 @@ from __future__ import annotations
 
 import random
 import zlib
+from array import array
 from collections.abc import Iterable
 from typing import Any
 
 from swarm.errors import InputError
+from swarm.token_ids import TokenIds, word_ids
 
 _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "ch", "st")
 _VOWELS = ("a", "e", "i", "o", "u", "ai", "ou")
@@ -28,24 +32,24 @@ _CODAS = ("", "n", "r", "s", "l", "x")
 VOCAB: tuple[str, ...] = tuple((o + v + c).capitalize() for o in _ONSETS for v in _VOWELS for c in _CODAS)
 
 
-def tokenize(text: str) -> list[str]:
-    """Tokens of ``text``: its whitespace-separated words."""
-    return text.split()
+def tokenize(text: str) -> TokenIds:
+    """Tokens of ``text``: its whitespace-separated words, as ids (``swarm.token_ids``)."""
+    return word_ids(text.split())
 
 
-def tokenize_parts(parts: Iterable[str]) -> list[str]:
+def tokenize_parts(parts: Iterable[str]) -> TokenIds:
     """Tokens of several prompt parts (chat message contents), concatenated."""
-    out: list[str] = []
+    out: TokenIds = array("q")
     for part in parts:
-        out.extend(part.split())
+        out += word_ids(part.split())
     return out
 
 
 class PromptTokenizer:
-    """Prompts into tokens: whitespace words (``tokenize``), or with ``path`` the ids of a
-    Hugging Face ``tokenizer.json`` (as strings), to count as a real server does: a completions
-    prompt with the tokenizer's special tokens (``<bos>``), a chat's message contents one after
-    another without them and without a chat template (so close to, not equal to, the server's)."""
+    """Prompts into token ids: whitespace words (``tokenize``), or with ``path`` the ids of a
+    Hugging Face ``tokenizer.json``, to count as a real server does: a completions prompt with
+    the tokenizer's special tokens (``<bos>``), a chat's message contents one after another
+    without them and without a chat template (so close to, not equal to, the server's)."""
 
     def __init__(self, path: str | None = None) -> None:
         self._hf: Any = None
@@ -61,24 +65,34 @@ class PromptTokenizer:
             except Exception as exc:  # the library raises a bare Exception for a bad file
                 raise InputError(f"{path}: not a tokenizer.json: {exc}") from exc
 
-    def text(self, text: str) -> list[str]:
+    @property
+    def words(self) -> bool:
+        """Whether a token is a whitespace word (no ``tokenizer.json``): the word ids a client
+        holds are this tokenizer's."""
+        return self._hf is None
+
+    def text(self, text: str) -> TokenIds:
         if self._hf is None:
             return tokenize(text)
-        return [str(i) for i in self._hf.encode(text).ids]
+        return array("q", self._hf.encode(text).ids)
 
-    def parts(self, parts: Iterable[str]) -> list[str]:
+    def parts(self, parts: Iterable[str]) -> TokenIds:
         if self._hf is None:
             return tokenize_parts(parts)
-        out: list[str] = []
+        out: TokenIds = array("q")
         for part in parts:
-            out.extend(str(i) for i in self._hf.encode(part, add_special_tokens=False).ids)
+            out.extend(self._hf.encode(part, add_special_tokens=False).ids)
         return out
 
 
-def output_words(prompt_tokens: list[str], count: int) -> list[str]:
-    """``count`` generated words, a deterministic function of the prompt."""
+#: the id of each word of ``VOCAB`` (generated tokens enter the prefix cache as ids)
+VOCAB_IDS: TokenIds = word_ids(VOCAB)
+
+
+def output_choices(prompt: TokenIds, count: int) -> list[int]:
+    """The vocabulary indices of ``count`` generated words: a deterministic function of the
+    prompt (its last 64 token ids and its length)."""
     if count <= 0:
         return []
-    tail = " ".join(prompt_tokens[-64:])
-    seed = zlib.crc32(tail.encode("utf-8")) ^ (len(prompt_tokens) << 20)
-    return random.Random(seed).choices(VOCAB, k=count)
+    seed = zlib.crc32(prompt[-64:].tobytes()) ^ (len(prompt) << 20)
+    return random.Random(seed).choices(range(len(VOCAB)), k=count)

@@ -601,7 +601,9 @@ class AgentRun:
         prompt_tokens_est = len(tokens)
         ideal = 0 if ahead else d.index.observe(tokens)
         kept = tokens if ahead else None  # the Dispatcher takes them out at the send
-        del tokens  # not held while the request is in flight (thousands of agents)
+        # a twin reads the ids in place of the text (it would hold its own copy in flight)
+        given = tokens if d.client.reads_token_ids and isinstance(env.tokenizer, WordTokenizer) else None
+        del tokens  # else not held while the request is in flight (thousands of agents)
         parents = tuple(p for p in self.template.context_parents(node) if self.state.get(p) == ALIVE)
         # the body's fields (messages, max_tokens, stream) as ``_body`` encodes them ahead
         request = EngineRequest(
@@ -634,5 +636,6 @@ class AgentRun:
             ideal_cached_tokens_est=ideal,
             block_hashes=hashes,
             keep_text=env.record_text or env.context == "live",
+            prompt_ids=given,
         )
         return Outgoing(request, kept, body)

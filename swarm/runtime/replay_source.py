@@ -392,6 +392,7 @@ class _ReplayRun:
             prompt_tokens_est=len(tokens),
             block_hashes=block_hashes(tokens),
             keep_text=item.prompt_parts is not None and self.run.keep_text,
+            prompt_ids=tokens if self.word_tokens and client.reads_token_ids else None,
         )
         return Outgoing(request, tokens, client.encode(request))
 

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Literal, Protocol
 
 from swarm.emulator.radix_cache import RadixCache
+from swarm.token_ids import TokenIds
 
 RoutingPolicy = Literal["round_robin", "least_load", "cache_aware"]
 ROUTING_POLICIES: tuple[str, ...] = ("round_robin", "least_load", "cache_aware")
@@ -36,7 +37,7 @@ MAX_TREE_TOKENS = 2**24
 
 
 class Router(Protocol):
-    def choose(self, prompt: Sequence[str], loads: Sequence[int]) -> int: ...
+    def choose(self, prompt: TokenIds, loads: Sequence[int]) -> int: ...
 
 
 class RoundRobin:
@@ -44,7 +45,7 @@ class RoundRobin:
         self.replicas = replicas
         self._next = 0
 
-    def choose(self, prompt: Sequence[str], loads: Sequence[int]) -> int:
+    def choose(self, prompt: TokenIds, loads: Sequence[int]) -> int:
         chosen = self._next
         self._next = (self._next + 1) % self.replicas
         return chosen
@@ -54,7 +55,7 @@ class LeastLoad:
     def __init__(self, replicas: int) -> None:
         self.replicas = replicas
 
-    def choose(self, prompt: Sequence[str], loads: Sequence[int]) -> int:
+    def choose(self, prompt: TokenIds, loads: Sequence[int]) -> int:
         return min(range(self.replicas), key=loads.__getitem__)
 
 
@@ -75,7 +76,7 @@ class CacheAware:
         self.balance_abs_threshold = balance_abs_threshold
         self.balance_rel_threshold = balance_rel_threshold
 
-    def choose(self, prompt: Sequence[str], loads: Sequence[int]) -> int:
+    def choose(self, prompt: TokenIds, loads: Sequence[int]) -> int:
         replicas = range(len(self.trees))
         low, high = min(loads), max(loads)
         if high - low > self.balance_abs_threshold and high > low * self.balance_rel_threshold:

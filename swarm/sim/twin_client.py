@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from swarm.emulator.config import EmulatorConfig
@@ -32,6 +32,7 @@ from swarm.record import RequestRecord, Status
 from swarm.request import EngineRequest, Timeouts
 from swarm.sim.routing import Router, make_router
 from swarm.sim.virtual_loop import VirtualClock
+from swarm.token_ids import TokenIds
 
 #: ``replica_from`` of a simulated record: the simulator knows which twin served it
 REPLICA_FROM_SIMULATED = "simulated"
@@ -60,11 +61,14 @@ class TwinFleet:
         for model in self.models:
             await model.stop()
 
-    def prompt_of(self, request: EngineRequest) -> list[str]:
-        """The prompt's tokens, as the emulator counts a chat request's messages."""
+    def prompt_of(self, request: EngineRequest) -> TokenIds:
+        """The prompt's tokens, as the emulator counts a chat request's messages: the word ids
+        the sender gave (``prompt_ids``; the twin's tokens are words), else its text tokenised."""
+        if request.prompt_ids is not None and self.tokens.words:
+            return request.prompt_ids
         return self.tokens.parts([m.content for m in request.messages])
 
-    def route(self, prompt: Sequence[str]) -> int:
+    def route(self, prompt: TokenIds) -> int:
         return 0 if len(self.models) == 1 else self.router.choose(prompt, self.loads)
 
 
@@ -90,6 +94,8 @@ class TwinClient:
         self.dialect = dialect
         self.model = model
         self.timeouts = timeouts
+        #: a request's ``prompt_ids`` are read when the twins count words (``TwinFleet.prompt_of``)
+        self.reads_token_ids = fleet.tokens.words
         self._wall0 = wall_minus_perf_ns
         self.profile = get_engine(engine)
         self._absent_is_zero = self.profile.cached_absent_means_zero
@@ -136,7 +142,7 @@ class TwinClient:
             ideal_cached_tokens_est=request.ideal_cached_tokens_est, block_hashes=request.block_hashes,
             prompt_parts=tuple(m.content for m in request.messages) if request.keep_text else None,
             prompt_roles=tuple(m.role for m in request.messages) if request.keep_text else None,
-            output_text=" ".join(gen.output) if request.keep_text and gen is not None else None,
+            output_text=" ".join(gen.output_words()) if request.keep_text and gen is not None else None,
         )  # fmt: skip
 
     async def _wait(self, gen: Generation, replica: int) -> tuple[Status, str | None]:

@@ -11,67 +11,21 @@ word's id is a hash of its bytes, the same in every process; a Hugging Face toke
 vocabulary id). An array is one block of memory that the garbage collector does not walk
 element by element: a 150k-token prompt held as a list of words made each young collection
 that met it walk 150k pointers (3-10 ms passes in the README's default run, each a send
-late).
+late). The ids and ``word_ids`` are ``swarm.token_ids``'s, shared with the emulator.
 """
 
 from __future__ import annotations
 
-import hashlib
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from sys import intern
-from typing import Protocol, TypeAlias
+from typing import Protocol
 
 from swarm.errors import InputError
+from swarm.token_ids import TokenIds, as_token_ids, word_ids
 
-#: a prompt's tokens as the client holds them: token ids, ``array('q')``
-TokenIds: TypeAlias = "array[int]"
-
-#: each word's id, made once a process (ids are recomputable: past ``_WORD_IDS_MAX`` words the
-#: cache starts again, so a replay whose prompts are millions of distinct block words does not
-#: keep them all)
-_WORD_IDS: dict[str, int] = {}
-_WORD_IDS_MAX = 200_000
-_ID_MASK = (1 << 63) - 1
-
-
-def _word_id(word: str) -> int:
-    """A word's id: the first 63 bits of its BLAKE2b hash, the same in every process (a
-    cluster's workers hash blocks alike)."""
-    wid = _WORD_IDS.get(word)
-    if wid is None:
-        if len(_WORD_IDS) >= _WORD_IDS_MAX:
-            _WORD_IDS.clear()
-        digest = hashlib.blake2b(word.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-        wid = _WORD_IDS[word] = int.from_bytes(digest, "little") & _ID_MASK
-    return wid
-
-
-def word_ids(words: Iterable[str]) -> TokenIds:
-    """The ids of ``words``: looked up in C while every word is known, which after the first
-    prompts of a swarm (whose words come from a small corpus) is every time."""
-    if not isinstance(words, (list, tuple)):
-        words = list(words)
-    try:
-        return array("q", map(_WORD_IDS.__getitem__, words))
-    except KeyError:  # new words: each hashed once, then the lookup again
-        new = set(words).difference(_WORD_IDS)
-        if len(_WORD_IDS) + len(new) > _WORD_IDS_MAX:  # would start again midway: one by one
-            return array("q", map(_word_id, words))
-        for word in new:
-            _word_id(word)
-        return array("q", map(_WORD_IDS.__getitem__, words))
-
-
-def as_token_ids(tokens: Sequence[object]) -> TokenIds:
-    """``tokens`` (words, or integer ids) as ids: an array as it is, words by their ids,
-    integers as they are."""
-    if isinstance(tokens, array):
-        return tokens
-    if tokens and isinstance(tokens[0], str):
-        return word_ids(tokens)  # type: ignore[arg-type]
-    return array("q", tokens)  # type: ignore[arg-type]
+__all__ = ["HFTokenizer", "TokenIds", "Tokenizer", "WordTokenizer", "as_token_ids", "get_tokenizer", "word_ids"]
 
 
 class Tokenizer(Protocol):

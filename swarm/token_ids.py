@@ -1,0 +1,89 @@
+"""Token ids: a prompt's tokens as one ``array('q')`` of integers.
+
+Place in the map (docs/architecture.md, "Shared value types"): below the workload, which holds
+its prompts' tokens so, and the emulator, whose engine model (caches, scheduler, router trees)
+works on them: a twin in ``swarm simulate`` takes the ids an agent already holds instead of
+tokenising its prompt again. Standard library only.
+
+A word's id is the first 63 bits of its BLAKE2b hash, the same in every process (a cluster's
+workers hash blocks alike, and an emulator counts a client's words as the client does). An
+array is one block of memory: the garbage collector does not walk it element by element, its
+slices compare in C without a call per token, and its bytes hash a block of tokens at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections.abc import Iterable, Sequence
+from typing import TypeAlias
+
+#: a prompt's tokens: token ids, ``array('q')``
+TokenIds: TypeAlias = "array[int]"
+
+#: each word's id, made once a process (ids are recomputable: past ``_WORD_IDS_MAX`` words the
+#: cache starts again, so a replay whose prompts are millions of distinct block words does not
+#: keep them all)
+_WORD_IDS: dict[str, int] = {}
+_WORD_IDS_MAX = 200_000
+_ID_MASK = (1 << 63) - 1
+
+
+def _word_id(word: str) -> int:
+    """A word's id: the first 63 bits of its BLAKE2b hash."""
+    wid = _WORD_IDS.get(word)
+    if wid is None:
+        if len(_WORD_IDS) >= _WORD_IDS_MAX:
+            _WORD_IDS.clear()
+        digest = hashlib.blake2b(word.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+        wid = _WORD_IDS[word] = int.from_bytes(digest, "little") & _ID_MASK
+    return wid
+
+
+def word_ids(words: Iterable[str]) -> TokenIds:
+    """The ids of ``words``: looked up in C while every word is known, which after the first
+    prompts of a swarm (whose words come from a small corpus) is every time."""
+    if not isinstance(words, (list, tuple)):
+        words = list(words)
+    try:
+        return array("q", map(_WORD_IDS.__getitem__, words))
+    except KeyError:  # new words: each hashed once, then the lookup again
+        new = set(words).difference(_WORD_IDS)
+        if len(_WORD_IDS) + len(new) > _WORD_IDS_MAX:  # would start again midway: one by one
+            return array("q", map(_word_id, words))
+        for word in new:
+            _word_id(word)
+        return array("q", map(_WORD_IDS.__getitem__, words))
+
+
+def as_token_ids(tokens: Sequence[object]) -> TokenIds:
+    """``tokens`` (words, or integer ids) as ids: an array as it is, words by their ids,
+    integers as they are."""
+    if isinstance(tokens, array):
+        return tokens
+    if tokens and isinstance(tokens[0], str):
+        return word_ids(tokens)  # type: ignore[arg-type]
+    return array("q", tokens)  # type: ignore[arg-type]
+
+
+def common_prefix(a: TokenIds, b: TokenIds, start: int = 0) -> int:
+    """Length of the common prefix of ``a`` and ``b[start:]``: runs compared as slices (a copy
+    and a compare in C each), growing while they match, then halved to the first id that
+    differs; the comparisons copy about twice the common prefix, not the whole of either (a
+    prompt of 100k tokens against a sequence it leaves early)."""
+    n = min(len(a), len(b) - start)
+    i, run = 0, 64
+    while i < n:  # grow: each matching run doubles the next
+        k = min(run, n - i)
+        if a[i : i + k] != b[start + i : start + i + k]:
+            break
+        i, run = i + k, run * 2
+    else:
+        return max(n, 0)
+    while k > 1:  # the first difference is within the k ids from i
+        half = k // 2
+        if a[i : i + half] == b[start + i : start + i + half]:
+            i, k = i + half, k - half
+        else:
+            k = half
+    return i
