@@ -17,7 +17,7 @@ import itertools
 import random
 from array import array
 
-from swarm.workload.tokenizer import Tokenizer, WordTokenizer
+from swarm.workload.tokenizer import TokenIds, Tokenizer, WordText, WordTokenizer, word_ids
 
 WORDS: tuple[str, ...] = tuple(
     dict.fromkeys(
@@ -59,28 +59,29 @@ CORPUS_WORDS = 1 << 18
 
 
 @functools.cache
-def corpus() -> tuple[str, array]:
+def corpus() -> tuple[str, array, TokenIds]:
     """One long text of ``CORPUS_WORDS`` words drawn from ``WORDS`` (a fixed seed: the same in
-    every process), and where each of its words starts (one past the end last). About 50 ms,
-    once per process: a ``Workload`` makes it before its run sends."""
+    every process), where each of its words starts (one past the end last), and their ids.
+    About 70 ms, once per process: a ``Workload`` makes it before its run sends."""
     drawn = random.Random("swarm:textsynth:corpus").choices(WORDS, k=CORPUS_WORDS)
     starts = array("q", itertools.accumulate((len(word) + 1 for word in drawn), initial=0))
-    return " ".join(drawn), starts
+    return " ".join(drawn), starts, word_ids(drawn)
 
 
-def corpus_words(rng: random.Random, n: int) -> str:
+def corpus_words(rng: random.Random, n: int) -> WordText:
     """``n`` words of the corpus from a word ``rng`` draws (more than the corpus holds: several
     such runs), joined by spaces: as random as ``words`` to a cache (a prompt's blocks are
     hashed from its first token, so a run's place in the corpus is all that tells texts apart),
-    at the cost of a copy."""
-    text, starts = corpus()
-    runs = []
+    at the cost of a copy; their ids known (``WordText``)."""
+    text, starts, ids = corpus()
+    parts, runs = [], []
     while n > 0:
         k = min(n, CORPUS_WORDS)
         first = rng.randrange(CORPUS_WORDS - k + 1)
-        runs.append(text[starts[first] : starts[first + k] - 1])
+        parts.append(text[starts[first] : starts[first + k] - 1])
+        runs.append((ids, first, k))
         n -= k
-    return " ".join(runs)
+    return WordText.of(" ".join(parts), array("q"), tuple(runs))
 
 
 def synth_text(rng: random.Random, n_tokens: int, tokenizer: Tokenizer | None = None, lead: str = "") -> str:
@@ -93,7 +94,8 @@ def synth_text(rng: random.Random, n_tokens: int, tokenizer: Tokenizer | None = 
     head = lead.split()
     if isinstance(tokenizer, WordTokenizer):
         if n_tokens - len(head) >= CORPUS_FROM_WORDS:
-            return " ".join([*head, corpus_words(rng, n_tokens - len(head))])
+            cut = corpus_words(rng, n_tokens - len(head))
+            return WordText.of(" ".join([*head, cut]), word_ids(head), cut._runs)
         body = words(rng, max(0, n_tokens - len(head)))
         return " ".join((head + body)[: max(n_tokens, 0)]) if n_tokens > 0 else ""
     # real tokenizer: estimate, then adjust word by word
