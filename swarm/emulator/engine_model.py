@@ -55,7 +55,8 @@ from swarm.emulator.config import EmulatorConfig
 from swarm.emulator.radix_cache import RadixCache
 from swarm.emulator.scheduler import Scheduler, StepPlan
 from swarm.emulator.slot_cache import SlotCache
-from swarm.emulator.tokens import VOCAB, VOCAB_IDS, output_choices
+from swarm.emulator.step_model import DecodeStretch, plan_stretch, step_ms
+from swarm.emulator.tokens import OUTPUT_IDS, OUTPUT_WORDS, output_ids, output_start
 from swarm.token_ids import TokenIds, as_token_ids
 
 log = logging.getLogger(__name__)
@@ -133,14 +134,14 @@ class EngineStats:
 class Generation:
     """One request inside the engine. Iterate ``tokens()`` to receive generated words. Its
     ``prompt`` and ``output`` are token ids (``swarm.token_ids``); the words it generates are
-    those of ``VOCAB`` at its seeded choices (``output_words``)."""
+    those of ``OUTPUT_WORDS`` from the place its prompt picks (``tokens.output_start``)."""
 
     __slots__ = (
-        "_choices",
         "_event",
         "_lock_handle",
         "_model",
         "_pending",
+        "_start",
         "admit_hit",
         "admitted_s",
         "arrived_s",
@@ -183,8 +184,8 @@ class Generation:
         self.preemptions = 0
         self.computed: int | None = None
         self._lock_handle: object = None
-        #: the vocabulary index of each token it will generate
-        self._choices = output_choices(prompt, max_new)
+        #: where its answer starts in ``OUTPUT_WORDS``
+        self._start = output_start(prompt)
         #: the time of each emission, for a reader that waits for the end (``finished``)
         #: rather than for each token; None: not kept
         self.times: list[float] | None = None
@@ -195,19 +196,20 @@ class Generation:
 
     def output_words(self) -> list[str]:
         """The words generated so far."""
-        return [VOCAB[i] for i in self._choices[: len(self.output)]]
+        n, start = len(OUTPUT_WORDS), self._start
+        return [OUTPUT_WORDS[(start + i) % n] for i in range(len(self.output))]
 
     def _emit(self, now_s: float) -> None:
         output = self.output
-        choice = self._choices[len(output)]
-        output.append(VOCAB_IDS[choice])
+        at = (self._start + len(output)) % len(OUTPUT_IDS)
+        output.append(OUTPUT_IDS[at])
         if self.first_token_s is None:
             self.first_token_s = now_s
         if len(output) >= self.max_new:
             self.finished = True
         times = self.times
         if times is None:
-            self._pending.append(VOCAB[choice])
+            self._pending.append(OUTPUT_WORDS[at])
             self._event.set()
         else:  # a reader of the end only (no stream to hand words to): woken at the finish
             times.append(now_s)  # (``EngineModel._release``)
@@ -248,6 +250,17 @@ class Generation:
         """The reader went: the request leaves the queue, or the batch at its next step."""
         self.cancelled = True
         self._model.cancelled_waiting = True
+        self._model.interrupt()
+
+    def sync(self) -> None:
+        """Its tokens of the steps ended by now are in ``output`` and ``times`` (a decode
+        stretch hands them over at its end, or when woken: ``step_model``)."""
+        self._model.catch_up()
+
+
+def _settle(wake: asyncio.Future[None]) -> None:
+    if not wake.done():
+        wake.set_result(None)
 
 
 def _loop_now() -> float:
@@ -296,6 +309,11 @@ class EngineModel:
         self.cancelled_waiting = False
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
+        #: the most steps one wake-up of the step loop may run (``step_model``'s decode
+        #: stretches: 1 steps one at a time, as a server must; ``swarm simulate`` sets more)
+        self.stretch_steps = 1
+        self._stretch: DecodeStretch[Generation] | None = None
+        self._stretch_wake: asyncio.Future[None] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -448,6 +466,7 @@ class EngineModel:
                 )
             self.waiting.append(gen)
             self._wake.set()
+            self.interrupt()
         else:
             self._admit(gen, now)
         return gen
@@ -565,6 +584,10 @@ class EngineModel:
                 continue
             step_start = clock()
             anchor = step_start if planned_end is None else max(planned_end, step_start - STEP_CATCHUP_S)
+            steps = self._stretch_length()
+            if steps:
+                planned_end = await self._run_stretch(steps, anchor)
+                continue
             plan, step_s = self.begin_step(clock())
             planned_end = anchor + step_s
             delay = planned_end - clock()
@@ -575,6 +598,86 @@ class EngineModel:
             st.steps += 1
             st.step_model_s += step_s
             st.step_actual_s += clock() - step_start
+
+    # -- decode stretches (``step_model``) -----------------------------------------------------
+
+    def _stretch_length(self) -> int:
+        """How many decode steps the loop may run as one now (0: step as usual): only where
+        ``stretch_steps`` allows it, every running request's reader waits for its end, and the
+        cache is not one pool with the running requests (whose steps resize it)."""
+        if self.stretch_steps < 2 or self.behaviour.shared_pool or any(g.times is None for g in self.running):
+            return 0
+        return self.scheduler.decode_stretch(self.waiting, self.running, self.stretch_steps)
+
+    async def _run_stretch(self, steps: int, anchor: float) -> float:
+        """Run ``steps`` decode steps of the running requests with one wake-up (an arrival or a
+        cancel wakes it sooner: then up to the step under way); returns the planned end of the
+        last step run, as ``_step_loop`` keeps it."""
+        loop = asyncio.get_running_loop()
+        decoding = list(self.running)
+        context = sum(g.prompt_tokens + len(g.output) for g in decoding)
+        stretch = self._stretch = plan_stretch(self.config, decoding, context, steps, anchor, self.model_clock_s)
+        try:
+            await self._sleep_to(stretch.ends_s[-1], interruptible=True)
+            last = min(bisect.bisect_left(stretch.ends_s, loop.time()), steps - 1)  # the step under way
+            self._apply(stretch, last)
+            await self._sleep_to(stretch.ends_s[last], interruptible=False)
+        finally:
+            self._stretch = None
+        self.model_clock_s = stretch.model_ends_s[last]
+        self.scheduler.decoded(last + 1)
+        self.end_step(StepPlan(decoding=decoding), loop.time())
+        st = self.stats
+        for length in stretch.lengths_s[: last + 1]:
+            st.steps += 1
+            st.step_model_s += length
+            st.step_actual_s += length  # a virtual clock's steps take what they model
+        return stretch.ends_s[last]
+
+    async def _sleep_to(self, when: float, *, interruptible: bool) -> None:
+        loop = asyncio.get_running_loop()
+        if when <= loop.time() + 1e-9:  # due: the loop would run its timer now too
+            return
+        wake: asyncio.Future[None] = loop.create_future()
+        timer = loop.call_at(when, _settle, wake)
+        if interruptible:
+            self._stretch_wake = wake
+        try:
+            await wake
+        finally:
+            timer.cancel()
+            self._stretch_wake = None
+
+    def interrupt(self) -> None:
+        """An arrival or a cancel: a decode stretch under way ends with the step it is in."""
+        if self._stretch_wake is not None:
+            _settle(self._stretch_wake)
+
+    def catch_up(self) -> None:
+        """The tokens of a stretch's steps that ended by now, handed over (not its last step's,
+        which ends as a step alone does)."""
+        stretch = self._stretch
+        if stretch is not None:
+            now = asyncio.get_running_loop().time()
+            self._apply(stretch, min(bisect.bisect_right(stretch.ends_s, now), len(stretch.ends_s) - 1))
+
+    def _apply(self, stretch: DecodeStretch[Generation], upto: int) -> None:
+        """Each of the stretch's requests emits its tokens of steps ``applied`` to ``upto``
+        (none finishes in them: ``Scheduler.decode_stretch``)."""
+        n = upto - stretch.applied
+        if n <= 0:
+            return
+        ends = stretch.ends_s[stretch.applied : upto]
+        model_end = stretch.model_ends_s[upto - 1]
+        st = self.stats
+        for gen in stretch.decoding:
+            gen.output += output_ids(gen._start, len(gen.output), n)
+            gen.times += ends  # type: ignore[operator]  # a stretch's readers keep times
+            gen.kv_tokens += n
+            st.step_token_model_s += model_end - gen.last_model_s
+            gen.last_model_s = model_end
+        st.step_tokens += n * len(stretch.decoding)
+        stretch.applied = upto
 
     def _drop_cancelled(self, now: float) -> None:
         """Requests whose client went while they waited leave the queue; one preempted after
@@ -598,25 +701,13 @@ class EngineModel:
         self._trim_windows()
         self._fit_cache_to_pool()
         plan = self.scheduler.plan(self.waiting, self.running, self)
-        emits = bool(plan.decoding or plan.finishing_prefill)
-        fixed = (
-            cfg.step_base_ms
-            - (0.0 if emits else min(cfg.step_emit_ms, cfg.step_base_ms))
-            + cfg.decode_ms_per_seq * plan.batch
-            + (
-                cfg.decode_ms_per_context_token * sum(g.prompt_tokens + len(g.output) for g in plan.decoding)
-                if cfg.decode_ms_per_context_token
-                else 0.0
-            )
-        )
-        compute = (
-            cfg.prefill_ms_per_token * plan.prefill_tokens
-            + cfg.prefill_ms_per_cached_token * plan.cached_tokens
-            + cfg.host_load_ms_per_token * self._step_host_tokens
-        )
-        step_ms = max(fixed, compute) if cfg.step_overlap else fixed + compute
-        self.model_clock_s += step_ms / 1000.0  # the step's modelled end, when its tokens come
-        return plan, step_ms / 1000.0
+        ms = step_ms(
+            cfg, emits=bool(plan.decoding or plan.finishing_prefill), batch=plan.batch,
+            context=sum(g.prompt_tokens + len(g.output) for g in plan.decoding) if cfg.decode_ms_per_context_token else 0,
+            prefill=plan.prefill_tokens, cached=plan.cached_tokens, host=self._step_host_tokens,
+        )  # fmt: skip
+        self.model_clock_s += ms / 1000.0  # the step's modelled end, when its tokens come
+        return plan, ms / 1000.0
 
     def end_step(self, plan: StepPlan[Generation], now: float) -> int:
         """The end of a step: each decoding request, and each whose prefill completed, emits its

@@ -270,6 +270,33 @@ class Scheduler(Generic[R]):
             return sum(g.kv_tokens + (g.prefill_left == 0) for g in running)
         return b * sum(-(-(g.kv_tokens + (g.prefill_left == 0)) // b) for g in running)
 
+    def decode_stretch(self, waiting: Sequence[R], running: Sequence[R], most: int) -> int:
+        """How many steps from now (at most ``most``) would each decode every running request
+        and do nothing else: none waits (so none is admitted), none prefills, none finishes
+        before the last of them, and ``_make_room`` finds every request's next token room in
+        each (no preemption; with one request running there is none). 0 when fewer than two.
+        Sliding-window groups are left out (their KV is counted request by request)."""
+        p = self.policy
+        if waiting or not running or p.swa_groups:
+            return 0
+        k = most
+        for g in running:
+            if g.prefill_left > 0:
+                return 0
+            k = min(k, g.max_new - len(g.output))
+        if len(running) > 1 and not (p.reserve_floor >= 1 and p.reserve_ratio >= 1):
+            b = p.block_tokens  # the j-th step counts each request's KV with its j-th token
+            while k > 1 and b * sum(-(-(g.kv_tokens + k) // b) for g in running) > self.capacity:
+                k //= 2
+        return k if k > 1 else 0
+
+    def decoded(self, steps: int) -> None:
+        """``steps`` decode steps ran without a preemption (a stretch): the ratio falls as
+        ``plan`` lets it fall at each."""
+        p = self.policy
+        for _ in range(steps):
+            self.ratio = max(p.reserve_floor, self.ratio - p.reserve_decay)
+
     def used(self, running: Sequence[R]) -> int:
         """KV in use (reserves left out): what the engine's usage gauge shows."""
         return sum(self.kv(g) for g in running)

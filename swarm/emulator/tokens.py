@@ -85,14 +85,27 @@ class PromptTokenizer:
         return out
 
 
-#: the id of each word of ``VOCAB`` (generated tokens enter the prefix cache as ids)
-VOCAB_IDS: TokenIds = word_ids(VOCAB)
+#: the generated text: one fixed sequence of ``VOCAB`` words drawn once (a fixed seed), which a
+#: request reads from a place its prompt picks (``output_start``), round to the start past its
+#: end: as random to a cache as a draw per request, without drawing (a tenth of a simulation)
+OUTPUT_WORDS: tuple[str, ...] = tuple(random.Random("swarm:emulator:output").choices(VOCAB, k=1 << 16))
+#: the ids of ``OUTPUT_WORDS`` (generated tokens enter the prefix cache as ids)
+OUTPUT_IDS: TokenIds = word_ids(OUTPUT_WORDS)
 
 
-def output_choices(prompt: TokenIds, count: int) -> list[int]:
-    """The vocabulary indices of ``count`` generated words: a deterministic function of the
-    prompt (its last 64 token ids and its length)."""
-    if count <= 0:
-        return []
-    seed = zlib.crc32(prompt[-64:].tobytes()) ^ (len(prompt) << 20)
-    return random.Random(seed).choices(range(len(VOCAB)), k=count)
+def output_start(prompt: TokenIds) -> int:
+    """Where in ``OUTPUT_WORDS`` the answer to ``prompt`` starts: a deterministic function of
+    its last 64 token ids and its length."""
+    return (zlib.crc32(prompt[-64:].tobytes()) ^ (len(prompt) << 20)) % len(OUTPUT_WORDS)
+
+
+def output_ids(start: int, first: int, count: int) -> TokenIds:
+    """The ids of tokens ``first`` to ``first + count`` of the answer starting at ``start``."""
+    n = len(OUTPUT_IDS)
+    at = (start + first) % n
+    if at + count <= n:
+        return OUTPUT_IDS[at : at + count]
+    out = OUTPUT_IDS[at:]
+    while len(out) < count:
+        out += OUTPUT_IDS[: count - len(out)]
+    return out

@@ -36,6 +36,9 @@ from swarm.token_ids import TokenIds
 
 #: ``replica_from`` of a simulated record: the simulator knows which twin served it
 REPLICA_FROM_SIMULATED = "simulated"
+#: the most decode steps a twin runs with one event (``emulator.step_model``: the same tokens
+#: at the same times as step by step; 64 steps of a busy sglang twin are about half a second)
+STRETCH_STEPS = 64
 
 
 class TwinFleet:
@@ -47,6 +50,8 @@ class TwinFleet:
             raise ValueError("a fleet has at least one replica")
         self.config = config
         self.models = [EngineModel(config) for _ in range(replicas)]
+        for model in self.models:  # its readers wait for each request's end: steps by stretches
+            model.stretch_steps = STRETCH_STEPS
         self.names = [f"sim://{config.engine}/{i}" for i in range(replicas)] if replicas > 1 else [f"sim://{config.engine}"]
         self.router: Router = make_router(routing, replicas)
         #: requests sent to each replica and not yet ended (what a router counts as its load)
@@ -231,6 +236,7 @@ class _Deadlines:
         """Past the first token, the time since the last one against the idle limit; checked
         again when it could next run out."""
         assert self._idle_s is not None
+        self._gen.sync()  # the tokens of a decode stretch's steps ended by now
         times = self._gen.times
         if not times:  # no token yet: the first-token deadline's to judge
             self._later(self._idle_s, self._idle)
