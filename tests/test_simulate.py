@@ -137,6 +137,61 @@ def test_the_twin_client_records_what_the_twin_did_on_the_virtual_clock() -> Non
     assert after.ok and not model.running and not model.waiting  # the timed-out request left the batch
 
 
+def _stretched_and_stepped(config: EmulatorConfig, stretch_steps: int) -> tuple[list[Any], Any, int]:
+    """Ten requests against one twin: arrivals staggered (some in the middle of a stretch),
+    outputs of different lengths, one past its total timeout mid-stream (its reader goes), and
+    four late ones that the reserve, fallen by then, lets in beside it; the records, the twin,
+    and the instants the clock visited."""
+    clock = VirtualClock(start_ns=0)
+
+    async def one(client: TwinClient, delay_s: float, words: int, max_tokens: int, text: str) -> Any:
+        await asyncio.sleep(delay_s)
+        return await client.send(_request(words, max_tokens, text))
+
+    async def main() -> tuple[list[Any], Any]:
+        fleet = TwinFleet(config)
+        for model in fleet.models:
+            model.stretch_steps = stretch_steps
+        fleet.start()
+        client = TwinClient(
+            fleet, clock, target="t", engine="sglang", dialect="openai-chat", model="m",
+            timeouts=Timeouts(total_s=3.0), wall_minus_perf_ns=0,
+        )  # fmt: skip
+        sends = [
+            (0.0, 40, 90, "a"), (0.013, 60, 30, "b"), (0.2, 40, 120, "a"), (0.37, 30, 700, "c"), (0.5, 20, 5, "d"),
+            (1.9, 50, 70, "a"), *((2.0 + 0.03 * i, 20, 150, f"e{i}") for i in range(4)),
+        ]  # fmt: skip
+        records = await asyncio.gather(*(one(client, *send) for send in sends))
+        await fleet.stop()
+        return list(records), fleet.models[0]
+
+    records, model = run_virtual(main(), clock)
+    return records, model, clock.jumps
+
+
+@pytest.mark.parametrize("kv_capacity_tokens", [100_000, 900])
+def test_decode_stretches_give_the_records_of_steps_run_one_at_a_time(kv_capacity_tokens: int) -> None:
+    """A twin that runs its decode steps by stretches (one event for many steps; the simulator's
+    way) records what it records stepping one step at a time: every token at the same time, the
+    same hits, the same timeout (a reader gone mid-stretch), the same preemptions where the KV
+    runs short; in fewer instants of the clock. Steps whose length grows with the context."""
+    config = EmulatorConfig(
+        step_base_ms=5, prefill_ms_per_token=0.1, decode_ms_per_seq=0.3, decode_ms_per_context_token=0.001,
+        kv_capacity_tokens=kv_capacity_tokens,
+    )  # fmt: skip
+    stepped, by_step, jumps_stepped = _stretched_and_stepped(config, 1)
+    stretched, by_stretch, jumps_stretched = _stretched_and_stepped(config, 64)
+    fields = ("status", "error", "ttft_ns", "e2e_ns", "chunk_ns", "cached_tokens", "completion_tokens")
+    assert [[getattr(r, f) for f in fields] for r in stretched] == [[getattr(r, f) for f in fields] for r in stepped]
+    assert [r.status for r in stepped].count(Status.TIMEOUT) == 1  # the 700-token answer, past 3 s
+    assert by_stretch.stats.steps == by_step.stats.steps and by_stretch.stats.step_tokens == by_step.stats.step_tokens
+    assert by_stretch.stats.preemptions == by_step.stats.preemptions
+    assert (by_step.stats.preemptions > 0) == (kv_capacity_tokens < 1000)
+    assert by_stretch.stats.step_model_s == pytest.approx(by_step.stats.step_model_s, rel=1e-12)
+    assert by_stretch.stats.step_token_model_s == pytest.approx(by_step.stats.step_token_model_s, rel=1e-9)
+    assert jumps_stretched < jumps_stepped / 3
+
+
 # --- the CLI ---------------------------------------------------------------------------------------
 
 

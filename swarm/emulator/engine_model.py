@@ -47,11 +47,11 @@ import logging
 import time
 from array import array
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass, field
 
 from swarm.emulator.behaviour import EngineBehaviour, engine_behaviour
 from swarm.emulator.block_cache import BlockCache, Hold
 from swarm.emulator.config import EmulatorConfig
+from swarm.emulator.engine_stats import EngineStats
 from swarm.emulator.radix_cache import RadixCache
 from swarm.emulator.scheduler import Scheduler, StepPlan
 from swarm.emulator.slot_cache import SlotCache
@@ -61,74 +61,12 @@ from swarm.token_ids import TokenIds, as_token_ids
 
 log = logging.getLogger(__name__)
 
-#: Histogram bucket upper bounds in seconds, for the Prometheus latency metrics.
-LATENCY_BUCKETS_S: tuple[float, ...] = (
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-)
-
-
 #: How far behind its modelled timeline the step loop may catch up (a late timer's wake-up).
 STEP_CATCHUP_S = 0.003
 
 
 class PromptTooLong(ValueError):
     pass
-
-
-@dataclass
-class Histogram:
-    counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_S) + 1))
-    total: float = 0.0
-    n: int = 0
-
-    def observe(self, value_s: float) -> None:
-        self.counts[bisect.bisect_left(LATENCY_BUCKETS_S, value_s)] += 1
-        self.total += value_s
-        self.n += 1
-
-
-@dataclass
-class EngineStats:
-    """Counters for ``/metrics`` (cumulative since start)."""
-
-    requests_total: int = 0
-    requests_finished: int = 0
-    prompt_tokens_total: int = 0
-    cached_tokens_total: int = 0
-    generation_tokens_total: int = 0
-    ttft: Histogram = field(default_factory=Histogram)
-    e2e: Histogram = field(default_factory=Histogram)
-    queue: Histogram = field(default_factory=Histogram)
-    tpot: Histogram = field(default_factory=Histogram)
-    #: ``batch`` timing: steps run, their modelled and their actual duration (an emulator
-    #: that cannot keep its model on a busy CPU shows it here: actual > modelled)
-    steps: int = 0
-    step_model_s: float = 0.0
-    step_actual_s: float = 0.0
-    #: tokens after each request's first emitted by steps, and Σ per such token of the modelled
-    #: time since its request's previous token: the model's ITL as a client measures it (every
-    #: step between two tokens counts, a prefill step that pauses decodes included; first
-    #: tokens, which a client counts in TTFT, are left out)
-    step_tokens: int = 0
-    step_token_model_s: float = 0.0
-    #: running requests preempted for lack of KV (``emulator.scheduler``)
-    preemptions: int = 0
-    #: cached tokens loaded from the host tier
-    host_loaded_tokens: int = 0
 
 
 class Generation:
@@ -627,12 +565,15 @@ class EngineModel:
         self.model_clock_s = stretch.model_ends_s[last]
         self.scheduler.decoded(last + 1)
         self.end_step(StepPlan(decoding=decoding), loop.time())
+        self._count_steps(stretch.lengths_s[last : last + 1])
+        return stretch.ends_s[last]
+
+    def _count_steps(self, lengths_s: list[float]) -> None:
         st = self.stats
-        for length in stretch.lengths_s[: last + 1]:
+        for length in lengths_s:
             st.steps += 1
             st.step_model_s += length
             st.step_actual_s += length  # a virtual clock's steps take what they model
-        return stretch.ends_s[last]
 
     async def _sleep_to(self, when: float, *, interruptible: bool) -> None:
         loop = asyncio.get_running_loop()
@@ -677,6 +618,7 @@ class EngineModel:
             st.step_token_model_s += model_end - gen.last_model_s
             gen.last_model_s = model_end
         st.step_tokens += n * len(stretch.decoding)
+        self._count_steps(stretch.lengths_s[stretch.applied : upto])
         stretch.applied = upto
 
     def _drop_cancelled(self, now: float) -> None:
