@@ -208,6 +208,46 @@ def _report(run_dir: str) -> dict[str, Any]:
     return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
+#: ``swarm simulate`` whose twins tokenise every prompt's text (``prompt_ids`` never read)
+_TWINS_READ_TEXT = """
+import sys
+import swarm.sim.twin_client as twin
+plain = twin.TwinClient.__init__
+def reads_text(self, *args, **kwargs):
+    plain(self, *args, **kwargs)
+    self.reads_token_ids = False
+twin.TwinClient.__init__ = reads_text
+from swarm.cli import main
+sys.argv = ["swarm", *sys.argv[1:]]
+main()
+"""
+
+
+def test_the_ids_an_agent_gives_its_twin_are_its_prompts_words(tmp_path: Path) -> None:
+    """The token ids an agent hands a twin (``prompt_ids``, in place of its text) are the ids of
+    its messages' words: the emulated showdown (tree of thought and mid-life Claude Code
+    sessions, whose long texts know their ids) simulated with the twins reading the ids and
+    with them tokenising the text records the same prompts, hits and token times."""
+    from swarm.emulator.tokens import tokenize_parts
+
+    request = _request(30, text="w x")
+    given = EngineRequest(messages=request.messages, max_tokens=4, prompt_ids=tokenize_parts(["q"] * 30))
+    fleet = TwinFleet(EmulatorConfig())
+    assert fleet.prompt_of(given) is given.prompt_ids  # read, not tokenised again
+    assert fleet.prompt_of(request) == tokenize_parts([m.content for m in request.messages])
+    args = ["simulate", "--agents", "12", "--duration", "20", "--json", "--no-progress"]
+    runs = {}
+    for name, head in (("ids", SWARM), ("text", [sys.executable, "-c", _TWINS_READ_TEXT])):
+        done = subprocess.run([*head, *args, "--output", str(tmp_path / name)], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        runs[name] = json.loads(done.stdout)["run_dir"]
+    import pyarrow.parquet as pq
+
+    columns = ["request_id", "status", "prompt_tokens", "cached_tokens", "chunk_ns"]
+    ids, text = (sorted(pq.read_table(Path(runs[n]) / "requests", columns=columns).to_pylist(), key=str) for n in ("ids", "text"))
+    assert len(ids) > 50 and ids == text
+
+
 def test_a_spec_with_a_url_or_a_bad_emulator_flag_is_refused_naming_it(tmp_path: Path) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text("targets:\n  - {name: real, url: 'http://127.0.0.1:9'}\n")
