@@ -78,8 +78,8 @@ def plan_stretch(
     end, model = anchor_s, model_clock_s
     for i in range(steps):
         ms = step_ms(cfg, emits=True, batch=batch, context=context + i * batch)
-        model += ms / 1000.0
         length = ms / 1000.0
+        model += length
         end += length
         stretch.ends_s.append(end)
         stretch.model_ends_s.append(model)

@@ -54,34 +54,47 @@ def words(rng: random.Random, n: int) -> list[str]:
 #: drawn word by word: a mid-life coding session's history is 100k words, and drawing them one by
 #: one was a third of a simulation's time (docs/simulation.md, "Speed")
 CORPUS_FROM_WORDS = 64
+#: a text cut from the corpus of this many words or more keeps its ids' place (``WordText``):
+#: a history part of thousands of words is then never split and looked up word by word; a
+#: shorter one is a plain string (its ids' place would cost an agent of the tree of thought
+#: about 6 KB: 39.5 -> 45.4 KB per agent in ``python -m bench client-delay --quick``)
+WORD_TEXT_FROM_WORDS = 4096
 #: the corpus's length in words (about 1.7 MB of text, drawn once per process from its own seed)
 CORPUS_WORDS = 1 << 18
 
 
 @functools.cache
-def corpus() -> tuple[str, array, TokenIds]:
+def corpus() -> tuple[str, array]:
     """One long text of ``CORPUS_WORDS`` words drawn from ``WORDS`` (a fixed seed: the same in
-    every process), where each of its words starts (one past the end last), and their ids.
-    About 70 ms, once per process: a ``Workload`` makes it before its run sends."""
+    every process), and where each of its words starts (one past the end last). About 50 ms,
+    once per process: a ``Workload`` makes it before its run sends."""
     drawn = random.Random("swarm:textsynth:corpus").choices(WORDS, k=CORPUS_WORDS)
     starts = array("q", itertools.accumulate((len(word) + 1 for word in drawn), initial=0))
-    return " ".join(drawn), starts, word_ids(drawn)
+    return " ".join(drawn), starts
 
 
-def corpus_words(rng: random.Random, n: int) -> WordText:
+@functools.cache
+def corpus_ids() -> TokenIds:
+    """The ids of the corpus's words (2 MB, made at the first text of ``WORD_TEXT_FROM_WORDS``
+    words or more: a swarm of short texts never holds them)."""
+    text, _ = corpus()
+    return word_ids(text.split())
+
+
+def corpus_words(rng: random.Random, n: int) -> tuple[str, list[tuple[int, int]]]:
     """``n`` words of the corpus from a word ``rng`` draws (more than the corpus holds: several
     such runs), joined by spaces: as random as ``words`` to a cache (a prompt's blocks are
     hashed from its first token, so a run's place in the corpus is all that tells texts apart),
-    at the cost of a copy; their ids known (``WordText``)."""
-    text, starts, ids = corpus()
+    at the cost of a copy; and each run's first word and length in the corpus."""
+    text, starts = corpus()
     parts, runs = [], []
     while n > 0:
         k = min(n, CORPUS_WORDS)
         first = rng.randrange(CORPUS_WORDS - k + 1)
         parts.append(text[starts[first] : starts[first + k] - 1])
-        runs.append((ids, first, k))
+        runs.append((first, k))
         n -= k
-    return WordText.of(" ".join(parts), array("q"), tuple(runs))
+    return " ".join(parts), runs
 
 
 def synth_text(rng: random.Random, n_tokens: int, tokenizer: Tokenizer | None = None, lead: str = "") -> str:
@@ -94,8 +107,12 @@ def synth_text(rng: random.Random, n_tokens: int, tokenizer: Tokenizer | None = 
     head = lead.split()
     if isinstance(tokenizer, WordTokenizer):
         if n_tokens - len(head) >= CORPUS_FROM_WORDS:
-            cut = corpus_words(rng, n_tokens - len(head))
-            return WordText.of(" ".join([*head, cut]), word_ids(head), cut._runs)
+            cut, runs = corpus_words(rng, n_tokens - len(head))
+            text = " ".join([*head, cut])
+            if n_tokens - len(head) < WORD_TEXT_FROM_WORDS:
+                return text
+            ids = corpus_ids()
+            return WordText.of(text, word_ids(head), tuple((ids, first, k) for first, k in runs))
         body = words(rng, max(0, n_tokens - len(head)))
         return " ".join((head + body)[: max(n_tokens, 0)]) if n_tokens > 0 else ""
     # real tokenizer: estimate, then adjust word by word
