@@ -17,9 +17,9 @@ Cases (default: all but router, ray-scale, cluster and sim-fleet, about 8-9 minu
 - ``default-run``: the README's ``swarm run``: wall time, late sends, emulated ITL vs the model
 - ``h1-parse``: CPU per streamed response, the client's HTTP/1.1 exchange (httptools, llhttp)
   vs the previous hand-written parser (kept in the case as the baseline)
-- ``simulate``: ``swarm simulate`` of the emulated showdown (200 and 1,000 agents, one twin and
-  a fleet of 8): simulated seconds per wall second, clock events and requests per wall second,
-  peak memory
+- ``simulate``: ``swarm simulate`` of the emulated showdown (200, 1,000 and 10,000 agents, one
+  twin and fleets of 8 and 64; every agent started, evenly over the window): simulated seconds
+  per wall second, agents started, clock events and requests per wall second, peak memory
 - ``sim-fleet``: a three-replica fleet sweep in real time (``swarm emulate --replicas 3`` behind
   SGLang's router) and simulated: per point, the simulated figures' error (not in the default:
   needs the router installed; about 4 minutes)
