@@ -142,20 +142,21 @@ def test_a_words_id_is_its_hash_in_every_process_and_words_differ() -> None:
     assert all(isinstance(r, type) for r in gc.get_referents(big))  # no element is walked
 
 
-@pytest.mark.parametrize("n_tokens", [3, 1_000, 4_098, 4_099, (1 << 18) + 5_000])
+@pytest.mark.parametrize("n_tokens", [3, 200, 258, 259, 4_099, (1 << 18) + 5_000])
 def test_a_synthesised_text_gives_the_ids_and_count_of_its_words(n_tokens: int) -> None:
-    """A long synthesised text (4,096 words from the corpus or more) knows its words' ids
+    """A long synthesised text (``WORD_TEXT_FROM_WORDS`` words from the corpus or more) knows its words' ids
     (slices of the corpus's, the lead's before them): the tokenizer's ids, pieces and count are those of its words, whole or in steps, and
     it pickles as a plain string (a worker gets text, not the corpus's ids)."""
     import pickle
     import random as _random
 
-    from swarm.workload.textsynth import synth_text
+    from swarm.workload.textsynth import WORD_TEXT_FROM_WORDS, synth_text
     from swarm.workload.tokenizer import WordText, word_ids
 
+    assert WORD_TEXT_FROM_WORDS == 256  # the cases below sit either side of it
     tok = WordTokenizer()
     text = synth_text(_random.Random(n_tokens), n_tokens, tok, lead="[n3] lead :")
-    assert isinstance(text, WordText) == (n_tokens >= 4_099)  # 3 lead words, then 4,096 or more from the corpus
+    assert isinstance(text, WordText) == (n_tokens >= 259)  # 3 lead words, then 256 or more from the corpus
     expected = word_ids(text.split())
     assert tok.ids(text) == expected and tok.count(text) == len(expected) == n_tokens
     assert b"".join(piece.tobytes() for piece in tok.ids_in_steps(text)) == expected.tobytes()

@@ -55,10 +55,12 @@ def words(rng: random.Random, n: int) -> list[str]:
 #: one was a third of a simulation's time (docs/simulation.md, "Speed")
 CORPUS_FROM_WORDS = 64
 #: a text cut from the corpus of this many words or more keeps its ids' place (``WordText``):
-#: a history part of thousands of words is then never split and looked up word by word; a
-#: shorter one is a plain string (its ids' place would cost an agent of the tree of thought
-#: about 6 KB: 39.5 -> 45.4 KB per agent in ``python -m bench client-delay --quick``)
-WORD_TEXT_FROM_WORDS = 4096
+#: a history part (a Claude Code turn is hundreds to thousands of words) is then never split
+#: and looked up word by word (4,096 -> 256: ``python -m bench simulate``'s 10,000 agents
+#: 9.3 -> 14.7 x real time, the trace the same); a shorter one is a plain string (from 64
+#: words, the ids' places cost 6 KB an agent in ``python -m bench client-delay --quick``,
+#: 39.5 -> 45.4 KB; from 256, 39.9 -> 39.4 KB, within noise)
+WORD_TEXT_FROM_WORDS = 256
 #: the corpus's length in words (about 1.7 MB of text, drawn once per process from its own seed)
 CORPUS_WORDS = 1 << 18
 
