@@ -15,9 +15,11 @@ from swarm.emulator.http_server import EmulatorThread
 from swarm.errors import InputError
 from swarm.record import RequestRecord
 from swarm.shape.table import table_from_spec
+from swarm.workload import prompts
 from swarm.workload.agent_profile import load_profile
 from swarm.workload.arrival import ArrivalSpec
 from swarm.workload.catalog import Catalog
+from swarm.workload.prompts import compose_messages, decide_compaction, synthetic_turn
 from swarm.workload.workload import MixEntry, Workload, WorkloadSpec
 
 BASE = """
@@ -38,6 +40,8 @@ OPTIONS = {
     "reasoning_last": "reasoning: {share: 0.75, carried: last}\n",
     "compaction": "compaction: {threshold_tokens: 400, summary_tokens: {dist: constant, value: 40}}\n",
     "subagents": "subagent_system_prompt: {style: prose, tokens: 90}\n",
+    "compaction_reasoning": "compaction: {threshold_tokens: 400, summary_tokens: {dist: constant, value: 40}}\n"
+    "reasoning: {share: 0.75, carried: last}\n",
 }
 
 # a main thread of three tool calls that spawns a sub-agent of two calls, then answers
@@ -187,3 +191,37 @@ def test_unused_options_leave_a_profiles_digest_and_bad_ones_name_the_field(
     bad.write_text(BASE.format(name="bad") + "compaction: {threshold: 10}\n")
     with pytest.raises(InputError, match=r"bad.yaml.*compaction"):
         load_profile(bad)
+
+
+@pytest.mark.parametrize(
+    "reasoning", ["", "reasoning: {share: 0.75, carried: last}\n"], ids=["reasoning_carried", "reasoning_last"]
+)
+@pytest.mark.parametrize("topology", ["react", "spawning"])
+def test_a_compaction_decided_without_the_prompt_is_the_one_its_prompt_takes(
+    tmp_path: Path, reasoning: str, topology: str
+) -> None:
+    """A mid-life session's history decides its compactions turn by turn without composing
+    each turn's prompt (``decide_compaction``): the same decisions as composing them, at
+    thresholds either side of each prompt's length."""
+    (tmp_path / "spawning.yaml").write_text(SPAWNING)
+    seen: list[bool] = []
+    for threshold in range(220, 760, 30):
+        compaction = f"compaction: {{threshold_tokens: {threshold}, summary_tokens: {{dist: constant, value: 40}}}}\n"
+        (tmp_path / f"c{threshold}.yaml").write_text(BASE.format(name=f"c{threshold}") + compaction + reasoning)
+        wl = workload(Catalog(agent_dirs=[tmp_path], topology_dirs=[tmp_path]), f"c{threshold}", topology, agents=2)
+        for agent in range(2):
+            composed, decided, oracle = wl.agent(agent), wl.agent(agent), wl.agent(agent)
+            t = composed.topology
+            for node in t.order:
+                ancestors = t.context_ancestors(node)
+                compose_messages(composed, node, [(a, synthetic_turn(composed, a)) for a in ancestors])
+                decide_compaction(decided, node, ancestors)
+                # the definition: the tokens of the prompt it would send uncompacted
+                turns = [] if t.fresh_context(node) else [(a, synthetic_turn(oracle, a)) for a in ancestors]
+                history = prompts._history(oracle, node, prompts._since_compaction(oracle, turns))
+                own = oracle.node(node).instruction
+                length = sum(oracle.token_count(m.content) for m in (*prompts._head(oracle, node), *history))
+                oracle.compacted[node] = length + oracle.token_count(own) > threshold
+            assert decided.compacted == oracle.compacted == composed.compacted, threshold
+            seen += composed.compacted.values()
+    assert True in seen and False in seen

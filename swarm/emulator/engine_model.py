@@ -187,8 +187,10 @@ class Generation:
     def cancel(self) -> None:
         """The reader went: the request leaves the queue, or the batch at its next step."""
         self.cancelled = True
-        self._model.cancelled_waiting = True
-        self._model.interrupt()
+        model = self._model
+        model.cancelled_waiting = True
+        model.cancelled_since_drop.append(self)
+        model.interrupt()
 
     def sync(self) -> None:
         """Its tokens of the steps ended by now are in ``output`` and ``times`` (a decode
@@ -245,6 +247,8 @@ class EngineModel:
         self.running: list[Generation] = []
         #: a request stopped streaming (its client went): drop the cancelled from the queue
         self.cancelled_waiting = False
+        #: the requests cancelled since ``_drop_cancelled`` last ran
+        self.cancelled_since_drop: list[Generation] = []
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         #: the most steps one wake-up of the step loop may run (``step_model``'s decode
@@ -625,9 +629,13 @@ class EngineModel:
         """Requests whose client went while they waited leave the queue; one preempted after
         its admission is finished (its counts close as a cancelled request's do)."""
         self.cancelled_waiting = False
-        for gen in self.waiting:
-            if gen.cancelled and gen.admitted_s is not None and not gen.finished:
-                self._release(gen, now)
+        went, self.cancelled_since_drop = self.cancelled_since_drop, []
+        # only one admitted before may be waiting unfinished (preempted): else no queue walk
+        # (a loop over thousands waiting at every timeout of an overloaded twin)
+        if any(g.admitted_s is not None and not g.finished for g in went):
+            for gen in self.waiting:
+                if gen.cancelled and gen.admitted_s is not None and not gen.finished:
+                    self._release(gen, now)
         self.waiting = [g for g in self.waiting if not g.cancelled]
 
     def begin_step(self, now: float) -> tuple[StepPlan[Generation], float]:

@@ -35,7 +35,7 @@ from swarm.request import ChatMessage, EngineRequest
 from swarm.runtime.dispatcher import DISPATCH_SPIN_NS, Dispatcher, Outgoing
 from swarm.runtime.retry import retry_request_id
 from swarm.workload.prefix import BLOCK_TOKENS, block_hashes
-from swarm.workload.prompts import compose_messages, synthetic_turn
+from swarm.workload.prompts import compose_messages, decide_compaction, synthetic_turn
 from swarm.workload.tokenizer import TokenIds, Tokenizer, WordTokenizer
 from swarm.workload.workload import AgentPlan, NodePlan
 
@@ -267,7 +267,7 @@ class AgentRun:
                     continue
                 plan.node(n)
                 if compacts:  # its compaction decision, taken in order (each from those before it)
-                    compose_messages(plan, n, [(a, synthetic_turn(plan, a)) for a in t.context_ancestors(n)])
+                    decide_compaction(plan, n, t.context_ancestors(n))
                 self._built.add(n)
                 yield
             messages = compose_messages(plan, node, [(a, synthetic_turn(plan, a)) for a in t.context_ancestors(node)])

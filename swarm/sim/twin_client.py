@@ -24,6 +24,8 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from swarm.emulator.config import EmulatorConfig
 from swarm.emulator.engine_model import EngineModel, Generation, PromptTooLong
 from swarm.emulator.tokens import PromptTokenizer
@@ -190,7 +192,8 @@ class TwinClient:
             return []
         if not stream:  # the whole answer at once
             return [end - t0]
-        return [round(t * 1e9) - t0 for t in gen.times]
+        # rounded as ``round`` does (half to even), in one pass: a third of the time
+        return (np.rint(np.array(gen.times) * 1e9).astype(np.int64) - t0).tolist()
 
     def _cached(self, gen: Generation | None) -> int | None:
         if gen is None:

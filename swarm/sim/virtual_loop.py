@@ -8,8 +8,9 @@ every ``asyncio.sleep``, every engine step and every think time takes no wall ti
 order of events is the order their times say.
 
 Real file descriptors still work (the loop's own wake-up pipe, a thread handing work back with
-``call_soon_threadsafe``): the selector polls them without waiting first, and waits for them
-only when no timer is pending (nothing in the simulation could happen before they do).
+``call_soon_threadsafe``): the selector polls them without waiting first (while callbacks are
+ready, every ``POLL_EVERY_READY_TURNS`` turns; always before the clock moves), and waits for
+them only when no timer is pending (nothing in the simulation could happen before they do).
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ class VirtualClock:
         return (self.now_ns - self.start_ns) / 1e9
 
 
+#: with callbacks ready, the real descriptors are polled once in this many loop turns
+POLL_EVERY_READY_TURNS = 32
+
+
 class _VirtualSelector(selectors.DefaultSelector):
     """Polls the real descriptors; where the loop would wait ``timeout`` for its next timer,
     moves the clock by it instead."""
@@ -55,8 +60,18 @@ class _VirtualSelector(selectors.DefaultSelector):
     def __init__(self, clock: VirtualClock) -> None:
         super().__init__()
         self._clock = clock
+        #: loop turns with callbacks ready since the descriptors were last polled
+        self._unpolled = 0
 
     def select(self, timeout: float | None = None) -> list[tuple[Any, int]]:
+        if timeout is not None and timeout <= 0:  # callbacks are ready: the loop goes on at once
+            # a poll (a system call) every turn was 5 % of a simulation; what a thread hands
+            # back waits a few turns instead, at the same instant (the clock does not move
+            # before a poll)
+            self._unpolled += 1
+            if self._unpolled < POLL_EVERY_READY_TURNS:
+                return []
+        self._unpolled = 0
         ready: list[tuple[Any, int]] = super().select(0)
         if ready or (timeout is not None and timeout <= 0):
             return ready

