@@ -43,6 +43,8 @@ def block_hashes(
     ids = as_token_ids(tokens[start:] if start else tokens)
     data = memoryview(ids).cast("B")  # read in place: no copy of the prompt, nor of each block
     size = 8 * block_tokens
+    if len(data) <= size:  # one block: one call
+        return (*out, int.from_bytes(hashlib.blake2b(prev + data, digest_size=8).digest(), "little")) if data else tuple(out)
     blake2b, from_bytes, append = hashlib.blake2b, int.from_bytes, out.append
     for at in range(0, len(data), size):
         h = blake2b(prev, digest_size=8)  # the same hash as of ``prev + block``
@@ -89,6 +91,8 @@ def _held_ids(ids: array) -> array:
     if ids.itemsize != 8:
         return ids
     low = 0 if sys.byteorder == "little" else 1  # which half of each 8 bytes is the low one
+    if len(ids) < 256:  # numpy's own cost is more than the copy's here
+        return array("I", memoryview(ids).cast("B").cast("I")[low::2].tobytes())
     return array("I", np.frombuffer(ids, dtype=np.uint32)[low::2].tobytes())
 
 
