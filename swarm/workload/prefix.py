@@ -43,8 +43,10 @@ def block_hashes(
     ids = as_token_ids(tokens[start:] if start else tokens)
     data = memoryview(ids).cast("B")  # read in place: no copy of the prompt, nor of each block
     size = 8 * block_tokens
-    if len(data) <= size:  # one block: one call
-        return (*out, int.from_bytes(hashlib.blake2b(prev + data, digest_size=8).digest(), "little")) if data else tuple(out)
+    if len(data) <= size:  # at most one block: one call
+        if data:
+            out.append(int.from_bytes(hashlib.blake2b(prev + data, digest_size=8).digest(), "little"))
+        return tuple(out)
     blake2b, from_bytes, append = hashlib.blake2b, int.from_bytes, out.append
     for at in range(0, len(data), size):
         h = blake2b(prev, digest_size=8)  # the same hash as of ``prev + block``

@@ -48,26 +48,14 @@ def compose_messages(
 
 def decide_compaction(plan: AgentPlan, node: str, ancestors: list[str]) -> None:
     """``node``'s compaction decision, as ``compose_messages`` of its synthetic turns takes it,
-    without its messages: only the turns since the latest compacted ancestor are read, each
-    by its memoised token counts (a mid-life session decides each of its hundred turns in
-    order: composing each turn's whole prompt for it was a twelfth of a simulation). The
-    ancestors' own decisions are taken first, where not taken yet."""
+    without making its messages: the turns since the latest compaction are read by their
+    memoised token counts (a mid-life session decides each of its hundred turns in order:
+    composing each turn's whole prompt for it was a twelfth of a simulation)."""
     if plan.profile.compaction is None or node in plan.compacted:
         return
-    if plan.topology.fresh_context(node):
-        ancestors = []
-    since: list[tuple[str, list[str]]] = []
-    for i in range(len(ancestors) - 1, -1, -1):
-        name = ancestors[i]
-        if name not in plan.compacted:  # read out of order: decided as compose_messages would
-            compose_messages(plan, node, [(a, synthetic_turn(plan, a)) for a in ancestors])
-            return
-        since.append((name, synthetic_turn(plan, name)))
-        if plan.compacted[name]:
-            break
-    since.reverse()
-    head = _head(plan, node)
-    _decide(plan, node, head, since, ChatMessage("user", plan.node(node).instruction))
+    turns = [] if plan.topology.fresh_context(node) else [(a, synthetic_turn(plan, a)) for a in ancestors]
+    own = ChatMessage("user", plan.node(node).instruction)
+    _decide(plan, node, _head(plan, node), _since_compaction(plan, turns), own)
 
 
 def _decide(
