@@ -160,5 +160,9 @@ def test_a_synthesised_text_gives_the_ids_and_count_of_its_words(n_tokens: int) 
     expected = word_ids(text.split())
     assert tok.ids(text) == expected and tok.count(text) == len(expected) == n_tokens
     assert b"".join(piece.tobytes() for piece in tok.ids_in_steps(text)) == expected.tobytes()
+    if isinstance(text, WordText):  # its ids appended onto a prompt's, as a prompt is composed
+        onto = word_ids(["before"])
+        text.extend_ids(onto)
+        assert onto == word_ids(["before", *text.split()])
     back = pickle.loads(pickle.dumps(text))
     assert type(back) is str and back == text

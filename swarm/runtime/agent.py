@@ -36,7 +36,7 @@ from swarm.runtime.dispatcher import DISPATCH_SPIN_NS, Dispatcher, Outgoing
 from swarm.runtime.retry import retry_request_id
 from swarm.workload.prefix import BLOCK_TOKENS, block_hashes
 from swarm.workload.prompts import compose_messages, decide_compaction, synthetic_turn
-from swarm.workload.tokenizer import TokenIds, Tokenizer, WordTokenizer
+from swarm.workload.tokenizer import TokenIds, Tokenizer, WordText, WordTokenizer
 from swarm.workload.workload import AgentPlan, NodePlan
 
 log = logging.getLogger(__name__)
@@ -115,7 +115,8 @@ class AgentRun:
         self._blocks: dict[str, tuple[tuple[ChatMessage, ...], int, tuple[int, ...]]] = {}
         self._extenders_left: dict[str, int] = {}
         # token ids of each prompt part, computed once; arrays, which the garbage collector
-        # does not walk, so thousands of agents' prompts cost nothing in its collections
+        # does not walk, so thousands of agents' prompts cost nothing in its collections (a
+        # corpus-cut text's are copied from the corpus's at each prompt instead: ``_sliced``)
         self._part_tokens: dict[str, TokenIds] = {}
         #: prompts built while their last parent was in flight: the alive context ancestors
         #: they assumed, the compaction decision taken on that assumption (None: none taken),
@@ -272,7 +273,7 @@ class AgentRun:
                 yield
             messages = compose_messages(plan, node, [(a, synthetic_turn(plan, a)) for a in t.context_ancestors(node)])
             for message in messages:
-                if message.content not in self._part_tokens:
+                if message.content not in self._part_tokens and not self._sliced(message):
                     yield from self._part_steps(message)
 
     def _part_steps(self, message: ChatMessage) -> Iterator[None]:
@@ -351,12 +352,24 @@ class AgentRun:
             self.plan, node, [(anc, self.turns[anc]) for anc in self._alive_ancestors(node)]
         )
 
+    def _sliced(self, message: ChatMessage) -> bool:
+        """Whether ``message``'s ids are copied from the corpus's each time its prompt is composed
+        (a ``WordText`` under word tokens, but the shared system prompt) rather than held in
+        ``_part_tokens``: kept, they were a seventh of a 2,000-agent simulation's memory, a copy of
+        ids the corpus holds once."""
+        return type(message.content) is WordText and message.role != "system" and isinstance(self.env.tokenizer, WordTokenizer)
+
     def _prompt_tokens(self, messages: tuple[ChatMessage, ...]) -> TokenIds:
         ids = self.env.tokenizer.ids
         cache = self._part_tokens
+        words = isinstance(self.env.tokenizer, WordTokenizer)
         tokens: TokenIds = array("q")
         for m in messages:
-            part = cache.get(m.content)
+            content = m.content
+            if words and type(content) is WordText and m.role != "system":  # ``_sliced``
+                content.extend_ids(tokens)
+                continue
+            part = cache.get(content)
             if part is None:
                 if m.role == "system":  # shared by the swarm: one array for every agent
                     shared = self.env.system_prompt_tokens

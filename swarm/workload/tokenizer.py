@@ -67,6 +67,15 @@ class WordText(str):
             out += ids[first : first + k]
         return out
 
+    def extend_ids(self, out: TokenIds) -> None:
+        """``out += token_ids()`` without an array of this text's own: each run copied from the
+        corpus's ids straight onto ``out`` (a prompt composed of long texts need not keep each
+        text's ids beside it: ``AgentRun._prompt_tokens``)."""
+        out += self._lead
+        for ids, first, k in self._runs:
+            size = ids.itemsize
+            out.frombytes(memoryview(ids).cast("B")[first * size : (first + k) * size])
+
     def __reduce__(self) -> tuple[type, tuple[str]]:
         return str, (str(self),)
 
