@@ -146,7 +146,7 @@ def test_the_vllm_twin_sweeps_like_the_engine(
     extra = ("--num-gpu-blocks-override", "100")
     with vllm_server(python, model, folder / "server.log", max_model_len=1536, extra=extra) as url:
         cal = subprocess.run(
-            [*SWARM, "calibrate", url, "-o", str(folder / "cal.yaml"), "--budget", "240"],
+            [*SWARM, "calibrate", url, "-o", str(folder / "cal.yaml"), "--budget", "120"],
             capture_output=True, text=True, timeout=400,
         )  # fmt: skip
         assert cal.returncode == 0, cal.stderr[-3000:]
