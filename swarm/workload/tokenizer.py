@@ -62,9 +62,8 @@ class WordText(str):
         return made
 
     def token_ids(self) -> TokenIds:
-        out = array("q", self._lead)
-        for ids, first, k in self._runs:
-            out += ids[first : first + k]
+        out: TokenIds = array("q")
+        self.extend_ids(out)
         return out
 
     def extend_ids(self, out: TokenIds) -> None:
