@@ -17,6 +17,26 @@ from swarm.emulator.http_server import EmulatorThread
 # Local test clusters need no token authentication (Ray 2.60 turns it on by default).
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
+# Modules that run for minutes in one test or two. pytest-xdist hands out whole modules
+# (``--dist loadfile``); left to its own order (most tests first) these came last and ran alone
+# at the end of the suite. Quiet, 2026-12-04: the engine twins ~416 s, the soak ~124 s.
+START_FIRST = ("test_engine_twins.py", "test_soak.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Order modules for the two processes: ``START_FIRST`` in its order, then the others by
+    number of tests, most first (xdist's own order, off in ``pyproject.toml`` so this one holds)."""
+    by_module: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        by_module.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def rank(module: str) -> tuple[int, int]:
+        name = module.rsplit("/", 1)[-1]
+        first = START_FIRST.index(name) if name in START_FIRST else len(START_FIRST)
+        return first, -len(by_module[module])
+
+    items[:] = [item for module in sorted(by_module, key=rank) for item in by_module[module]]
+
 
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[None]:
