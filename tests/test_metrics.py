@@ -183,3 +183,47 @@ def test_first_and_branch_calls_and_breakdown_by_depth() -> None:
     assert fig["goodput"]["good"] == 2
     assert fig["branch_call_ttft_ms"]["count"] == 2
     assert [r.as_dict("depth") for r in breakdown(table, "depth")] == rows
+
+
+def test_figures_over_every_chunk_are_the_same_read_a_few_rows_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ITL, each row's mean ITL and the tokens per window are read a piece of rows at a time
+    (a large run's millions of chunk times are not copied whole): pieces that cut between
+    any two rows, past failed rows and rows without chunks, give what the whole table gives."""
+    rng = np.random.default_rng(7)
+    rows = []
+    for i in range(23):
+        if i % 5 == 3:
+            rows.append(_row(sent_ns=i * S // 4, status="timeout", chunk_ns=[1, 2, 3], completion_tokens=3))
+        elif i % 7 == 2:
+            rows.append(_streamed(i / 4, 50, [], tokens=1))  # one chunk: no ITL
+        elif i % 11 == 4:
+            rows.append(_row(sent_ns=i * S // 4, chunk_ns=[], completion_tokens=0))
+        else:
+            gaps = [float(g) for g in rng.integers(1, 400, size=int(rng.integers(1, 9)))]
+            rows.append(_streamed(i / 4, float(rng.integers(20, 300)), gaps, tokens=2 * len(gaps) + 1))
+    table = pa.concat_tables([_table(rows[:9]), _table(rows[9:])])  # two chunks, as two parts read
+    whole = (m.itl_ms(table), m.mean_itl_ms_per_row(table), m.throughput(table, 0.5), m.timeline(table, 0.25))
+    # the ITLs by their definition: each row's own differences, ok rows only, in row order
+    expected = [
+        (b - a) / 1e6
+        for r in rows if r["status"] == "ok"
+        for a, b in zip(r["chunk_ns"], r["chunk_ns"][1:], strict=False)
+    ]  # fmt: skip
+    assert whole[0].tolist() == expected
+    for piece_rows in (1, 2, 3, 5):
+        monkeypatch.setattr(m, "PIECE_ROWS", piece_rows)
+        assert m.itl_ms(table).tolist() == whole[0].tolist()
+        np.testing.assert_array_equal(m.mean_itl_ms_per_row(table), whole[1])
+        assert m.throughput(table, 0.5) == pytest.approx(whole[2])
+        timeline = m.timeline(table, 0.25)
+        assert timeline.keys() == whole[3].keys()
+        for key, series in whole[3].items():
+            assert timeline[key] == pytest.approx(series)
+
+
+def test_a_distribution_of_scratch_values_is_the_same_and_reorders_only_them() -> None:
+    values = np.random.default_rng(3).exponential(20.0, size=10_001)
+    kept = values.copy()
+    assert m.distribution(values) == m.distribution(values.copy(), scratch=True)
+    np.testing.assert_array_equal(values, kept)  # not scratch: left as it was
+    assert list(m.distribution(values)) == ["count", "mean", "p50", "p90", "p95", "p99", "p99.9", "max"]

@@ -12,11 +12,15 @@ Conventions that every function shares:
   e2e_ns``, or ``sent_ns`` for a row without ``e2e_ns``).
 - Percentiles are exact, from the raw values: numpy's linear interpolation between the two
   nearest ranks (p50, p90, p95, p99, p99.9), and the true maximum.
+- Figures over every chunk (ITL, tokens per window) read ``chunk_ns`` a piece of
+  ``PIECE_ROWS`` rows at a time (``_chunk_pieces``): a large run's trace holds millions of
+  chunk times, and copies of the whole column (the ok rows', flattened, their differences)
+  were seven times its size at the end of a run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,19 +29,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 PERCENTILES: tuple[float, ...] = (50, 90, 95, 99, 99.9)
+#: rows of a table read at a time by the figures over every chunk (``_chunk_pieces``)
+PIECE_ROWS = 1024
 
 
-def distribution(values: np.ndarray | Sequence[float]) -> dict[str, float | int | None]:
-    """``count``, ``mean``, exact percentiles ``p50 … p99.9`` and ``max`` of ``values``."""
+def distribution(values: np.ndarray | Sequence[float], *, scratch: bool = False) -> dict[str, float | int | None]:
+    """``count``, ``mean``, exact percentiles ``p50 … p99.9`` and ``max`` of ``values``.
+    ``scratch``: ``values`` is the caller's to lose (a float64 array made for this call): the
+    percentiles reorder it in place rather than sort a copy (a run's ITLs are millions)."""
     arr = np.asarray(values, dtype=np.float64)
     out: dict[str, float | int | None] = {"count": int(arr.size)}
     if arr.size == 0:
         out.update({"mean": None, **{_pname(q): None for q in PERCENTILES}, "max": None})
         return out
     out["mean"] = float(arr.mean())
-    for q, v in zip(PERCENTILES, np.percentile(arr, PERCENTILES), strict=True):
+    most = float(arr.max())  # before the percentiles may reorder it
+    for q, v in zip(PERCENTILES, np.percentile(arr, PERCENTILES, overwrite_input=scratch), strict=True):
         out[_pname(q)] = float(v)
-    out["max"] = float(arr.max())
+    out["max"] = most
     return out
 
 
@@ -45,7 +54,7 @@ def _pname(q: float) -> str:
     return f"p{q:g}"
 
 
-def _num(table: pa.Table, name: str) -> np.ndarray:
+def _num(table: pa.Table | pa.RecordBatch, name: str) -> np.ndarray:
     """A numeric column as float64, nulls as NaN."""
     col = table[name]
     return np.asarray(pc.fill_null(pc.cast(col, pa.float64()), np.nan).to_numpy(), dtype=np.float64)
@@ -136,37 +145,63 @@ def _chunk_lists(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     col = table["chunk_ns"].combine_chunks() if table.num_rows else pa.array([], pa.list_(pa.int64()))
     if isinstance(col, pa.ChunkedArray):  # an empty chunked column
         col = pa.array([], pa.list_(pa.int64()))
-    lengths = pc.fill_null(pc.list_value_length(col), 0).to_numpy(zero_copy_only=False).astype(np.int64)
-    flat = pc.list_flatten(col).to_numpy(zero_copy_only=False).astype(np.int64)
+    return _flat_and_offsets(col)
+
+
+def _flat_and_offsets(col: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    lengths = pc.fill_null(pc.list_value_length(col), 0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    flat = pc.list_flatten(col).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     offsets = np.zeros(lengths.size + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     return flat, offsets
 
 
+def _chunk_pieces(table: pa.Table, *, ok_only: bool) -> Iterator[tuple[pa.RecordBatch, np.ndarray, np.ndarray]]:
+    """The table ``PIECE_ROWS`` rows at a time, in order (its ok rows only, with ``ok_only``):
+    each piece's rows, and ``_chunk_lists`` of them (the flattened ``chunk_ns``, read in place
+    where Arrow allows, and each row's offset in it). What a figure over every chunk holds is
+    then one piece's chunks besides its result."""
+    for batch in table.to_batches(max_chunksize=PIECE_ROWS):
+        if ok_only:
+            batch = batch.filter(pc.equal(batch["status"], "ok"))
+        if batch.num_rows:
+            flat, offsets = _flat_and_offsets(batch["chunk_ns"])
+            yield batch, flat, offsets
+
+
 def itl_ms(table: pa.Table) -> np.ndarray:
     """Inter-token latencies of the ok rows: every difference ``chunk_ns[i+1] − chunk_ns[i]``
-    within a row (a chunk is one network read that carried generated text), ``/ 1e6``."""
-    flat, offsets = _chunk_lists(ok_rows(table))
-    if flat.size < 2:
-        return np.zeros(0)
-    diffs = np.diff(flat).astype(np.float64)
-    keep = np.ones(diffs.size, dtype=bool)
-    row_ends = offsets[1:-1] - 1  # index of each row's last chunk, but the final row's
-    row_ends = row_ends[(row_ends >= 0) & (row_ends < diffs.size)]
-    keep[row_ends] = False  # the step from one row's last chunk to the next row's first
-    return diffs[keep] / 1e6
+    within a row (a chunk is one network read that carried generated text), ``/ 1e6``; in row
+    order, a piece of the table at a time (``_chunk_pieces``) into one array."""
+    ok = np.asarray(pc.equal(table["status"], "ok").to_numpy(zero_copy_only=False), dtype=bool)
+    lengths = pc.fill_null(pc.list_value_length(table["chunk_ns"]), 0).to_numpy(zero_copy_only=False)
+    out = np.empty(int(np.maximum(lengths[ok] - 1, 0).sum()), dtype=np.float64)
+    at = 0
+    for _, flat, offsets in _chunk_pieces(table.select(["status", "chunk_ns"]), ok_only=True):
+        if flat.size < 2:
+            continue
+        diffs = np.diff(flat)
+        keep = np.ones(diffs.size, dtype=bool)
+        row_ends = offsets[1:-1] - 1  # index of each row's last chunk, but the final row's
+        row_ends = row_ends[(row_ends >= 0) & (row_ends < diffs.size)]
+        keep[row_ends] = False  # the step from one row's last chunk to the next row's first
+        kept = diffs[keep]
+        np.divide(kept, 1e6, out=out[at : at + kept.size])
+        at += kept.size
+    return out
 
 
 def mean_itl_ms_per_row(table: pa.Table) -> np.ndarray:
     """Per row: ``(chunk_ns[-1] − chunk_ns[0]) / (len(chunk_ns) − 1) / 1e6``; NaN for a row
     with fewer than two chunks."""
-    flat, offsets = _chunk_lists(table)
-    n = offsets[1:] - offsets[:-1]
-    out = np.full(n.size, np.nan)
-    multi = n >= 2
-    first = flat[offsets[:-1][multi]]
-    last = flat[offsets[1:][multi] - 1]
-    out[multi] = (last - first) / (n[multi] - 1) / 1e6
+    out = np.full(table.num_rows, np.nan)
+    at = 0
+    for batch, flat, offsets in _chunk_pieces(table.select(["chunk_ns"]), ok_only=False):
+        n = offsets[1:] - offsets[:-1]
+        multi = n >= 2
+        piece = out[at : at + batch.num_rows]
+        piece[multi] = (flat[offsets[1:][multi] - 1] - flat[offsets[:-1][multi]]) / (n[multi] - 1) / 1e6
+        at += batch.num_rows
     return out
 
 
@@ -184,7 +219,7 @@ def first_sent_ns(table: pa.Table) -> int:
     return int(pc.min(table["sent_ns"]).as_py())
 
 
-def _sent_rel_ns(table: pa.Table, origin: int) -> np.ndarray:
+def _sent_rel_ns(table: pa.Table | pa.RecordBatch, origin: int) -> np.ndarray:
     """``sent_ns − origin`` as float64. (Wall-clock nanoseconds are above 2**53, where float64
     loses precision, so the origin is subtracted in integers first.)"""
     sent = np.asarray(table["sent_ns"].to_numpy(zero_copy_only=False), dtype=np.int64)
@@ -230,18 +265,31 @@ def session_keys(table: pa.Table) -> np.ndarray:
     return np.array([f"r{r}/{s}" if s else "" for r, s in zip(reps.tolist(), ids.tolist(), strict=True)], dtype=object)
 
 
-def output_token_times(table: pa.Table, origin: int) -> tuple[np.ndarray, np.ndarray]:
-    """When output tokens arrived: for each chunk of each ok row, its time in ns from
-    ``origin`` (``sent_ns + chunk_ns[i] − origin``) and its share of the row's tokens
-    (``completion_tokens / len(chunk_ns)``: a chunk may carry several tokens; the row's
-    tokens are spread evenly over its chunks)."""
-    ok = ok_rows(table)
-    flat, offsets = _chunk_lists(ok)
-    n = offsets[1:] - offsets[:-1]
-    sent = _sent_rel_ns(ok, origin)
-    tokens = np.nan_to_num(_num(ok, "completion_tokens"), nan=0.0)
-    share = np.divide(tokens, n, out=np.zeros_like(tokens), where=n > 0)
-    return np.repeat(sent, n) + flat, np.repeat(share, n)
+def output_tokens_by_bin(table: pa.Table, origin: int, bin_ns: float, nbins: int | None = None) -> np.ndarray:
+    """Output tokens arrived per ``bin_ns`` bin from ``origin``: each chunk of each ok row is
+    placed at ``sent_ns + chunk_ns[i] − origin`` in bin ``⌊time / bin_ns⌋`` and counts its
+    share of the row's tokens (``completion_tokens / len(chunk_ns)``: a chunk may carry
+    several tokens; the row's tokens are spread evenly over its chunks). With ``nbins``, that
+    many bins, later chunks counted in the last; else as many as the chunks reach. Summed a
+    piece of the table at a time (``_chunk_pieces``)."""
+    out = np.zeros(nbins or 0)
+    for batch, flat, offsets in _chunk_pieces(
+        table.select(["status", "chunk_ns", "sent_ns", "completion_tokens"]), ok_only=True
+    ):
+        n = offsets[1:] - offsets[:-1]
+        sent = _sent_rel_ns(batch, origin)
+        tokens = np.nan_to_num(_num(batch, "completion_tokens"), nan=0.0)
+        share = np.divide(tokens, n, out=np.zeros_like(tokens), where=n > 0)
+        bins = ((np.repeat(sent, n) + flat) // bin_ns).astype(np.int64)
+        if nbins is not None:
+            np.clip(bins, 0, nbins - 1, out=bins)
+        if not bins.size:
+            continue
+        counts = np.bincount(bins, weights=np.repeat(share, n))
+        if counts.size > out.size:
+            out = np.concatenate([out, np.zeros(counts.size - out.size)])
+        out[: counts.size] += counts
+    return out
 
 
 def output_tokens_per_s(table: pa.Table) -> float | None:
@@ -261,7 +309,7 @@ def throughput(table: pa.Table, window_s: float = 1.0) -> dict[str, float | None
     - ``requests_per_s``: rows / span
     - ``peak_output_tokens_per_s``: the largest number of output tokens that arrived within one
       ``window_s`` window (windows laid from the first send; tokens placed at their chunk's
-      arrival, see ``output_token_times``), divided by ``window_s``
+      arrival, see ``output_tokens_by_bin``), divided by ``window_s``
     """
     span = span_s(table)
     ok = ok_rows(table)
@@ -269,10 +317,9 @@ def throughput(table: pa.Table, window_s: float = 1.0) -> dict[str, float | None
     prompt = float(np.nansum(_num(ok, "prompt_tokens"))) if ok.num_rows else 0.0
     peak = None
     if table.num_rows:
-        times, share = output_token_times(table, first_sent_ns(table))
-        if times.size:
-            bins = (times // (window_s * 1e9)).astype(np.int64)
-            peak = float(np.bincount(bins, weights=share).max()) / window_s
+        by_window = output_tokens_by_bin(table, first_sent_ns(table), window_s * 1e9)
+        if by_window.size:
+            peak = float(by_window.max()) / window_s
     return {
         "output_tokens_per_s": completion / span if span else None,
         "total_tokens_per_s": (completion + prompt) / span if span else None,
@@ -292,11 +339,7 @@ def timeline(table: pa.Table, bin_s: float = 1.0) -> dict[str, list[float]]:
     ends = _ends_rel_ns(table, origin)
     nbins = int(np.ceil(float(ends.max()) / (bin_s * 1e9))) + 1
     edges = np.arange(nbins) * bin_s * 1e9
-    times, share = output_token_times(table, origin)
-    tokens: np.ndarray = np.zeros(nbins)
-    if times.size:
-        idx = np.clip((times // (bin_s * 1e9)).astype(np.int64), 0, nbins - 1)
-        tokens = np.bincount(idx, weights=share, minlength=nbins)
+    tokens = output_tokens_by_bin(table, origin, bin_s * 1e9, nbins)
     in_flight: np.ndarray = np.searchsorted(np.sort(sent), edges, side="right") - np.searchsorted(
         np.sort(ends), edges, side="right"
     )

@@ -27,6 +27,7 @@ from swarm.trace.reader import (
     BadPart,
     RunLocation,
     as_storage,
+    give_back_arrow_memory,
     list_parts,
     part_size,
     read_requests_tolerant,
@@ -86,6 +87,7 @@ def load_run(run_dir: RunLocation) -> LoadedRun:
     manifest = RunManifest.read(storage)
     requests, bad = read_requests_tolerant(storage, columns=COLUMNS)
     requests, warmups = without_warmups(requests)
+    give_back_arrow_memory()  # the table as read, before its warm-ups were filtered out
     server, server_error = None, None
     try:
         server = read_server_metrics(storage)

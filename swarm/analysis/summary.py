@@ -20,7 +20,13 @@ from __future__ import annotations
 from typing import Any
 
 from swarm.analysis.figures import TargetFigures, first_engine, rows_of, target_figures, target_names
-from swarm.trace.reader import WARMUP_COLUMN, RunLocation, read_requests, without_warmups
+from swarm.trace.reader import (
+    WARMUP_COLUMN,
+    RunLocation,
+    give_back_arrow_memory,
+    read_requests,
+    without_warmups,
+)
 
 COLUMNS = [
     "target", "engine", "session_id", "status", "ttft_ns", "e2e_ns", "sent_ns", "queue_ns", "slot_wait_ns",
@@ -57,6 +63,7 @@ def closing_summary(fig: TargetFigures, engine: str) -> dict[str, Any]:
 def run_figures(run_dir: RunLocation) -> dict[str, tuple[str, TargetFigures]]:
     """(engine, figures) per target of a run folder, targets sorted by name."""
     table, _warmups = without_warmups(read_requests(run_dir, columns=[*COLUMNS, WARMUP_COLUMN]))
+    give_back_arrow_memory()  # the table as read, before its warm-ups were filtered out
     out: dict[str, tuple[str, TargetFigures]] = {}
     for target in target_names(table):
         rows = rows_of(table, target)

@@ -402,7 +402,7 @@ def _figures(rows: pa.Table, window: SteadyWindow, tasks: Tasks, slo: m.SLO | No
         output_tokens_per_s=tokens / seconds if seconds > 0 else None,
         tasks=tasks,
         ttft_ms=Distribution.of(m.ttft_ms(rows)),
-        itl_ms=Distribution.of(m.itl_ms(rows)),
+        itl_ms=Distribution.of(m.itl_ms(rows), scratch=True),
         tpot_ms=Distribution.of(m.tpot_ms(rows)),
         e2e_ms=Distribution.of(m.e2e_ms(rows)),
         lag_ms=Distribution.of(m.lag_ms(rows)),

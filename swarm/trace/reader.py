@@ -81,7 +81,9 @@ def read_requests_tolerant(
     if not parts:
         return (empty.select(columns) if columns else empty), []
     try:  # the usual case: every part whole, read as one dataset
-        return _dataset(storage, parts).to_table(columns=columns), []
+        table = _dataset(storage, parts).to_table(columns=columns)
+        give_back_arrow_memory()
+        return table, []
     except (pa.ArrowException, OSError):
         pass
     tables, bad = [], []
@@ -92,7 +94,16 @@ def read_requests_tolerant(
             bad.append(BadPart(str(part), part_size(storage, part), f"{type(exc).__name__}: {exc}"[:300]))
     if not tables:
         return (empty.select(columns) if columns else empty), bad
+    give_back_arrow_memory()
     return pa.concat_tables(tables), bad
+
+
+def give_back_arrow_memory() -> None:
+    """Hand the memory Arrow's pool kept from tables no longer held (a read's decoding, a copy
+    filtered from a table since dropped) back to the system: reading a trace of 14 million
+    chunk times (a 115 MB table) left the process 428 MB larger, 154 MB after this; what the
+    figures make from it (numpy's arrays) cannot reuse the pool's pages."""
+    pa.default_memory_pool().release_unused()
 
 
 def _dataset(storage: RunStorage, parts: list[Path]) -> ds.Dataset:
@@ -120,5 +131,7 @@ def without_warmups(table: pa.Table) -> tuple[pa.Table, int]:
     import pyarrow.compute as pc
 
     keep = pc.invert(pc.fill_null(table[WARMUP_COLUMN], False))
+    if pc.all(keep).as_py():  # none: the table itself, not a copy of it
+        return table, 0
     kept = table.filter(keep)
     return kept, table.num_rows - kept.num_rows
