@@ -14,7 +14,9 @@ router has sent and not yet seen end, as a router counts them) and names a repli
   replica with the smallest tree. The prompt then enters the chosen replica's tree. The router
   matches characters of the request's text; here its tree holds tokens (the emulator's
   ``RadixCache``, at most ``max_tree_tokens`` each, least recently used leaves evicted: the
-  router evicts by size on a timer, every 60 s by default).
+  router evicts by size on a timer, every 60 s by default). A tree holds each id by its low 32
+  bits (``workload.prefix.narrow_ids``): the trees keep every prompt routed, 480 MB of 64-bit
+  ids for 2,000 agents on 64 replicas, and they are only matched, never read back.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from collections.abc import Sequence
 from typing import Literal, Protocol
 
 from swarm.emulator.radix_cache import RadixCache
-from swarm.token_ids import TokenIds
+from swarm.token_ids import TokenIds, as_token_ids
+from swarm.workload.prefix import narrow_ids
 
 RoutingPolicy = Literal["round_robin", "least_load", "cache_aware"]
 ROUTING_POLICIES: tuple[str, ...] = ("round_robin", "least_load", "cache_aware")
@@ -79,16 +82,17 @@ class CacheAware:
     def choose(self, prompt: TokenIds, loads: Sequence[int]) -> int:
         replicas = range(len(self.trees))
         low, high = min(loads), max(loads)
+        ids = narrow_ids(as_token_ids(prompt))
         if high - low > self.balance_abs_threshold and high > low * self.balance_rel_threshold:
             chosen = min(replicas, key=loads.__getitem__)
         else:
-            matched = [tree.match(prompt) for tree in self.trees]
+            matched = [tree.match(ids) for tree in self.trees]
             best = max(replicas, key=matched.__getitem__)
             if prompt and matched[best] / len(prompt) > self.cache_threshold:
                 chosen = best
             else:
                 chosen = min(replicas, key=lambda i: self.trees[i].size_tokens)
-        self.trees[chosen].insert(prompt)
+        self.trees[chosen].insert(ids)
         return chosen
 
 

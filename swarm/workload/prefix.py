@@ -84,10 +84,11 @@ class _Node:
         self.children: dict[Hashable, _Node] = {}
 
 
-def _held_ids(ids: array) -> array:
-    """Token ids as the index holds them: 64-bit ids by their low 32 bits (half the memory: a
-    swarm's index holds every token it sent; two words' ids share their low 32 bits with odds
-    of 2**-32, and only a pair met where two prompts part would lengthen one shared prefix);
+def narrow_ids(ids: array) -> array:
+    """Token ids as a prefix tree that only matches them holds them (this index; a simulated
+    router's trees): 64-bit ids by their low 32 bits (half the memory: such a tree holds every
+    token it was sent; two words' ids share their low 32 bits with odds of 2**-32, and only a
+    pair met where two prompts part would lengthen one shared prefix);
     narrower ids as they are. The halves are taken by numpy: a strided memoryview's copy took
     18 times as long (765 against 41 us for 100k ids), 4 % of a simulation of long prompts."""
     if ids.itemsize != 8:
@@ -112,9 +113,9 @@ class PrefixIndex:
     def observe(self, tokens: TokenIds | Sequence[Hashable]) -> int:
         """Longest shared prefix with anything observed before; then remember ``tokens``. One
         walk down the trie does both (the match's end is where the new branch goes). Token ids
-        (an array: a prompt's tokens) are held as arrays (``_held_ids``); any other sequence as
+        (an array: a prompt's tokens) are held as arrays (``narrow_ids``); any other sequence as
         a tuple of its items. One index takes one kind (a word and its id are unequal)."""
-        tokens = _held_ids(tokens) if isinstance(tokens, array) else tuple(tokens)
+        tokens = narrow_ids(tokens) if isinstance(tokens, array) else tuple(tokens)
         if self._kind is not type(tokens):
             if self._kind is not None:  # an id never equals a word: every match would be lost
                 raise TypeError(
