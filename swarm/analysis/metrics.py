@@ -140,15 +140,9 @@ def client_lag_flag(lag_p99_ms: float | None, ttft_p50_ms: float | None) -> str 
     )
 
 
-def _chunk_lists(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-    """Flattened ``chunk_ns`` of the rows and the start offset of each row in it (n+1)."""
-    col = table["chunk_ns"].combine_chunks() if table.num_rows else pa.array([], pa.list_(pa.int64()))
-    if isinstance(col, pa.ChunkedArray):  # an empty chunked column
-        col = pa.array([], pa.list_(pa.int64()))
-    return _flat_and_offsets(col)
-
-
 def _flat_and_offsets(col: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A ``chunk_ns`` array's times flattened (read in place where Arrow allows) and the start
+    offset of each row in them (n+1; a null list has none)."""
     lengths = pc.fill_null(pc.list_value_length(col), 0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     flat = pc.list_flatten(col).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     offsets = np.zeros(lengths.size + 1, dtype=np.int64)
@@ -157,10 +151,10 @@ def _flat_and_offsets(col: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _chunk_pieces(table: pa.Table, *, ok_only: bool) -> Iterator[tuple[pa.RecordBatch, np.ndarray, np.ndarray]]:
-    """The table ``PIECE_ROWS`` rows at a time, in order (its ok rows only, with ``ok_only``):
-    each piece's rows, and ``_chunk_lists`` of them (the flattened ``chunk_ns``, read in place
-    where Arrow allows, and each row's offset in it). What a figure over every chunk holds is
-    then one piece's chunks besides its result."""
+    """The table ``PIECE_ROWS`` rows at a time, in order (its ok rows only, with ``ok_only``:
+    a copy of each piece's): each piece's rows, and ``_flat_and_offsets`` of their
+    ``chunk_ns``. What a figure over every chunk holds is then one piece's chunks besides its
+    result."""
     for batch in table.to_batches(max_chunksize=PIECE_ROWS):
         if ok_only:
             batch = batch.filter(pc.equal(batch["status"], "ok"))
@@ -285,10 +279,10 @@ def output_tokens_by_bin(table: pa.Table, origin: int, bin_ns: float, nbins: int
             np.clip(bins, 0, nbins - 1, out=bins)
         if not bins.size:
             continue
-        counts = np.bincount(bins, weights=np.repeat(share, n))
-        if counts.size > out.size:
-            out = np.concatenate([out, np.zeros(counts.size - out.size)])
-        out[: counts.size] += counts
+        if int(bins.max()) >= out.size:
+            out = np.concatenate([out, np.zeros(int(bins.max()) + 1 - out.size)])
+        # each share added in chunk order, as one bincount over all would: the same sums
+        np.add.at(out, bins, np.repeat(share, n))
     return out
 
 

@@ -179,7 +179,7 @@ class RadixCache:
         while at is not None and at.parent is not None:
             keys.append(at.key)
             at = at.parent
-        path: TokenIds = array("q")
+        path: TokenIds = array(node.key.typecode)  # a router's tree holds narrowed ids
         for key in reversed(keys):
             path += key
         return path
