@@ -75,7 +75,7 @@ class LoadedRun:
         return [t for t in named if t in seen] + sorted(seen - set(named))
 
     def rows_of(self, target: str) -> pa.Table:
-        return self.requests.filter(pc.equal(self.requests["target"], target))
+        return f.rows_of(self.requests, target)
 
 
 def load_run(run_dir: RunLocation) -> LoadedRun:
