@@ -22,7 +22,6 @@ from swarm.request import ChatMessage, EngineRequest, Timeouts
 from swarm.sim.routing import CacheAware, LeastLoad, RoundRobin
 from swarm.sim.twin_client import TwinClient, TwinFleet
 from swarm.sim.virtual_loop import VirtualClock, VirtualTimeLoop
-from swarm.token_ids import word_ids
 
 SWARM = [sys.executable, "-m", "swarm"]
 
@@ -88,23 +87,6 @@ def test_cache_aware_follows_a_prefix_until_the_loads_part() -> None:
     assert router.choose([*system_b, "t2"], [1, 1, 0]) == 1
     assert router.choose(["other"] * 30 + system_a, [1, 1, 0]) == 2  # a shared tail is no prefix
     assert router.choose([*system_a, "t3"], [100, 20, 0]) == 2  # imbalanced: the least loaded
-
-
-def test_the_routers_trees_hold_each_id_in_32_bits_and_match_a_prompts_ids() -> None:
-    """A prompt comes as 64-bit ids (as an agent holds them); the trees keep each by its low 32
-    bits (half the memory of every prompt routed) and match the next prompt's ids by them."""
-    shared = word_ids([f"s{i}" for i in range(200)])
-    assert shared.itemsize == 8
-    router = CacheAware(4)
-    first = router.choose(shared + word_ids(["a"]), [0, 0, 0, 0])
-    assert router.choose(shared + word_ids(["b"]), [1, 0, 0, 0]) == first  # 200 of 201 matched
-    tree = router.trees[first]
-    assert tree.size_tokens == 202  # the shared 200, then "a" and "b" apart
-    stack = list(tree.root.children.values())
-    while stack:
-        node = stack.pop()
-        assert node.key.itemsize == 4
-        stack.extend(node.children.values())
 
 
 # --- the twin client --------------------------------------------------------------------------------

@@ -87,7 +87,7 @@ class SimulatedExecutor:
         stop = stop_conditions_for(run, placement, clock=clock.seconds, perf_ns=clock.ns)
 
         async def main() -> TargetOutcome:
-            fleet = TwinFleet(config, self.spec.fleet, self.spec.routing)
+            fleet = TwinFleet(config, self.spec.fleet, self.spec.routing, clock.seconds)
             fleet.names = list(target.replicas) or [target.url]
             fleet.start()
             client = TwinClient(

@@ -9,22 +9,23 @@ router has sent and not yet seen end, as a router counts them) and names a repli
 - ``cache_aware``: SGLang's router's policy (sglang-router 0.3.2, ``--policy cache_aware``;
   its defaults from ``launch_router --help``): while the loads are imbalanced
   (``max - min > balance_abs_threshold`` (64) and ``max > min * balance_rel_threshold`` (1.5))
-  the least loaded replica; otherwise the replica whose tree of the prompts sent to it matches
-  the longest share of this prompt, if that share is above ``cache_threshold`` (0.3), else the
-  replica with the smallest tree. The prompt then enters the chosen replica's tree. The router
-  matches characters of the request's text; here its tree holds tokens (the emulator's
-  ``RadixCache``, at most ``max_tree_tokens`` each, least recently used leaves evicted: the
-  router evicts by size on a timer, every 60 s by default). A tree holds each id by its low 32
-  bits (``workload.prefix.narrow_ids``): the trees keep every prompt routed, 480 MB of 64-bit
-  ids for 2,000 agents on 64 replicas, and they are only matched, never read back.
+  the least loaded replica; otherwise the replica whose prompts match the longest share of this
+  prompt in the router's one tree (``sim.router_tree.TenantTree``), if that share is above
+  ``cache_threshold`` (0.3), else the replica holding the fewest tokens there. The prompt then
+  enters the tree as the chosen replica's. The router matches characters of the request's
+  text; here its tree holds token ids. Every ``eviction_interval_s`` (60 s, the router's
+  ``--eviction-interval-secs``) of the clock it is given (the simulation's virtual clock), each
+  replica holding more than ``max_tree_tokens`` gives up its least recently used leaves until
+  it fits (the router's ``--max-tree-size`` is 2**26 characters; here 2**24 tokens).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Literal, Protocol
 
-from swarm.emulator.radix_cache import RadixCache
+from swarm.sim.router_tree import TenantTree
 from swarm.token_ids import TokenIds, as_token_ids
 from swarm.workload.prefix import narrow_ids
 
@@ -37,6 +38,8 @@ BALANCE_ABS_THRESHOLD = 64
 BALANCE_REL_THRESHOLD = 1.5
 #: the tree's size per replica, in tokens (the router's default is 2**26 characters)
 MAX_TREE_TOKENS = 2**24
+#: seconds between the router's evictions (``--eviction-interval-secs``)
+EVICTION_INTERVAL_S = 60.0
 
 
 class Router(Protocol):
@@ -63,7 +66,8 @@ class LeastLoad:
 
 
 class CacheAware:
-    """SGLang's router's cache-aware policy (the module docstring)."""
+    """SGLang's router's cache-aware policy (the module docstring). ``clock_s`` times its
+    evictions: the virtual clock in a simulation."""
 
     def __init__(
         self,
@@ -73,35 +77,53 @@ class CacheAware:
         balance_abs_threshold: int = BALANCE_ABS_THRESHOLD,
         balance_rel_threshold: float = BALANCE_REL_THRESHOLD,
         max_tree_tokens: int = MAX_TREE_TOKENS,
+        eviction_interval_s: float = EVICTION_INTERVAL_S,
+        clock_s: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.trees = [RadixCache(max_tree_tokens) for _ in range(replicas)]
+        self.tree = TenantTree(replicas)
+        self.replicas = replicas
         self.cache_threshold = cache_threshold
         self.balance_abs_threshold = balance_abs_threshold
         self.balance_rel_threshold = balance_rel_threshold
+        self.max_tree_tokens = max_tree_tokens
+        self.eviction_interval_s = eviction_interval_s
+        self._clock_s = clock_s
+        self._next_eviction_s = clock_s() + eviction_interval_s
 
     def choose(self, prompt: TokenIds, loads: Sequence[int]) -> int:
-        replicas = range(len(self.trees))
+        self._evict_when_due()
+        tree = self.tree
         low, high = min(loads), max(loads)
         ids = narrow_ids(as_token_ids(prompt))
         if high - low > self.balance_abs_threshold and high > low * self.balance_rel_threshold:
-            chosen = min(replicas, key=loads.__getitem__)
+            chosen = min(range(self.replicas), key=loads.__getitem__)
         else:
-            matched = [tree.match(ids) for tree in self.trees]
-            best = max(replicas, key=matched.__getitem__)
-            if prompt and matched[best] / len(prompt) > self.cache_threshold:
+            matched, best = tree.prefix_match(ids)
+            if prompt and matched / len(prompt) > self.cache_threshold:
                 chosen = best
             else:
-                chosen = min(replicas, key=lambda i: self.trees[i].size_tokens)
-        self.trees[chosen].insert(ids)
+                chosen = tree.smallest_tenant()
+        tree.insert(ids, chosen)
         return chosen
 
+    def _evict_when_due(self) -> None:
+        """The router's eviction timer: one eviction for the intervals that ended since the
+        last request (the tree changes only on requests, so it evicts the same)."""
+        now_s = self._clock_s()
+        if now_s < self._next_eviction_s:
+            return
+        while self._next_eviction_s <= now_s:
+            self._next_eviction_s += self.eviction_interval_s
+        self.tree.evict(self.max_tree_tokens)
 
-def make_router(policy: str, replicas: int) -> Router:
-    """The router of ``policy`` over ``replicas`` replicas."""
+
+def make_router(policy: str, replicas: int, clock_s: Callable[[], float] = time.monotonic) -> Router:
+    """The router of ``policy`` over ``replicas`` replicas (``clock_s`` times a cache-aware
+    router's evictions)."""
     if policy == "round_robin":
         return RoundRobin(replicas)
     if policy == "least_load":
         return LeastLoad(replicas)
     if policy == "cache_aware":
-        return CacheAware(replicas)
+        return CacheAware(replicas, clock_s=clock_s)
     raise ValueError(f"unknown routing policy {policy!r} (known: {', '.join(ROUTING_POLICIES)})")

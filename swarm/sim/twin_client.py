@@ -45,9 +45,13 @@ STRETCH_STEPS = 64
 
 class TwinFleet:
     """One target's twins: ``replicas`` engine models of one ``EmulatorConfig`` behind a router
-    of ``routing`` (one replica: no router). Made and started inside the virtual loop."""
+    of ``routing`` (one replica: no router) whose evictions ``clock_s`` times (the virtual
+    clock's seconds). Made and started inside the virtual loop."""
 
-    def __init__(self, config: EmulatorConfig, replicas: int = 1, routing: str = "round_robin") -> None:
+    def __init__(
+        self, config: EmulatorConfig, replicas: int = 1, routing: str = "round_robin",
+        clock_s: Callable[[], float] = lambda: 0.0,
+    ) -> None:  # fmt: skip
         if replicas < 1:
             raise ValueError("a fleet has at least one replica")
         self.config = config
@@ -55,7 +59,7 @@ class TwinFleet:
         for model in self.models:  # its readers wait for each request's end: steps by stretches
             model.stretch_steps = STRETCH_STEPS
         self.names = [f"sim://{config.engine}/{i}" for i in range(replicas)] if replicas > 1 else [f"sim://{config.engine}"]
-        self.router: Router = make_router(routing, replicas)
+        self.router: Router = make_router(routing, replicas, clock_s)
         #: requests sent to each replica and not yet ended (what a router counts as its load)
         self.loads = [0] * replicas
         self.tokens = PromptTokenizer(config.tokenizer)
