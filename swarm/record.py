@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,7 +84,10 @@ class RequestRecord:
     Latencies are in nanoseconds. ``chunk_ns`` holds the arrival offset, from the moment the
     request was sent, of every network read that carried generated content, so inter-token
     latencies can be computed exactly afterwards. ``ttft_ns`` equals ``chunk_ns[0]`` when there
-    is any content; for a non-streamed request it is the time to the whole answer.
+    is any content; for a non-streamed request it is the time to the whole answer. ``chunk_ns``
+    is a tuple from an HTTP client and an ``array('q')`` from the simulator (a thousand times
+    a request at 8 bytes each; the trace sink reads its bytes in place): compare it as
+    ``tuple(record.chunk_ns)``.
     """
 
     identity: RequestIdentity
@@ -95,7 +99,7 @@ class RequestRecord:
     queue_ns: int
     ttft_ns: int | None
     e2e_ns: int | None
-    chunk_ns: tuple[int, ...]
+    chunk_ns: Sequence[int]
     status: Status
     http_status: int | None = None
     error: str | None = None

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,24 @@ def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
         assert row["parent_nodes"] == list(r.identity.parent_nodes)
     meta = pq.read_schema(list_parts(tmp_path)[0]).metadata
     assert meta[b"swarm.schema_version"] == str(SCHEMA_VERSION).encode()
+
+
+def test_chunk_times_held_as_arrays_write_the_batch_tuples_write(tmp_path: Path) -> None:
+    """A simulated record's ``chunk_ns`` is an ``array('q')``, read by its bytes: the batch is
+    the one its tuples give, empty and one-time rows and 64-bit values included, in rows
+    written one slice at a time; a batch of arrays and tuples together is Arrow's conversion."""
+    records = [synthetic_record(i) for i in range(40)]
+    records[3] = dataclasses.replace(records[3], chunk_ns=())
+    records[5] = dataclasses.replace(records[5], chunk_ns=(2**62 + 7,))
+    as_arrays = [dataclasses.replace(r, chunk_ns=array("q", r.chunk_ns)) for r in records]
+    assert records_to_batch(as_arrays).equals(records_to_batch(records))
+    mixed = [r if i % 2 else as_arrays[i] for i, r in enumerate(records)]
+    assert records_to_batch(mixed).equals(records_to_batch(records))
+    with ParquetTraceSink(tmp_path, batch_rows=16) as sink:
+        for r in as_arrays:
+            sink.write(r)
+    rows = {row["request_id"]: row for row in read_requests(tmp_path).to_pylist()}
+    assert [rows[r.identity.request_id]["chunk_ns"] for r in records] == [list(r.chunk_ns) for r in records]
 
 
 def test_text_is_written_only_when_asked(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import secrets
+from array import array
 from collections.abc import Callable
 from typing import Any
 
@@ -137,14 +138,14 @@ class TwinClient:
         if gen is not None:
             status, error = await self._wait(gen, replica)
         end = self.clock.now_ns
-        chunk_ns = self._chunks(gen, t0, end, request.stream) if status is Status.OK else []
+        chunk_ns = self._chunks(gen, t0, end, request.stream) if status is Status.OK else array("q")
         scheduled = request.scheduled_ns if request.scheduled_ns is not None else sent_wall
         answered = status is Status.OK  # usage comes with a whole answer, as over HTTP
         return RequestRecord(
             identity=identity, dialect=self.dialect, model=self.model, stream=request.stream,
             scheduled_ns=scheduled, sent_ns=sent_wall, queue_ns=sent_wall - scheduled,
             slot_wait_ns=request.slot_wait_ns, ttft_ns=chunk_ns[0] if chunk_ns else None, e2e_ns=end - t0,
-            chunk_ns=tuple(chunk_ns), clock="virtual", replica=fleet.names[replica],
+            chunk_ns=chunk_ns, clock="virtual", replica=fleet.names[replica],
             replica_from=REPLICA_FROM_SIMULATED, status=status, http_status=http_status, error=error,
             finish_reason="length" if status is Status.OK else None, max_tokens=request.max_tokens,
             prompt_tokens=len(prompt) if answered else None,
@@ -191,13 +192,16 @@ class TwinClient:
         gen.times = times
 
     @staticmethod
-    def _chunks(gen: Generation | None, t0: int, end: int, stream: bool) -> list[int]:
+    def _chunks(gen: Generation | None, t0: int, end: int, stream: bool) -> array:
+        """The record's ``chunk_ns``: the emissions' times from ``t0``, each rounded as
+        ``round`` does (half to even), in one numpy pass, held as an ``array('q')`` (8 bytes
+        a time, where a tuple's ints take about 36: a thousand a request, and the trace sink
+        reads the array's bytes in place)."""
         if gen is None or not gen.times:
-            return []
+            return array("q")
         if not stream:  # the whole answer at once
-            return [end - t0]
-        # rounded as ``round`` does (half to even), in one pass: a third of the time
-        return (np.rint(np.array(gen.times) * 1e9).astype(np.int64) - t0).tolist()
+            return array("q", (end - t0,))
+        return array("q", (np.rint(np.array(gen.times) * 1e9).astype(np.int64) - t0).tobytes())
 
     def _cached(self, gen: Generation | None) -> int | None:
         if gen is None:
