@@ -1,16 +1,16 @@
 """The simulated cache-aware router's one tree (``sim.router_tree``) and its policy over it
-(``sim.routing.CacheAware``): the choices of one tree per replica, the tokens each replica
-holds, and the router's timed eviction of each replica's least recently used leaves."""
+(``sim.routing.CacheAware``), as sglang-router 0.3.2 keeps them: the longest match and the
+replica it names, the tokens each replica holds, the stamps, and the router's timed eviction of
+each replica's least recently used leaves."""
 
 from __future__ import annotations
 
 import random
 from array import array
 
-from swarm.emulator.radix_cache import RadixCache
 from swarm.sim.router_tree import TenantTree, _Node
 from swarm.sim.routing import CacheAware
-from swarm.token_ids import as_token_ids, word_ids
+from swarm.token_ids import word_ids
 from swarm.workload.prefix import narrow_ids
 
 
@@ -46,29 +46,6 @@ def paths_of(tree: TenantTree, tenant: int) -> set[tuple[int, ...]]:
     return found
 
 
-class PerReplicaTrees:
-    """The policy as it was built before (one radix tree per replica, matched one by one): the
-    reference the one tree must choose as."""
-
-    def __init__(self, replicas: int) -> None:
-        self.trees = [RadixCache(None) for _ in range(replicas)]
-
-    def choose(self, prompt: array, loads: list[int]) -> int:
-        replicas = range(len(self.trees))
-        tokens = narrow_ids(as_token_ids(prompt))
-        if max(loads) - min(loads) > 64 and max(loads) > min(loads) * 1.5:
-            chosen = min(replicas, key=loads.__getitem__)
-        else:
-            matched = [tree.match(tokens) for tree in self.trees]
-            best = max(replicas, key=matched.__getitem__)
-            if len(prompt) and matched[best] / len(prompt) > 0.3:
-                chosen = best
-            else:
-                chosen = min(replicas, key=lambda i: self.trees[i].size_tokens)
-        self.trees[chosen].insert(tokens)
-        return chosen
-
-
 def agent_prompts(seed: int, agents: int, turns: int) -> list[array]:
     """Prompts of agents that share one of three system prompts and grow their own histories,
     interleaved at random: most match a replica's tree in part, some barely."""
@@ -86,20 +63,85 @@ def agent_prompts(seed: int, agents: int, turns: int) -> list[array]:
     return prompts
 
 
-def test_the_one_tree_chooses_as_a_tree_per_replica_did_and_holds_what_they_held() -> None:
-    """Over seeded swarms and loads (balanced, and now and then parted past the thresholds),
-    every choice equals the per-replica trees' and each replica holds as many tokens."""
-    for seed in range(4):
-        rng = random.Random(100 + seed)
-        replicas = rng.choice([2, 3, 8])
-        one, reference = CacheAware(replicas, clock_s=lambda: 0.0), PerReplicaTrees(replicas)
-        for prompt in agent_prompts(seed, agents=12, turns=8):
-            loads = [rng.randint(0, 10) for _ in range(replicas)]
-            if rng.random() < 0.1:
-                loads[rng.randrange(replicas)] += 100  # parted: the least loaded
-            assert one.choose(prompt, loads) == reference.choose(prompt, loads)
-        assert one.tree.tokens == [tree.size_tokens for tree in reference.trees]
-        assert one.tree.tokens == held_per_tenant(one.tree)
+def ancestors_hold(tree: TenantTree) -> bool:
+    """Every tenant of a node holds each node above it."""
+    stack = list(tree.root.children.values())
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children.values())
+        assert node.parent is not None
+        if not set(node.tenants) <= set(node.parent.tenants):
+            return False
+    return True
+
+
+def shared_length(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def longest_match(tree: TenantTree, tenant: int, prompt: array) -> int:
+    """How far ``prompt`` follows ``tenant``'s own paths, id by id."""
+    return max((shared_length(path, tuple(prompt)) for path in paths_of(tree, tenant)), default=0)
+
+
+def test_a_match_is_the_longest_any_replica_holds_and_names_one_that_holds_it() -> None:
+    """Over seeded swarms routed, matched and evicted at random: each match is the longest
+    prefix any replica's own prompts give and names a replica whose prompts match that far;
+    every replica of a node holds the nodes above it, and each replica's count is its nodes'."""
+    for seed in range(3):
+        rng = random.Random(200 + seed)
+        replicas = rng.choice([2, 3, 5])
+        tree = TenantTree(replicas)
+        for step, prompt in enumerate(agent_prompts(seed, agents=6, turns=6)):
+            ids = narrow_ids(prompt)
+            matched, named = tree.prefix_match(ids)
+            longest = [longest_match(tree, t, ids) for t in range(replicas)]
+            assert matched == max(longest) and longest[named] == matched
+            tree.insert(ids, rng.randrange(replicas))
+            if step % 9 == 8:
+                tree.evict(rng.randint(50, 400))
+            assert ancestors_hold(tree)
+            assert tree.tokens == held_per_tenant(tree)
+
+
+def test_a_match_names_the_replica_that_made_the_node_while_it_holds_it() -> None:
+    """A shared prefix's node names the replica that first sent it (the router's
+    ``last_tenant``), not the lowest of those holding it; once that one is evicted from it,
+    the lowest of the rest, from then on."""
+    system = narrow_ids(ids(("sys", 50)))
+    tree = TenantTree(3)
+    tree.insert(system + narrow_ids(ids(("two", 20))), 2)
+    tree.insert(system + narrow_ids(ids(("zero", 5))), 0)
+    tree.insert(system + narrow_ids(ids(("one", 5))), 1)
+    tree.insert(narrow_ids(ids(("big", 100))), 2)
+    probe = system + narrow_ids(ids(("new", 5)))
+    assert tree.prefix_match(probe) == (50, 2)
+    tree.evict(55)  # replica 2 (170) gives up everything, its oldest first; 0 and 1 keep theirs
+    assert tree.tokens == [55, 55, 0]
+    assert tree.prefix_match(probe) == (50, 0)
+    tree.insert(system + narrow_ids(ids(("two", 3))), 2)
+    assert tree.prefix_match(probe) == (50, 0)  # the node's new maker stays
+
+
+def test_only_the_node_a_prompt_ends_at_is_stamped_and_a_match_one_in_eight() -> None:
+    """An insert stamps the node where its prompt ends with a new epoch; a node it only passes
+    through keeps its stamp (0 when the replica joins it there). A match takes an epoch too and
+    stamps its node only when that epoch is a multiple of 8 (the router's 1 in 8)."""
+    tree = TenantTree(2)
+    system, a, b = (narrow_ids(ids((stem, 10))) for stem in ("sys", "a", "b"))
+    tree.insert(system + a, 0)  # epoch 0: one leaf
+    tree.insert(system + b, 1)  # epoch 1: splits sys off, replica 1 joins it with 0
+    (shared,) = tree.root.children.values()
+    assert shared.tenants == {0: 0, 1: 0}
+    leaf_b = shared.children[b[0]]
+    assert leaf_b.tenants == {1: 1}
+    tree.insert(system, 1)  # epoch 2: ends at the shared node
+    assert shared.tenants == {0: 0, 1: 2}
+    for _ in range(3, 8):
+        tree.prefix_match(system + a)  # epochs 3-7: no stamp
+    assert shared.children[a[0]].tenants == {0: 0}
+    tree.prefix_match(system + a)  # epoch 8
+    assert shared.children[a[0]].tenants == {0: 8}
 
 
 def test_a_prefix_sent_to_several_replicas_is_held_once_and_by_32_bit_ids() -> None:
@@ -164,4 +206,3 @@ def test_eviction_climbs_to_a_parent_that_becomes_the_replicas_leaf() -> None:
     assert tree.tokens == held_per_tenant(tree) == [0, 20]
     assert tree.nodes == 1 and paths_of(tree, 1) == {tuple(narrow_ids(ids(("b", 20))))}
     assert tree.prefix_match(a) == (0, 0)  # the root holds every replica
-    assert tree.smallest_tenant() == 0

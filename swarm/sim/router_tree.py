@@ -1,27 +1,29 @@
 """The cache-aware router's one tree of every prompt it has routed, each node naming its replicas.
 
 Place in the map (docs/architecture.md, "Simulation"): the state of ``sim.routing.CacheAware``.
-SGLang's router (sglang-router 0.3.2, ``src/tree.rs``) keeps a single radix tree for all its
-workers ("tenants"): a node holds a run of the request's text and, per tenant that sent a
-prompt through the whole of it, when that tenant last used it. Here a node's run is token ids
-(each by its low 32 bits: ``workload.prefix.narrow_ids``), and "when" is a logical tick, so
-the order of uses is exact and a run is deterministic.
+SGLang's router (sglang-router 0.3.2, ``src/policies/tree.rs``) keeps a single radix tree for
+all its workers ("tenants"): a node holds a run of the request's text, the tenants that sent a
+prompt through the whole of it, each with a last-use stamp (an epoch: one global counter,
+taken once by each insert and each match), and the tenant that made it (``last_tenant``). Here
+a node's run is token ids (each by its low 32 bits: ``workload.prefix.narrow_ids``).
 
-- ``insert(ids, tenant)``: the path of ``ids``, its nodes split where it leaves one, every
-  node on it (the root too) stamped with ``tenant`` now; ``tokens[tenant]`` grows by the
-  tokens of each node the tenant had not held (the router's ``tenant_char_count``).
-- ``prefix_match(ids)``: how far ``ids`` follow the tree (into a node's run, partly), and a
-  tenant of the deepest node reached: each of that node's tenants sent the whole path to it, so
-  those are the tenants whose own prompts match longest. The router takes the first of its map
-  (an order of hashes); here the lowest index among them, which is the choice the per-replica
-  trees of earlier versions made. That tenant's stamps are renewed from the node to the root.
-- ``smallest_tenant()``: the fewest tokens held (the lowest index of equals).
-- ``evict(max_tokens)``: for each tenant holding more than ``max_tokens``, its leaves (nodes
-  it holds and none of whose children it holds) least recently used first, the tenant dropped
-  from each until it fits; a node no tenant holds any more leaves the tree, and a parent that
-  becomes the tenant's leaf joins the queue. The router runs this on a timer
-  (``--eviction-interval-secs``, 60 s), not on each insert, so a tenant may hold more than the
-  cap between runs.
+- ``insert(ids, tenant)``: the path of ``ids``, a node split where it leaves one (the upper part
+  takes the node's tenants and maker); the tenant joins each node on the path it did not hold
+  with stamp 0 (``tokens[tenant]``, the router's ``tenant_char_count``, grows by that node's
+  tokens); only the last node, where ``ids`` end (a new leaf, made by this tenant), is stamped
+  with a new epoch.
+- ``prefix_match(ids)``: how far ``ids`` follow the tree (into a node's run, partly), and the
+  maker of the deepest node reached if it still holds the node, else another of its tenants
+  (the router takes the first of a hash map's order; here the lowest index), remembered as the
+  node's maker from then on. Every tenant holding that node sent the whole path to it, so it is
+  one of the tenants whose own prompts match longest. The node's stamp for that tenant is
+  renewed when the match's epoch is a multiple of 8 (the router's "1 in 8").
+- ``evict(max_tokens)``: for each tenant holding more than ``max_tokens``, its leaves (nodes it
+  holds and none of whose children it holds), the oldest stamp first, the tenant dropped from
+  each until it fits; a node no tenant holds any more leaves the tree, and a parent that
+  becomes the tenant's leaf joins the queue with its own stamp (0 if the tenant only passed
+  through it). The router runs this on a timer (``--eviction-interval-secs``, 60 s), so a
+  tenant may hold more than the cap between runs.
 
 One tree rather than one per replica: a prefix that several replicas were sent (a system
 prompt) is held once, and a prompt is matched by one walk, not one per replica.
@@ -37,14 +39,16 @@ from swarm.token_ids import TokenIds, common_prefix
 
 
 class _Node:
-    __slots__ = ("children", "key", "parent", "tenants")
+    __slots__ = ("children", "key", "maker", "parent", "tenants")
 
-    def __init__(self, key: TokenIds, parent: _Node | None, tenants: dict[int, int]) -> None:
+    def __init__(self, key: TokenIds, parent: _Node | None, tenants: dict[int, int], maker: int | None) -> None:
         self.key = key
         self.children: dict[int, _Node] = {}
         self.parent = parent
-        #: replica index -> the tick it last used this node
+        #: replica index -> the epoch it last used this node (0: it only passed through)
         self.tenants = tenants
+        #: the tenant a match names first (the router's ``last_tenant``)
+        self.maker = maker
 
 
 class TenantTree:
@@ -54,31 +58,34 @@ class TenantTree:
         if tenants < 1:
             raise ValueError("a router's tree has at least one tenant")
         # the router enters each worker with an empty text: the root holds every tenant
-        self.root = _Node(array("I"), None, dict.fromkeys(range(tenants), 0))
+        self.root = _Node(array("I"), None, dict.fromkeys(range(tenants), 0), None)
         #: tokens held per tenant (each node counted once for each tenant holding it)
         self.tokens = [0] * tenants
         #: nodes below the root
         self.nodes = 0
         self.evicted_tokens = 0
-        self._tick = 0
+        self._epoch = 0
+
+    def _next_epoch(self) -> int:
+        epoch = self._epoch
+        self._epoch += 1
+        return epoch
 
     def insert(self, ids: TokenIds, tenant: int) -> None:
-        """Add ``ids`` as a path held by ``tenant``, stamped now."""
-        self._tick += 1
-        tick, tokens = self._tick, self.tokens
+        """Add ``ids`` as a path held by ``tenant``; the node where they end stamped now."""
+        tokens = self.tokens
         node = self.root
-        node.tenants[tenant] = tick
         pos, end = 0, len(ids)
         while pos < end:
             child = node.children.get(ids[pos])
             if child is None:
-                node.children[ids[pos]] = _Node(ids[pos:], node, {tenant: tick})
+                node.children[ids[pos]] = _Node(ids[pos:], node, {tenant: self._next_epoch()}, tenant)
                 self.nodes += 1
                 tokens[tenant] += end - pos
                 return
             shared = common_prefix(child.key, ids, pos)
             if shared < len(child.key):  # leaves the run: split it, the tail below
-                middle = _Node(child.key[:shared], node, dict(child.tenants))
+                middle = _Node(child.key[:shared], node, dict(child.tenants), child.maker)
                 node.children[ids[pos]] = middle
                 child.key = child.key[shared:]
                 child.parent = middle
@@ -87,12 +94,13 @@ class TenantTree:
                 child = middle
             if tenant not in child.tenants:
                 tokens[tenant] += len(child.key)
-            child.tenants[tenant] = tick
+                child.tenants[tenant] = 0
             pos += shared
             node = child
+        node.tenants[tenant] = self._next_epoch()
 
     def prefix_match(self, ids: TokenIds) -> tuple[int, int]:
-        """(tokens of ``ids`` matched, the tenant chosen), the tenant's path stamped now."""
+        """(tokens of ``ids`` matched, the tenant named: the module docstring)."""
         node, pos, end = self.root, 0, len(ids)
         while pos < end:
             child = node.children.get(ids[pos])
@@ -103,17 +111,13 @@ class TenantTree:
             node = child
             if shared < len(child.key):
                 break
-        tenant = min(node.tenants)
-        self._tick += 1
-        at: _Node | None = node
-        while at is not None:
-            at.tenants[tenant] = self._tick
-            at = at.parent
+        tenant = node.maker
+        if tenant is None or tenant not in node.tenants:
+            tenant = node.maker = min(node.tenants)
+        epoch = self._next_epoch()
+        if epoch & 7 == 0:
+            node.tenants[tenant] = epoch
         return pos, tenant
-
-    def smallest_tenant(self) -> int:
-        tokens = self.tokens
-        return min(range(len(tokens)), key=tokens.__getitem__)
 
     def evict(self, max_tokens: int) -> int:
         """Drop each tenant over ``max_tokens`` from its least recently used leaves until it
@@ -123,7 +127,7 @@ class TenantTree:
         if not over:
             return 0
         queue: list[tuple[int, int, int, _Node]] = []
-        order = itertools.count()  # equal stamps of one tenant are one path's: never two leaves
+        order = itertools.count()  # equal stamps (0: passed through) in the order queued
         stack = list(self.root.children.values())
         while stack:
             node = stack.pop()

@@ -6,22 +6,22 @@ router has sent and not yet seen end, as a router counts them) and names a repli
 
 - ``round_robin``: in turn.
 - ``least_load``: the fewest requests in flight (the first of equals).
-- ``cache_aware``: SGLang's router's policy (sglang-router 0.3.2, ``--policy cache_aware``;
-  its defaults from ``launch_router --help``): while the loads are imbalanced
-  (``max - min > balance_abs_threshold`` (64) and ``max > min * balance_rel_threshold`` (1.5))
-  the least loaded replica; otherwise the replica whose prompts match the longest share of this
-  prompt in the router's one tree (``sim.router_tree.TenantTree``), if that share is above
-  ``cache_threshold`` (0.3), else the replica holding the fewest tokens there. The prompt then
-  enters the tree as the chosen replica's. The router matches characters of the request's
-  text; here its tree holds token ids. Every ``eviction_interval_s`` (60 s, the router's
-  ``--eviction-interval-secs``) of the clock it is given (the simulation's virtual clock), each
-  replica holding more than ``max_tree_tokens`` gives up its least recently used leaves until
-  it fits (the router's ``--max-tree-size`` is 2**26 characters; here 2**24 tokens).
+- ``cache_aware``: SGLang's router's policy (sglang-router 0.3.2, ``--policy cache_aware``,
+  ``src/policies/cache_aware.rs``; its defaults from ``launch_router --help``): while the loads
+  are imbalanced (``max - min > balance_abs_threshold`` (64) and ``max > min *
+  balance_rel_threshold`` (1.5)) the least loaded replica; otherwise the replica the router's
+  one tree names for the longest prefix of this prompt (``sim.router_tree.TenantTree``) if
+  that prefix is more than ``cache_threshold`` (0.3) of the prompt, else the least loaded
+  replica (the first of equals). The prompt then enters the tree as the chosen replica's. The
+  router matches characters of the request's text; here its tree holds token ids. Every
+  ``eviction_interval_s`` (60 s, the router's ``--eviction-interval-secs``; 0 turns it off)
+  of the clock it is given (the simulation's virtual clock; none: no evictions), each replica
+  holding more than ``max_tree_tokens`` gives up its least recently used leaves until it fits
+  (the router's ``--max-tree-size`` is 2**26 characters; here 2**24 tokens).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import Literal, Protocol
 
@@ -67,7 +67,7 @@ class LeastLoad:
 
 class CacheAware:
     """SGLang's router's cache-aware policy (the module docstring). ``clock_s`` times its
-    evictions: the virtual clock in a simulation."""
+    evictions (the virtual clock in a simulation; None: it never evicts)."""
 
     def __init__(
         self,
@@ -78,7 +78,7 @@ class CacheAware:
         balance_rel_threshold: float = BALANCE_REL_THRESHOLD,
         max_tree_tokens: int = MAX_TREE_TOKENS,
         eviction_interval_s: float = EVICTION_INTERVAL_S,
-        clock_s: Callable[[], float] = time.monotonic,
+        clock_s: Callable[[], float] | None = None,
     ) -> None:
         self.tree = TenantTree(replicas)
         self.replicas = replicas
@@ -87,29 +87,28 @@ class CacheAware:
         self.balance_rel_threshold = balance_rel_threshold
         self.max_tree_tokens = max_tree_tokens
         self.eviction_interval_s = eviction_interval_s
-        self._clock_s = clock_s
-        self._next_eviction_s = clock_s() + eviction_interval_s
+        self._clock_s = clock_s if eviction_interval_s > 0 else None
+        self._next_eviction_s = self._clock_s() + eviction_interval_s if self._clock_s is not None else 0.0
 
     def choose(self, prompt: TokenIds, loads: Sequence[int]) -> int:
-        self._evict_when_due()
+        if self._clock_s is not None:
+            self._evict_when_due(self._clock_s())
         tree = self.tree
         low, high = min(loads), max(loads)
         ids = narrow_ids(as_token_ids(prompt))
-        if high - low > self.balance_abs_threshold and high > low * self.balance_rel_threshold:
-            chosen = min(range(self.replicas), key=loads.__getitem__)
-        else:
-            matched, best = tree.prefix_match(ids)
+        chosen = -1
+        if not (high - low > self.balance_abs_threshold and high > low * self.balance_rel_threshold):
+            matched, named = tree.prefix_match(ids)
             if prompt and matched / len(prompt) > self.cache_threshold:
-                chosen = best
-            else:
-                chosen = tree.smallest_tenant()
+                chosen = named
+        if chosen < 0:  # imbalanced, or too little matched: the least loaded
+            chosen = min(range(self.replicas), key=loads.__getitem__)
         tree.insert(ids, chosen)
         return chosen
 
-    def _evict_when_due(self) -> None:
+    def _evict_when_due(self, now_s: float) -> None:
         """The router's eviction timer: one eviction for the intervals that ended since the
         last request (the tree changes only on requests, so it evicts the same)."""
-        now_s = self._clock_s()
         if now_s < self._next_eviction_s:
             return
         while self._next_eviction_s <= now_s:
@@ -117,9 +116,9 @@ class CacheAware:
         self.tree.evict(self.max_tree_tokens)
 
 
-def make_router(policy: str, replicas: int, clock_s: Callable[[], float] = time.monotonic) -> Router:
+def make_router(policy: str, replicas: int, clock_s: Callable[[], float] | None = None) -> Router:
     """The router of ``policy`` over ``replicas`` replicas (``clock_s`` times a cache-aware
-    router's evictions)."""
+    router's evictions; None: it never evicts)."""
     if policy == "round_robin":
         return RoundRobin(replicas)
     if policy == "least_load":

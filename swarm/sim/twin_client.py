@@ -47,11 +47,12 @@ STRETCH_STEPS = 64
 class TwinFleet:
     """One target's twins: ``replicas`` engine models of one ``EmulatorConfig`` behind a router
     of ``routing`` (one replica: no router) whose evictions ``clock_s`` times (the virtual
-    clock's seconds). Made and started inside the virtual loop."""
+    clock's seconds; None: a cache-aware router never evicts). Made and started inside the
+    virtual loop."""
 
     def __init__(
         self, config: EmulatorConfig, replicas: int = 1, routing: str = "round_robin",
-        clock_s: Callable[[], float] = lambda: 0.0,
+        clock_s: Callable[[], float] | None = None,
     ) -> None:  # fmt: skip
         if replicas < 1:
             raise ValueError("a fleet has at least one replica")
