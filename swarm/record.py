@@ -86,8 +86,8 @@ class RequestRecord:
     latencies can be computed exactly afterwards. ``ttft_ns`` equals ``chunk_ns[0]`` when there
     is any content; for a non-streamed request it is the time to the whole answer. ``chunk_ns``
     is a tuple from an HTTP client and an ``array('q')`` from the simulator (a thousand times
-    a request at 8 bytes each; the trace sink reads its bytes in place): compare it as
-    ``tuple(record.chunk_ns)``.
+    a request at 8 bytes each; the trace sink reads its bytes in place; nothing changes it once
+    the record is made): compare it as ``tuple(record.chunk_ns)``.
     """
 
     identity: RequestIdentity

@@ -143,9 +143,11 @@ def _column(values: Any, kind: pa.DataType, n: int) -> pa.Array:
     if values is None:
         return pa.nulls(n, kind)
     if kind == _INT64_LIST and n and all(type(v) is array and v.typecode == "q" for v in values):
-        offsets = np.zeros(n + 1, dtype=np.int32)
-        np.cumsum(np.fromiter(map(len, values), dtype=np.int64, count=n), out=offsets[1:])
-        return pa.ListArray.from_arrays(offsets, np.frombuffer(b"".join(values), dtype=np.int64))
+        ends = np.cumsum(np.fromiter(map(len, values), dtype=np.int64, count=n))
+        if ends[-1] < 2**31:  # a list array's offsets are 32-bit
+            offsets = np.zeros(n + 1, dtype=np.int32)
+            offsets[1:] = ends
+            return pa.ListArray.from_arrays(offsets, np.frombuffer(b"".join(values), dtype=np.int64))
     return pa.array(values, type=kind)
 
 

@@ -86,7 +86,7 @@ class _Node:
 
 def narrow_ids(ids: array) -> array:
     """Token ids as a prefix tree that only matches them holds them (this index; a simulated
-    router's trees): 64-bit ids by their low 32 bits (half the memory: such a tree holds every
+    router's tree): 64-bit ids by their low 32 bits (half the memory: such a tree holds every
     token it was sent; two words' ids share their low 32 bits with odds of 2**-32, and only a
     pair met where two prompts part would lengthen one shared prefix);
     narrower ids as they are. The halves are taken by numpy: a strided memoryview's copy took
