@@ -10,14 +10,16 @@ a node's run is token ids (each by its low 32 bits: ``workload.prefix.narrow_ids
 - ``insert(ids, tenant)``: the path of ``ids``, a node split where it leaves one (the upper part
   takes the node's tenants and maker); the tenant joins each node on the path it did not hold
   with stamp 0 (``tokens[tenant]``, the router's ``tenant_char_count``, grows by that node's
-  tokens); only the last node, where ``ids`` end (a new leaf, made by this tenant), is stamped
-  with a new epoch.
+  tokens); only the node where ``ids`` end (a new leaf, whose maker is this tenant, or a
+  node it reached, whose maker stays) is stamped with a new epoch.
 - ``prefix_match(ids)``: how far ``ids`` follow the tree (into a node's run, partly), and the
   maker of the deepest node reached if it still holds the node, else another of its tenants
   (the router takes the first of a hash map's order; here the lowest index), remembered as the
   node's maker from then on. Every tenant holding that node sent the whole path to it, so it is
   one of the tenants whose own prompts match longest. The node's stamp for that tenant is
-  renewed when the match's epoch is a multiple of 8 (the router's "1 in 8").
+  renewed when the match's epoch is a multiple of 8, as the router does to spare its locks
+  (its counter also counts inserts, and the workers' registration, so which matches stamp
+  depends on where it starts: here at 0, a balanced request taking two epochs).
 - ``evict(max_tokens)``: for each tenant holding more than ``max_tokens``, its leaves (nodes it
   holds and none of whose children it holds), the oldest stamp first, the tenant dropped from
   each until it fits; a node no tenant holds any more leaves the tree, and a parent that

@@ -12,10 +12,13 @@ router has sent and not yet seen end, as a router counts them) and names a repli
   balance_rel_threshold`` (1.5)) the least loaded replica; otherwise the replica the router's
   one tree names for the longest prefix of this prompt (``sim.router_tree.TenantTree``) if
   that prefix is more than ``cache_threshold`` (0.3) of the prompt, else the least loaded
-  replica (the first of equals). The prompt then enters the tree as the chosen replica's. The
+  replica (the first of equals in replica order; the router's order is a hash map's over its
+  workers' ids). The prompt then enters the tree as the chosen replica's. The
   router matches characters of the request's text; here its tree holds token ids. Every
-  ``eviction_interval_s`` (60 s, the router's ``--eviction-interval-secs``; 0 turns it off)
-  of the clock it is given (the simulation's virtual clock; none: no evictions), each replica
+  ``eviction_interval_s`` (60 s, the router's ``--eviction-interval-secs``; 0 turns it off
+  here, as in the router's policy code, whose command line refuses 0) of the clock it is given
+  (the simulation's virtual clock, from the run's start; the router's timer runs from its own
+  start; none: no evictions), each replica
   holding more than ``max_tree_tokens`` gives up its least recently used leaves until it fits
   (the router's ``--max-tree-size`` is 2**26 characters; here 2**24 tokens).
 """
