@@ -365,7 +365,10 @@ class Scheduler(Generic[R]):
         p = self.policy
         if not waiting:  # nothing to admit: the KV held is not needed (a decode step's usual case)
             return budget
-        held = self.held_total(running)
+        # the KV held, taken at the first capacity check (a step whose budget a chunk spent needs
+        # none): what those running before this step held, and what each admitted since needs
+        held: int | None = None
+        before, admitted_need = len(running), 0
         most = 1 if p.idle_admits_first and self.idle_since_last_step and not running else None
         for gen in self._ordered(waiting, engine):
             if budget <= 0 or (p.max_running is not None and len(running) >= p.max_running):
@@ -379,8 +382,11 @@ class Scheduler(Generic[R]):
             new = sequence - hit
             own = new + engine.unshared(gen, hit)  # the KV it holds: its new tokens, and cached blocks no one holds
             need = self.blocks(own + 1 + math.ceil(p.admit_reserve * self._to_come(gen))) + self.swa(sequence + 1, hit)
-            if running and held + need > self.capacity:
-                break
+            if running:
+                if held is None:
+                    held = admitted_need + self.held_total(running if len(running) == before else running[:before])
+                if held + need > self.capacity:
+                    break
             if not p.chunked_prefill and new > budget and plan.batch:
                 break
             waiting.remove(gen)
@@ -391,7 +397,10 @@ class Scheduler(Generic[R]):
             plan.admitted.append(gen)
             plan.cached_tokens += hit
             engine.admit(gen)
-            held += need
+            if held is None:
+                admitted_need += need
+            else:
+                held += need
             budget = self._chunk(gen, budget, plan)
         if plan.admitted:
             self.idle_since_last_step = False

@@ -105,6 +105,8 @@ class AgentRun:
         self._groups = index.groups
         self._member_of = index.member_of
         self._gated = index.gated
+        #: each beam group's members not yet answered or dead (``_settle``): decided at 0
+        self._unsettled: dict[str, int] = dict(index.members)
         self._decided: set[str] = set()
         #: history nodes whose texts (and compaction decision) are built
         self._built: set[str] = set()
@@ -179,7 +181,7 @@ class AgentRun:
         plan = self.plan
         warm = list(self._cut_threads())
         for n in plan.history:
-            self.state[n] = ALIVE
+            self._settle(n, ALIVE)
             self.turns[n] = synthetic_turn(plan, n)
         for n in plan.history:
             if n not in warm:
@@ -316,8 +318,18 @@ class AgentRun:
         if not self._tasks and self._idle is not None and not self._idle.done():
             self._idle.set_result(None)
 
-    def _resolve(self, node: str, state: str) -> None:
+    def _settle(self, node: str, state: str) -> None:
+        """Set ``node``'s state; the first time it is answered or dead, its beam groups count
+        one member fewer still to come (a group decides at 0: no walk of its members at each
+        answer, which was a twentieth of a simulation of trees of thought)."""
+        before = self.state.get(node)
         self.state[node] = state
+        if before != ALIVE and before not in DEAD and (state == ALIVE or state in DEAD):
+            for group in self._member_of.get(node, ()):
+                self._unsettled[group] -= 1
+
+    def _resolve(self, node: str, state: str) -> None:
+        self._settle(node, state)
         now = self.env.dispatcher.clock_ns()
         g = self.template.graph
         for child in g.successors(node):
@@ -334,8 +346,7 @@ class AgentRun:
         group = self._groups[name]
         if name in self._decided:
             return
-        members = (*group.candidates, *group.scorers)
-        if any(self.state.get(m) not in DEAD and self.state.get(m) != ALIVE for m in members):
+        if self._unsettled[name]:  # a member still to answer
             return
         self._decided.add(name)
         alive = [c for c in group.candidates if self.state.get(c) == ALIVE]

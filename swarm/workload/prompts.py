@@ -50,12 +50,55 @@ def decide_compaction(plan: AgentPlan, node: str, ancestors: list[str]) -> None:
     """``node``'s compaction decision, as ``compose_messages`` of its synthetic turns takes it,
     without making its messages: the turns since the latest compaction are read by their
     memoised token counts (a mid-life session decides each of its hundred turns in order:
-    composing each turn's whole prompt for it was a twelfth of a simulation)."""
-    if plan.profile.compaction is None or node in plan.compacted:
+    composing each turn's whole prompt for it was a twelfth of a simulation). A node whose one
+    context parent was the last decided here, with the parent's ancestry and the parent as its
+    own, starts from the parent's window (``AgentPlan.compaction_window``): a chain of turns is
+    decided in one pass, not a pass over its history per turn (a tenth of a simulation)."""
+    compaction = plan.profile.compaction
+    if compaction is None or node in plan.compacted:
         return
-    turns = [] if plan.topology.fresh_context(node) else [(a, synthetic_turn(plan, a)) for a in ancestors]
+    t = plan.topology
+    whole = ancestors == t.context_ancestors(node)  # the window through it is its child's to use
+    fresh = t.fresh_context(node)
+    parents = t.context_parents(node)
+    window = plan.compaction_window
     own = ChatMessage("user", plan.node(node).instruction)
-    _decide(plan, node, _head(plan, node), _since_compaction(plan, turns), own)
+    head = _head(plan, node)
+    if (
+        whole and not fresh and len(parents) == 1 and window is not None and window[0] == parents[0]
+        and len(ancestors) == len(t.context_ancestors(parents[0])) + 1
+    ):  # fmt: skip
+        parent = parents[0]
+        count = plan.token_count
+        turn = synthetic_turn(plan, parent)
+        since = window[1] - _turn_tokens(plan, parent, turn, direct=False) + _turn_tokens(plan, parent, turn, direct=True)
+        length = sum(count(m.content) for m in head) + count(own.content) + since
+        plan.compacted[node] = length > compaction.threshold_tokens
+        behind = window[1]
+    else:
+        turns = _since_compaction(plan, [] if fresh else [(a, synthetic_turn(plan, a)) for a in ancestors])
+        _decide(plan, node, head, turns, own)
+        behind = sum(_turn_tokens(plan, name, turn, direct=False) for name, turn in turns) if whole else -1
+    if whole and not fresh:
+        # its child's window: its turn alone once compacted (the summary, then the turn)
+        mine = _turn_tokens(plan, node, synthetic_turn(plan, node), direct=False)
+        plan.compaction_window = (node, mine if plan.compacted[node] else behind + mine)
+    elif whole:  # a fresh prompt's history is not its children's: no window to carry
+        plan.compaction_window = None
+
+
+def _turn_tokens(plan: AgentPlan, name: str, turn: list[str], direct: bool) -> int:
+    """The tokens node ``name``'s ``turn`` adds to a later prompt: its summary if it was
+    compacted, its instruction, its output (less the reasoning where the profile strips it,
+    from a ``direct`` context parent's turn or not) and its tool result."""
+    count = plan.token_count
+    n = count(plan.summary(name)) if plan.compacted.get(name) else 0
+    reasoning = plan.profile.reasoning
+    if reasoning is not None and _strips(reasoning, direct):
+        n += _visible_tokens(plan, turn[1], reasoning.share)
+    else:
+        n += count(turn[1])
+    return n + count(turn[0]) + (count(turn[2]) if len(turn) > 2 else 0)
 
 
 def _decide(
@@ -67,18 +110,9 @@ def _decide(
     compaction = plan.profile.compaction
     assert compaction is not None
     count = plan.token_count
-    reasoning = plan.profile.reasoning
     direct = set(plan.topology.context_parents(node))
     length = sum(count(m.content) for m in head) + count(own.content)
-    for name, turn in turns:
-        if plan.compacted.get(name):
-            length += count(plan.summary(name))
-        output = turn[1]
-        if reasoning is not None and _strips(reasoning, name in direct):
-            length += _visible_tokens(plan, output, reasoning.share)
-        else:
-            length += count(output)
-        length += count(turn[0]) + (count(turn[2]) if len(turn) > 2 else 0)
+    length += sum(_turn_tokens(plan, name, turn, name in direct) for name, turn in turns)
     plan.compacted[node] = length > compaction.threshold_tokens
 
 

@@ -49,13 +49,15 @@ class BeamGroup:
 class RunIndex:
     """A template's starting point for each run (``TopologyTemplate.run_index``): each node's
     dependencies (its parents, and its beam's decision if gated), the beam groups by name,
-    the groups each node is a member of, and the nodes each group's decision gates. Shared:
-    a run copies ``deps`` and reads the rest."""
+    the groups each node is a member of, each group's count of members (a node both candidate
+    and scorer counted once), and the nodes each group's decision gates. Shared: a run copies
+    ``deps`` and ``members`` (what it counts down) and reads the rest."""
 
     deps: dict[str, int]
     groups: dict[str, BeamGroup]
     member_of: dict[str, tuple[str, ...]]
     gated: dict[str, tuple[str, ...]]
+    members: dict[str, int]
 
 
 @dataclass(frozen=True)
@@ -123,7 +125,7 @@ class TopologyTemplate:
         if found is None:
             member_of: dict[str, list[str]] = {}
             for g in self.beams:
-                for m in (*g.candidates, *g.scorers):
+                for m in dict.fromkeys((*g.candidates, *g.scorers)):
                     member_of.setdefault(m, []).append(g.name)
             gated: dict[str, list[str]] = {}
             for n in self.order:
@@ -134,6 +136,7 @@ class TopologyTemplate:
                 groups={g.name: g for g in self.beams},
                 member_of={m: tuple(names) for m, names in member_of.items()},
                 gated={g: tuple(nodes) for g, nodes in gated.items()},
+                members={g.name: len(set((*g.candidates, *g.scorers))) for g in self.beams},
             )
         return found
 

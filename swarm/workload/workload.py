@@ -179,6 +179,10 @@ class AgentPlan:
     #: token counts of outputs less their reasoning, by output (``prompts.decide_compaction``)
     visible_token_counts: dict[str, int] = field(default_factory=dict, repr=False)
     _summaries: dict[str, str] = field(default_factory=dict, repr=False)
+    #: the last node ``prompts.decide_compaction`` decided from its whole ancestry, and the
+    #: tokens of the turns from the latest compaction through its own (reasoning stripped as
+    #: from a turn that is not a direct parent's): what its one child's decision starts from
+    compaction_window: tuple[str, int] | None = field(default=None, repr=False)
 
     def token_count(self, text: str) -> int:
         """Tokens of ``text`` by the plan's tokenizer (memoised: prompt parts recur)."""
