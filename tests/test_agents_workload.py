@@ -219,6 +219,39 @@ def test_beam_keeps_width_per_level(catalog: Catalog, emulator: Callable[..., Em
     assert all(len(r.identity.parent_nodes) == 2 for r in answers)  # the 2 kept final thoughts
 
 
+def test_a_beam_whose_candidates_failed_keeps_its_best_answered_ones(
+    catalog: Catalog, emulator: Callable[..., EmulatorThread]
+) -> None:
+    """A failed call aborts its branch (``on_failure: abort_branch``): its beam decides once
+    every candidate answered or failed, keeping up to its width of those that answered, and
+    the next level expands those (no level waits for ever on a dead candidate)."""
+    from swarm.emulator.faults import FaultSpec
+
+    emu = emulator(engine="sglang", timing="zero", faults=FaultSpec.parse("http_500=0.3,seed=5"))
+    wl = Workload(spec("tree_of_thought", agents=12), catalog)  # branching 3, depth 3, beam 2
+    records = run(wl, emu.url)
+    outcome: dict[tuple[str, int, str], bool] = {}  # each thought's, over its attempts (retries)
+    for r in records:
+        if r.identity.role not in ("expand", "answer"):  # the evaluate calls score, not kept
+            continue
+        key = (r.identity.session_id, r.identity.depth, r.identity.node)
+        outcome[key] = outcome.get(key, False) or r.ok
+    sent: collections.Counter[tuple[str, int]] = collections.Counter()
+    answered: collections.Counter[tuple[str, int]] = collections.Counter()
+    for (sid, depth, _), ok in outcome.items():
+        sent[(sid, depth)] += 1
+        answered[(sid, depth)] += ok
+    sessions = {r.identity.session_id for r in records}
+    partial = 0
+    for sid in sessions:
+        for depth in (1, 2):
+            alive = answered[(sid, depth)]
+            partial += 0 < alive < sent[(sid, depth)]
+            assert sent[(sid, depth + 1)] == 3 * min(2, alive), (sid, depth)
+        assert sent[(sid, 4)] == (answered[(sid, 3)] > 0)  # the answer, if a final thought stands
+    assert partial >= 3  # levels where some candidates failed and the others went on
+
+
 def test_in_flight_cap_and_request_limit(catalog: Catalog, emulator: Callable[..., EmulatorThread]) -> None:
     emu = emulator(engine="sglang", timing="fixed", first_token_ms=5, token_ms=1)
     wl = Workload(spec("map_reduce", agents=6), catalog)

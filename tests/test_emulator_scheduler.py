@@ -195,6 +195,36 @@ def test_the_preempted_request_is_the_engines_choice(preempt: str, victim: int) 
     assert plan.preempted == released == [gens[victim]] and waiting == [gens[victim]]  # one goes, to the front
 
 
+def test_requests_admitted_together_count_what_each_needs_at_admission() -> None:
+    """Within a step, each admitted request counts as held what its admission needed (its
+    whole reserve), not what it holds once running (the running ratio's): with a reserve of
+    the whole output at admission and none while running, two requests of 151 tokens each
+    do not both fit in 300, though the first, running, holds only 51."""
+    model = EngineModel(EmulatorConfig())
+    policy = SchedulerPolicy(reserve_ratio=0, reserve_floor=0, admit_reserve=1)
+    waiting = [Generation(model, tokens(f"w{i}-", 50), 100, 0.0) for i in range(2)]
+    admitted: list[Generation] = []
+
+    class Stub:  # an engine whose cache holds nothing
+        def cached(self, req: Generation) -> int:
+            return 0
+
+        def unshared(self, req: Generation, hit: int) -> int:
+            return 0
+
+        def admit(self, req: Generation) -> None:
+            admitted.append(req)
+
+        def release(self, req: Generation) -> None:
+            raise AssertionError("nothing runs out of KV here")
+
+    scheduler = Scheduler[Generation](policy, kv_capacity_tokens=300)
+    first = list(waiting)
+    plan = scheduler.plan(waiting, [], Stub())
+    assert plan.admitted == admitted == first[:1] and waiting == first[1:]
+    assert scheduler.held_total(first[:1]) == 51  # what it holds now: the second would fit beside it
+
+
 # --- host tiers --------------------------------------------------------------------------------
 
 
@@ -348,3 +378,72 @@ def test_the_admission_checks_sums_are_the_sums_of_each_requests_kv() -> None:
             ]  # fmt: skip
             assert scheduler.held_total(running) == sum(scheduler.held(g) for g in running)
             assert scheduler.grown_total(running) == sum(scheduler.kv(g, g.prefill_left == 0) for g in running)
+
+
+def _step(model: EngineModel, now: float) -> tuple[list[Generation], float]:
+    """One turn of the step loop on the virtual clock: the drop of cancelled requests, then a
+    step. Returns those it admitted and the time it ended."""
+    if model.cancelled_waiting:
+        model._drop_cancelled(now)
+    plan, step_s = model.begin_step(now)
+    model.end_step(plan, now + step_s)
+    return list(plan.admitted), now + step_s
+
+
+@pytest.mark.parametrize("gone", [2, 7], ids=["a_few", "many"])
+def test_requests_cancelled_while_they_wait_leave_the_queue_in_order_and_never_run(gone: int) -> None:
+    """A reader that goes takes its request out of the queue at the next step, whether a few
+    went (each found in the queue) or many (the queue filtered); the rest keep their order."""
+    model = EngineModel(EmulatorConfig(engine="sglang", timing="batch", max_running_requests=1))
+    gens = [model.submit(tokens(f"p{i}-", 20), 3, now_s=0.0) for i in range(10)]
+    admitted, now = _step(model, 0.0)
+    assert admitted == gens[:1]
+    went = gens[2 : 2 + gone]
+    for gen in went:
+        gen.cancel()
+    ran: list[Generation] = []
+    while model.running or model.waiting:
+        step_admitted, now = _step(model, now)
+        ran += step_admitted
+        assert not set(map(id, went)) & set(map(id, model.waiting))
+    assert ran == [g for g in gens[1:] if g not in went]
+
+
+def _retracting_model() -> tuple[EngineModel, list[Generation]]:
+    """SGLang's twin packing six 400-token requests into 1,000 tokens of KV (it retracts one)."""
+    model = EngineModel(EmulatorConfig(engine="sglang", timing="batch", kv_capacity_tokens=1000))
+    return model, [model.submit(tokens(f"p{i}-", 100), 300, now_s=0.0) for i in range(6)]
+
+
+def test_a_request_cancelled_while_it_runs_and_then_preempted_leaves_the_queue_unrun() -> None:
+    """A request whose reader went while it ran, preempted at the next step before any step's
+    end could release it, is released at the drop after (its counts close) and never admitted
+    again."""
+    model, gens = _retracting_model()  # a first run finds the step that preempts, and whom
+    now, steps = 0.0, 0
+    while True:
+        plan, step_s = model.begin_step(now)
+        if plan.preempted:
+            victim = gens.index(plan.preempted[0])
+            break
+        now += step_s
+        model.end_step(plan, now)
+        steps += 1
+    model, gens = _retracting_model()  # the same run, its victim's reader gone just before
+    now = 0.0
+    for _ in range(steps):
+        _, now = _step(model, now)
+    gone = gens[victim]
+    assert gone in model.running
+    gone.cancel()
+    model._drop_cancelled(now)  # the loop's drop: it is running, not waiting
+    plan, step_s = model.begin_step(now)
+    assert plan.preempted == [gone] and gone in model.waiting  # back in the queue, cancelled
+    now += step_s
+    model.end_step(plan, now)
+    admitted_after: list[Generation] = []
+    while model.running or model.waiting:
+        step_admitted, now = _step(model, now)
+        admitted_after += step_admitted
+    assert gone.finished and gone not in admitted_after
+    assert all(g.finished for g in gens)
