@@ -125,8 +125,9 @@ class Generation:
         #: where its answer starts in ``OUTPUT_WORDS``
         self._start = output_start(prompt)
         #: the time of each emission, for a reader that waits for the end (``finished``)
-        #: rather than for each token; None: not kept
-        self.times: list[float] | None = None
+        #: rather than for each token, as an ``array('d')`` (8 bytes a time; a decode
+        #: stretch's times go on as one copy); None: not kept
+        self.times: array[float] | None = None
 
     @property
     def prompt_tokens(self) -> int:
@@ -617,7 +618,7 @@ class EngineModel:
         st = self.stats
         for gen in stretch.decoding:
             gen.output += output_ids(gen._start, len(gen.output), n)
-            gen.times += ends  # type: ignore[operator]  # a stretch's readers keep times
+            gen.times += ends  # type: ignore[operator]  # a stretch's readers keep times (arrays)
             gen.kv_tokens += n
             st.step_token_model_s += model_end - gen.last_model_s
             gen.last_model_s = model_end

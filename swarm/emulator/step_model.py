@@ -23,6 +23,7 @@ again from its end, as it would have stepping one step at a time.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -58,10 +59,11 @@ def step_ms(
 class DecodeStretch(Generic[G]):
     """Decode steps of ``decoding`` planned as one: step ``i`` lasts ``lengths_s[i]`` and ends at
     ``ends_s[i]`` (the loop's timeline) and ``model_ends_s[i]`` (the model's clock). The first
-    ``applied`` have emitted their tokens."""
+    ``applied`` have emitted their tokens. The ends are an ``array('d')``: a slice of them goes
+    onto each reader's ``Generation.times`` as one copy of bytes."""
 
     decoding: list[G]
-    ends_s: list[float] = field(default_factory=list)
+    ends_s: array[float] = field(default_factory=lambda: array("d"))
     model_ends_s: list[float] = field(default_factory=list)
     lengths_s: list[float] = field(default_factory=list)
     applied: int = 0

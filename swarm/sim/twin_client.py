@@ -168,7 +168,7 @@ class TwinClient:
         deadlines = _Deadlines(gen, self.timeouts)
         try:
             if fleet.config.timing == "batch":
-                gen.times = []
+                gen.times = array("d")
                 await gen.finished_wait()
             else:  # the fixed and zero timings emit as they are read
                 await self._read(gen)
@@ -187,7 +187,7 @@ class TwinClient:
         """Read ``gen``'s tokens as a stream (the fixed and zero timings); the time of each
         read into ``gen.times`` once it ends."""
         loop = asyncio.get_running_loop()
-        times: list[float] = []
+        times = array("d")
         async for _words in gen.tokens():
             times.append(loop.time())
         gen.times = times
@@ -197,12 +197,14 @@ class TwinClient:
         """The record's ``chunk_ns``: the emissions' times from ``t0``, each rounded as
         ``round`` does (half to even), in one numpy pass, held as an ``array('q')`` (8 bytes
         a time, where a tuple's ints take about 36: a thousand a request, and the trace sink
-        reads the array's bytes in place)."""
+        reads the array's bytes in place); the times are read in place too (``Generation.times``,
+        an ``array('d')``)."""
         if gen is None or not gen.times:
             return array("q")
         if not stream:  # the whole answer at once
             return array("q", (end - t0,))
-        return array("q", (np.rint(np.array(gen.times) * 1e9).astype(np.int64) - t0).tobytes())
+        times = np.frombuffer(gen.times, dtype=np.float64)
+        return array("q", (np.rint(times * 1e9).astype(np.int64) - t0).tobytes())
 
     def _cached(self, gen: Generation | None) -> int | None:
         if gen is None:
