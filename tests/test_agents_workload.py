@@ -223,8 +223,9 @@ def test_a_beam_whose_candidates_failed_keeps_its_best_answered_ones(
     catalog: Catalog, emulator: Callable[..., EmulatorThread]
 ) -> None:
     """A failed call aborts its branch (``on_failure: abort_branch``): its beam decides once
-    every candidate answered or failed, keeping up to its width of those that answered, and
-    the next level expands those (no level waits for ever on a dead candidate)."""
+    every candidate answered or failed, keeping up to its width of the best scored of those
+    that answered, and the next level expands those (no level waits for ever on a dead
+    candidate)."""
     from swarm.emulator.faults import FaultSpec
 
     emu = emulator(engine="sglang", timing="zero", faults=FaultSpec.parse("http_500=0.3,seed=5"))
@@ -241,6 +242,18 @@ def test_a_beam_whose_candidates_failed_keeps_its_best_answered_ones(
     for (sid, depth, _), ok in outcome.items():
         sent[(sid, depth)] += 1
         answered[(sid, depth)] += ok
+    # the thoughts each level expanded: the two best scored of the level before's answered
+    agent_of = {r.identity.session_id: r.identity.agent_id for r in records}
+    expanded: dict[tuple[str, int], set[str]] = collections.defaultdict(set)
+    for r in records:
+        if r.identity.role == "expand" and r.identity.depth > 1:
+            expanded[(r.identity.session_id, r.identity.depth - 1)].update(r.identity.parent_nodes)
+    for (sid, depth, _), _ok in outcome.items():
+        if depth in (1, 2):
+            plan = wl.agent(agent_of[sid])
+            alive = [n for (s, d, n), ok in outcome.items() if s == sid and d == depth and ok]
+            best = sorted(alive, key=lambda n: plan.node(n).score, reverse=True)[:2]
+            assert expanded[(sid, depth)] == set(best), (sid, depth)
     sessions = {r.identity.session_id for r in records}
     partial = 0
     for sid in sessions:

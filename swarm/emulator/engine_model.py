@@ -248,7 +248,9 @@ class EngineModel:
         self.running: list[Generation] = []
         #: a request stopped streaming (its client went): drop the cancelled from the queue
         self.cancelled_waiting = False
-        #: the requests cancelled since ``_drop_cancelled`` last ran
+        #: the requests cancelled since ``_drop_cancelled`` last ran, and any preempted back into
+        #: the queue cancelled (``begin_step``): every cancelled request in ``waiting`` is here
+        #: until the next drop, which removes a few of them by identity
         self.cancelled_since_drop: list[Generation] = []
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
@@ -659,8 +661,11 @@ class EngineModel:
         self._trim_windows()
         self._fit_cache_to_pool()
         plan = self.scheduler.plan(self.waiting, self.running, self)
-        for gen in plan.preempted:  # cancelled while it ran, and back in the queue: it leaves at
-            if gen.cancelled:  # the next drop (released, as one preempted before its cancel)
+        # cancelled while it ran, and back in the queue: it leaves at the next drop, released.
+        # The step loop releases such a request at the step's end, before this; a model driven
+        # a step at a time (a test) can cancel between the end and the next step
+        for gen in plan.preempted:
+            if gen.cancelled:
                 self.cancelled_waiting = True
                 self.cancelled_since_drop.append(gen)
         ms = step_ms(

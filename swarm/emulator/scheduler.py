@@ -366,7 +366,8 @@ class Scheduler(Generic[R]):
         if not waiting:  # nothing to admit: the KV held is not needed (a decode step's usual case)
             return budget
         # the KV held, taken at the first capacity check (a step whose budget a chunk spent needs
-        # none): what those running before this step held, and what each admitted since needs
+        # none): what those running before this admission loop held (with any running, the
+        # check comes before the first admission), and what each admitted since needed
         held: int | None = None
         before, admitted_need = len(running), 0
         most = 1 if p.idle_admits_first and self.idle_since_last_step and not running else None
@@ -384,7 +385,7 @@ class Scheduler(Generic[R]):
             need = self.blocks(own + 1 + math.ceil(p.admit_reserve * self._to_come(gen))) + self.swa(sequence + 1, hit)
             if running:
                 if held is None:
-                    held = admitted_need + self.held_total(running if len(running) == before else running[:before])
+                    held = admitted_need + (self.held_total(running) if before else 0)
                 if held + need > self.capacity:
                     break
             if not p.chunked_prefill and new > budget and plan.batch:

@@ -64,10 +64,8 @@ def decide_compaction(plan: AgentPlan, node: str, ancestors: list[str]) -> None:
     window = plan.compaction_window
     own = ChatMessage("user", plan.node(node).instruction)
     head = _head(plan, node)
-    if (
-        whole and not fresh and len(parents) == 1 and window is not None and window[0] == parents[0]
-        and len(ancestors) == len(t.context_ancestors(parents[0])) + 1
-    ):  # fmt: skip
+    # its whole ancestry with one context parent: the parent's ancestry and the parent
+    if whole and not fresh and len(parents) == 1 and window is not None and window[0] == parents[0]:
         parent = parents[0]
         count = plan.token_count
         turn = synthetic_turn(plan, parent)

@@ -182,6 +182,7 @@ class AgentPlan:
     #: the last node ``prompts.decide_compaction`` decided from its whole ancestry, and the
     #: tokens of the turns from the latest compaction through its own (reasoning stripped as
     #: from a turn that is not a direct parent's): what its one child's decision starts from
+    #: (None after a fresh-context node: its prompt's history is not its children's)
     compaction_window: tuple[str, int] | None = field(default=None, repr=False)
 
     def token_count(self, text: str) -> int:
