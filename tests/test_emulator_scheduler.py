@@ -167,6 +167,26 @@ def _gen(model: EngineModel, prompt: int, output: int) -> Generation:
     return gen
 
 
+class _EmptyCache:
+    """An engine whose cache holds nothing, noting what the scheduler admits and releases."""
+
+    def __init__(self) -> None:
+        self.admitted: list[Generation] = []
+        self.released: list[Generation] = []
+
+    def cached(self, req: Generation) -> int:
+        return 0
+
+    def unshared(self, req: Generation, hit: int) -> int:
+        return 0
+
+    def admit(self, req: Generation) -> None:
+        self.admitted.append(req)
+
+    def release(self, req: Generation) -> None:
+        self.released.append(req)
+
+
 @pytest.mark.parametrize(("preempt", "victim"), [("fewest_output", 1), ("newest", 2)])
 def test_the_preempted_request_is_the_engines_choice(preempt: str, victim: int) -> None:
     """SGLang retracts the request with the fewest output tokens (the longest prompt among
@@ -176,23 +196,10 @@ def test_the_preempted_request_is_the_engines_choice(preempt: str, victim: int) 
     gens = list(running)
     policy = SchedulerPolicy(reserve_ratio=0, reserve_floor=0, admit_reserve=0, preempt=preempt)  # type: ignore[arg-type]
     waiting: list[Generation] = []
-    released: list[Generation] = []
-
-    class Stub:  # an engine whose cache holds nothing
-        def cached(self, req: Generation) -> int:
-            return 0
-
-        def unshared(self, req: Generation, hit: int) -> int:
-            return 0
-
-        def admit(self, req: Generation) -> None:
-            raise AssertionError("a step that preempts admits nothing here")
-
-        def release(self, req: Generation) -> None:
-            released.append(req)
-
-    plan = Scheduler[Generation](policy, kv_capacity_tokens=300).plan(waiting, running, Stub())
-    assert plan.preempted == released == [gens[victim]] and waiting == [gens[victim]]  # one goes, to the front
+    engine = _EmptyCache()
+    plan = Scheduler[Generation](policy, kv_capacity_tokens=300).plan(waiting, running, engine)
+    assert plan.preempted == engine.released == [gens[victim]] and waiting == [gens[victim]]  # one goes, to the front
+    assert not engine.admitted  # a step that preempts admits nothing here
 
 
 def test_requests_admitted_together_count_what_each_needs_at_admission() -> None:
@@ -203,30 +210,17 @@ def test_requests_admitted_together_count_what_each_needs_at_admission() -> None
     model = EngineModel(EmulatorConfig())
     policy = SchedulerPolicy(reserve_ratio=0, reserve_floor=0, admit_reserve=1)
     waiting = [Generation(model, tokens(f"w{i}-", 50), 100, 0.0) for i in range(2)]
-    admitted: list[Generation] = []
-
-    class Stub:  # an engine whose cache holds nothing
-        def cached(self, req: Generation) -> int:
-            return 0
-
-        def unshared(self, req: Generation, hit: int) -> int:
-            return 0
-
-        def admit(self, req: Generation) -> None:
-            admitted.append(req)
-
-        def release(self, req: Generation) -> None:
-            raise AssertionError("nothing runs out of KV here")
-
+    engine = _EmptyCache()
     scheduler = Scheduler[Generation](policy, kv_capacity_tokens=300)
     first = list(waiting)
-    plan = scheduler.plan(waiting, [], Stub())
-    assert plan.admitted == admitted == first[:1] and waiting == first[1:]
+    plan = scheduler.plan(waiting, [], engine)
+    assert plan.admitted == engine.admitted == first[:1] and waiting == first[1:] and not engine.released
     assert scheduler.held_total(first[:1]) == 51  # what it holds now: the second would fit beside it
     # with room for both needs (302 of 320) both go in: the first's need is counted once
-    waiting, admitted[:] = list(first), []
-    plan = Scheduler[Generation](policy, kv_capacity_tokens=320).plan(waiting, [], Stub())
-    assert plan.admitted == admitted == first and not waiting
+    waiting, engine = list(first), _EmptyCache()
+    plan = Scheduler[Generation](policy, kv_capacity_tokens=320).plan(waiting, [], engine)
+    assert plan.admitted == engine.admitted == first and not waiting
+    assert not engine.released  # nothing runs out of KV here
 
 
 # --- host tiers --------------------------------------------------------------------------------
