@@ -9,6 +9,7 @@ and every emitted token is dated on that clock, so each test is exact and nothin
 from __future__ import annotations
 
 import itertools
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,6 +186,66 @@ class _EmptyCache:
 
     def release(self, req: Generation) -> None:
         self.released.append(req)
+
+
+class _FixedHit(_EmptyCache):
+    """An engine whose cache holds ``hit`` tokens of every request, whether asked ahead or not."""
+
+    def __init__(self, hit: int) -> None:
+        super().__init__()
+        self.hit = hit
+
+    def cached(self, req: Generation) -> int:
+        return self.hit
+
+    def peek_cached(self, req: Generation) -> int | None:
+        return self.hit
+
+
+@pytest.mark.parametrize(("block_tokens", "clip"), [(1, None), (1, 50), (16, None), (16, 50)])
+def test_a_queue_held_ahead_is_the_one_each_step_would_hold(block_tokens: int, clip: int | None) -> None:
+    """``Scheduler.queue_held`` says how many decode steps ahead admit nothing from a queue
+    whose first request's KV does not fit, from the KV held at each step (``held_ahead``) with the
+    reserve ratio falling step by step: the figures and the count that planning each step, one
+    after another, gives. Random batches of running requests (seeded), the ratio falling from
+    SGLang's start to its floor in 20 steps."""
+    rng = random.Random(5)
+    model = EngineModel(EmulatorConfig())
+    policy = SchedulerPolicy(
+        reserve_ratio=0.7, reserve_decay=0.03, reserve_floor=0.098, admit_reserve=1.0, reserve_clip_tokens=clip,
+        block_tokens=block_tokens, prefill_pauses_decode=True,
+    )  # fmt: skip
+    counts = []
+    for _ in range(40):
+        running = [_gen(model, rng.randint(10, 300), rng.randint(0, 40)) for _ in range(rng.randint(1, 8))]
+        for g in running:
+            g.max_new = len(g.output) + rng.randint(30, 200)
+        head = Generation(model, tokens("h", rng.randint(50, 400)), rng.randint(10, 300), 0.0)
+        engine = _FixedHit(rng.randint(0, 40))
+        scheduler = Scheduler[Generation](policy, kv_capacity_tokens=0)
+        scheduler.ratio = rng.choice([0.7, 0.4, 0.1])
+        need = scheduler.admission_need(head, engine.hit, engine)[2]
+        scheduler.capacity = scheduler.held_total(running) + need - rng.randint(-20, 120)  # fits now, later or not
+        steps = scheduler.decode_stretch((), running, 24)  # none preempted in them, as the twin asks
+        if steps < 2:
+            continue
+        ahead = scheduler.held_ahead(running, steps)
+        held = scheduler.queue_held([head], running, engine, steps)
+        admits_at = None
+        for step in range(steps):  # each step planned in turn: its held KV, and whether it admits
+            assert scheduler.held_total(running) == ahead[step]
+            plan = scheduler.plan([head], running, engine)
+            assert not plan.preempted
+            if plan.admitted:
+                admits_at = step
+                break
+            for g in plan.decoding:
+                g.output.append(0)
+                g.kv_tokens += 1
+        counts.append((steps if admits_at is None else admits_at, steps))
+        assert (held.steps if held is not None else 0) == counts[-1][0]
+    # each kind of batch met: the first fits now, at a later step, or at none
+    assert {"now", "later", "none"} <= {"now" if c == 0 else "none" if c == n else "later" for c, n in counts}
 
 
 @pytest.mark.parametrize(("preempt", "victim"), [("fewest_output", 1), ("newest", 2)])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import subprocess
 import sys
 import threading
@@ -17,6 +18,7 @@ from engine_workload import write_spec_files
 
 from swarm.analysis.compare import routing_share
 from swarm.emulator.config import EmulatorConfig
+from swarm.emulator.radix_cache import RadixCache
 from swarm.record import Status
 from swarm.request import ChatMessage, EngineRequest, Timeouts
 from swarm.sim.routing import CacheAware, LeastLoad, RoundRobin
@@ -193,6 +195,132 @@ def test_decode_stretches_give_the_records_of_steps_run_one_at_a_time(kv_capacit
     assert by_stretch.stats.step_model_s == pytest.approx(by_step.stats.step_model_s, rel=1e-12)
     assert by_stretch.stats.step_token_model_s == pytest.approx(by_step.stats.step_token_model_s, rel=1e-9)
     assert jumps_stretched < jumps_stepped / 3
+
+
+def _recency(cache: Any) -> list[Any]:
+    """What a prefix cache would evict first to last: its nodes' paths (a radix tree) or its
+    blocks (a block cache) in order of last use."""
+    if isinstance(cache, RadixCache):
+        nodes: list[tuple[int, tuple[int, ...]]] = []
+        stack = [(cache.root, ())]
+        while stack:
+            node, path = stack.pop()
+            for child in node.children.values():
+                full = (*path, *child.key)
+                nodes.append((child.last_access, full))
+                stack.append((child, full))
+        return [path for _, path in sorted(nodes)]
+    return sorted(cache._blocks, key=lambda bid: cache._blocks[bid].last_access)
+
+
+def _queued_and_stepped(
+    config: EmulatorConfig, sends: list[tuple[float, EngineRequest, Timeouts]], stretch_steps: int
+) -> tuple[list[Any], Any, dict[float, list[Any]], list[Any]]:
+    """``sends`` (delay, request, its client's timeouts) against one twin; the records, the twin, its cache's order of
+    use at each step's end (``_recency``, before the step's finished requests enter it), and
+    the held queues of the stretches it ran (``EngineModel._held``)."""
+    clock = VirtualClock(start_ns=0)
+    held: list[Any] = []
+    recency: dict[float, list[Any]] = {}
+
+    async def one(client: TwinClient, delay_s: float, request: EngineRequest) -> Any:
+        await asyncio.sleep(delay_s)
+        return await client.send(request)
+
+    async def main() -> tuple[list[Any], Any]:
+        fleet = TwinFleet(config)
+        model = fleet.models[0]
+        model.stretch_steps = stretch_steps
+        run_stretch = model._run_stretch
+
+        async def spied(steps: int, anchor: float) -> float:
+            held.append(model._held)
+            return await run_stretch(steps, anchor)
+
+        end_step = model.end_step
+
+        def noted(plan: Any, now: float) -> int:  # the cache's order of use as each step ends
+            recency[now] = _recency(model.cache)
+            return end_step(plan, now)
+
+        model._run_stretch = spied  # type: ignore[method-assign]
+        model.end_step = noted  # type: ignore[method-assign]
+        fleet.start()
+        clients = {
+            t: TwinClient(
+                fleet, clock, target="t", engine=config.engine, dialect="openai-chat", model="m", timeouts=t,
+                wall_minus_perf_ns=0,
+            )
+            for t in {send_timeouts for *_, send_timeouts in sends}
+        }  # fmt: skip
+        records = await asyncio.gather(*(one(clients[t], delay_s, request) for delay_s, request, t in sends))
+        await fleet.stop()
+        return list(records), model
+
+    records, model = run_virtual(main(), clock)
+    return records, model, recency, [h for h in held if h is not None]
+
+
+def _shared_prefix_requests(
+    n: int, every_s: float, seed: int, max_tokens: tuple[int, int], timeouts: Timeouts, patient: int
+) -> list[tuple[float, EngineRequest, Timeouts]]:
+    """``n`` requests ``every_s`` apart: one of three system prompts, then a turn of its own;
+    after the first ``patient`` (which wait as long as it takes), each with ``timeouts``."""
+    rng = random.Random(seed)
+    return [
+        (i * every_s, EngineRequest(
+            messages=(ChatMessage("system", " ".join([f"s{i % 3}"] * 60)), ChatMessage("user", " ".join([f"u{i}"] * rng.randint(5, 40)))),
+            max_tokens=rng.randint(*max_tokens),
+        ), Timeouts() if i < patient else timeouts)
+        for i in range(n)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "engine", "overrides", "n", "every_s", "patient"),
+    [
+        ("KV held, first requests timing out", "sglang", {"schedule_policy": "fcfs", "kv_capacity_tokens": 700}, 40, 0.02, 0),
+        ("max running reached", "sglang", {"schedule_policy": "fcfs", "max_running_requests": 3}, 40, 0.02, 0),
+        ("LPM queue shrinking past its threshold", "sglang", {"schedule_policy": "lpm", "kv_capacity_tokens": 900}, 170, 0.003, 20),
+        ("a block cache's KV held", "trtllm", {"kv_capacity_tokens": 900}, 40, 0.02, 0),
+    ],
+)
+def test_decode_stretches_beside_a_queue_none_of_their_steps_admits_from_give_the_records_of_steps_run_one_at_a_time(
+    case: str, engine: str, overrides: dict[str, Any], n: int, every_s: float, patient: int
+) -> None:
+    """An overloaded twin decodes by stretches while its queue waits, where no step of the
+    stretch would admit from it (the KV held, the running requests' most, a queue taken in
+    arrival order): the same records as stepping one step at a time (tokens at the same
+    times, the same hits, the same timeouts of requests that waited too long, first ones
+    among them), the same steps, and the prefix cache's order of last use the same (the
+    admission checks of the steps not run one by one mark what they matched, in order)."""
+    config = EmulatorConfig(
+        engine=engine, step_base_ms=5, prefill_ms_per_token=0.05, decode_ms_per_seq=0.3,
+        decode_ms_per_context_token=0.001, cache_capacity_tokens=400, **overrides,
+    )  # fmt: skip
+    sends = _shared_prefix_requests(n, every_s, 7, (20, 120), Timeouts(first_token_s=0.8, total_s=4.0), patient)
+    stepped, by_step, recency_stepped, _ = _queued_and_stepped(config, sends, 1)
+    stretched, by_stretch, recency_stretched, held = _queued_and_stepped(config, sends, 64)
+    fields = ("status", "error", "ttft_ns", "e2e_ns", "chunk_ns", "cached_tokens", "completion_tokens")
+    assert [[getattr(r, f) for f in fields] for r in stretched] == [[getattr(r, f) for f in fields] for r in stepped]
+    assert [r.status for r in stepped].count(Status.TIMEOUT) >= 3  # the queue's first ones among them
+    assert by_stretch.stats.steps == by_step.stats.steps and by_stretch.stats.step_tokens == by_step.stats.step_tokens
+    assert by_stretch.stats.preemptions == by_step.stats.preemptions
+    assert by_stretch.stats.step_model_s == pytest.approx(by_step.stats.step_model_s, rel=1e-12)
+    assert by_stretch.cache.evicted_tokens == by_step.cache.evicted_tokens > 0
+    assert _recency(by_stretch.cache) == _recency(by_step.cache)
+    # at the end of every step the stretches ran, the cache's order of use is the one stepping made
+    assert recency_stretched.keys() < recency_stepped.keys()
+    assert all(recency_stretched[at] == recency_stepped[at] for at in recency_stretched)
+    assert len(held) >= 5 and len(recency_stretched) < len(recency_stepped) * 0.8  # stretches with a queue ran
+    if case.startswith("max running"):
+        assert all(h.queue.head is None for h in held)
+    else:
+        assert all(h.queue.head is not None for h in held)
+    if case.startswith("KV held"):  # a first request went and the next did not fit either
+        assert any(h.firsts for h in held)
+    if case.startswith("LPM"):  # requests went until the engine would order the queue again
+        assert any(h.spare is not None and h.spare < 0 for h in held)
 
 
 # --- the CLI ---------------------------------------------------------------------------------------

@@ -276,6 +276,13 @@ class BlockCache:
             self._touch(bid)
         return len(chain) * self.block_tokens
 
+    def peek(self, tokens: Sequence[object]) -> int | None:
+        """``match`` without marking the matched blocks used; None with sliding-window layers
+        (a match there marks the sliding parts it used: not modelled ahead)."""
+        if self.swa_groups:
+            return None
+        return len(self._chain(tokens)) * self.block_tokens
+
     def lock(self, tokens: Sequence[object], hit_tokens: int = 0, junction_tokens: int = 0) -> Hold:
         """Hold the stored blocks of ``tokens`` until ``unlock``: with sliding-window layers
         their sliding parts too, from the window of the ``hit_tokens`` it found cached on (vLLM

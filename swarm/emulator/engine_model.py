@@ -53,7 +53,7 @@ from swarm.emulator.block_cache import BlockCache, Hold
 from swarm.emulator.config import EmulatorConfig
 from swarm.emulator.engine_stats import EngineStats
 from swarm.emulator.radix_cache import RadixCache
-from swarm.emulator.scheduler import Scheduler, StepPlan
+from swarm.emulator.scheduler import QueueHeld, Scheduler, StepPlan
 from swarm.emulator.slot_cache import SlotCache
 from swarm.emulator.step_model import DecodeStretch, plan_stretch, step_ms
 from swarm.emulator.tokens import OUTPUT_IDS, OUTPUT_WORDS, output_ids, output_start
@@ -191,7 +191,7 @@ class Generation:
         model = self._model
         model.cancelled_waiting = True
         model.cancelled_since_drop.append(self)
-        model.interrupt()
+        model.left_queue(self)
 
     def sync(self) -> None:
         """Its tokens of the steps ended by now are in ``output`` and ``times`` (a decode
@@ -211,6 +211,20 @@ def _loop_now() -> float:
         return asyncio.get_running_loop().time()
     except RuntimeError:
         return time.monotonic()
+
+
+class _HeldQueue:
+    """A decode stretch's queue that none of its steps admits from (``Scheduler.queue_held``):
+    ``spare``, how many may leave it before the engine orders it by cached prefix (None: it
+    never does); ``firsts``, each request that came first at step ``i`` of the stretch, its
+    first having gone (``EngineModel.left_queue``)."""
+
+    __slots__ = ("firsts", "queue", "spare")
+
+    def __init__(self, queue: QueueHeld[Generation], spare: int | None) -> None:
+        self.queue = queue
+        self.spare = spare
+        self.firsts: list[tuple[int, Generation]] = []
 
 
 class EngineModel:
@@ -259,6 +273,9 @@ class EngineModel:
         self.stretch_steps = 1
         self._stretch: DecodeStretch[Generation] | None = None
         self._stretch_wake: asyncio.Future[None] | None = None
+        #: a stretch's queue that none of its steps admits from (``Scheduler.queue_held``), while
+        #: it runs: its first request now, and each that came first at a step of it
+        self._held: _HeldQueue | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -302,6 +319,20 @@ class EngineModel:
         """The cached tokens of ``gen``'s sequence so far (its prompt, and its output after a
         preemption)."""
         return self._cached_for(gen.prompt + gen.output if gen.output else gen.prompt)
+
+    def peek_cached(self, gen: Generation) -> int | None:
+        """``cached(gen)`` without marking the cache's matched tokens used (the scheduler's check
+        planned ahead); None where a cache cannot match so (a slot cache, sliding windows)."""
+        caches = (self.cache,) if self.host is None else (self.cache, self.host)
+        sequence = gen.prompt + gen.output if gen.output else gen.prompt
+        matched = 0
+        for cache in caches:
+            peek = getattr(cache, "peek", None)
+            found = peek(sequence) if peek is not None else None
+            if found is None:
+                return None
+            matched = max(matched, found)
+        return self.behaviour.cached_tokens(matched, len(sequence), self._page_tokens)
 
     def unshared(self, gen: Generation, hit: int) -> int:
         """The cached tokens of ``gen`` in blocks no running request holds, where running requests
@@ -411,7 +442,11 @@ class EngineModel:
                 )
             self.waiting.append(gen)
             self._wake.set()
-            self.interrupt()
+            held = self._held
+            if held is None:
+                self.interrupt()
+            elif held.spare is not None:  # behind a queue taken in arrival order: no step admits it
+                held.spare += 1
         else:
             self._admit(gen, now)
         return gen
@@ -552,7 +587,16 @@ class EngineModel:
         cache is not one pool with the running requests (whose steps resize it)."""
         if self.stretch_steps < 2 or self.behaviour.shared_pool or any(g.times is None for g in self.running):
             return 0
-        return self.scheduler.decode_stretch(self.waiting, self.running, self.stretch_steps)
+        if not self.waiting:
+            return self.scheduler.decode_stretch(self.waiting, self.running, self.stretch_steps)
+        steps = self.scheduler.decode_stretch((), self.running, self.stretch_steps)
+        held = self.scheduler.queue_held(self.waiting, self.running, self, steps) if steps else None
+        if held is None or held.steps < 2:
+            return 0
+        policy = self.scheduler.policy
+        spare = None if policy.queue == "fcfs" or policy.lpm_max_waiting is None else len(self.waiting) - policy.lpm_max_waiting - 1
+        self._held = _HeldQueue(held, spare)
+        return held.steps
 
     async def _run_stretch(self, steps: int, anchor: float) -> float:
         """Run ``steps`` decode steps of the running requests with one wake-up (an arrival or a
@@ -562,6 +606,9 @@ class EngineModel:
         decoding = list(self.running)
         context = sum(g.prompt_tokens + len(g.output) for g in decoding)
         stretch = self._stretch = plan_stretch(self.config, decoding, context, steps, anchor, self.model_clock_s)
+        held = self._held
+        if held is not None and held.queue.head is not None:
+            self.cached(held.queue.head)  # the first step's admission check marks its match used
         try:
             await self._sleep_to(stretch.ends_s[-1], interruptible=True)
             last = min(bisect.bisect_left(stretch.ends_s, loop.time()), steps - 1)  # the step under way
@@ -569,6 +616,11 @@ class EngineModel:
             await self._sleep_to(stretch.ends_s[last], interruptible=False)
         finally:
             self._stretch = None
+            self._held = None
+        if held is not None:  # the checks of the steps run whose first request had changed, in order
+            for step, gen in held.firsts:  # (one each: a check repeated in a row marks nothing anew)
+                if step <= last:
+                    self.cached(gen)
         self.model_clock_s = stretch.model_ends_s[last]
         self.scheduler.decoded(last + 1)
         self.end_step(StepPlan(decoding=decoding), loop.time())
@@ -600,6 +652,41 @@ class EngineModel:
         """An arrival or a cancel: a decode stretch under way ends with the step it is in."""
         if self._stretch_wake is not None:
             _settle(self._stretch_wake)
+
+    def left_queue(self, gen: Generation) -> None:
+        """``gen``'s reader went. A decode stretch under way ends with the step it is in,
+        unless its queue stays one that no step of it admits from: ``gen`` waited behind the
+        first request, or came first and the next one still does not fit at any step left
+        (``Scheduler.steps_held``; it is the one the next step's check asks about); and, where
+        the engine orders a short queue by cached prefix, enough still wait."""
+        held = self._held
+        stretch = self._stretch
+        if held is None or stretch is None or gen.admitted_s is not None:  # running, or preempted into the queue
+            self.interrupt()
+            return
+        if held.spare is not None:
+            held.spare -= 1
+            if held.spare < 0:
+                self.interrupt()
+                return
+        queue = held.queue
+        if queue.head is not gen:
+            return
+        first = next((g for g in self.waiting if not g.cancelled), None)
+        step = min(bisect.bisect_left(stretch.ends_s, asyncio.get_running_loop().time()), queue.steps - 1) + 1
+        hit = self.peek_cached(first) if first is not None else None
+        if first is None or hit is None or queue.held is None:
+            self.interrupt()
+            return
+        need = self.scheduler.admission_need(first, hit, self)[2]
+        if self.scheduler.steps_held(queue.held, need, step) < queue.steps - step:
+            self.interrupt()
+            return
+        queue.head = first
+        if held.firsts and held.firsts[-1][0] == step:
+            held.firsts[-1] = (step, first)  # gone before its step began: never asked about
+        else:
+            held.firsts.append((step, first))
 
     def catch_up(self) -> None:
         """The tokens of a stretch's steps that ended by now, handed over (not its last step's,

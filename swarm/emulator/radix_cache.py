@@ -99,6 +99,10 @@ class RadixCache:
             self._touch(node)
         return matched
 
+    def peek(self, tokens: Sequence[object]) -> int:
+        """``match`` without marking the matched tokens used."""
+        return self._walk(as_token_ids(tokens))[0]
+
     def lock(self, tokens: Sequence[object]) -> list[_Node]:
         """Protect the matched path of ``tokens`` from eviction; returns a handle for unlock."""
         _, path = self._walk(as_token_ids(tokens))

@@ -62,6 +62,8 @@ from collections.abc import Sequence, Sized
 from dataclasses import dataclass, field
 from typing import Generic, Literal, Protocol, TypeVar
 
+import numpy as np
+
 
 class Request(Protocol):
     """What the scheduler reads and keeps of a request (``engine_model.R``)."""
@@ -94,6 +96,10 @@ class Engine(Protocol[R_contra]):
 
     def cached(self, req: R_contra) -> int:
         """The tokens of ``req``'s sequence so far (prompt and output) the prefix cache holds."""
+
+    def peek_cached(self, req: R_contra) -> int | None:
+        """``cached(req)`` without marking what it matched used (a check planned ahead: the
+        step that makes it marks it then); None where the cache cannot tell it so."""
 
     def admit(self, req: R_contra) -> None:
         """``req`` is admitted: its sequence enters the prefix cache (a request admitted after
@@ -190,6 +196,17 @@ class StepPlan(Generic[R]):
         return len(self.decoding) + len(self.chunks)
 
 
+@dataclass
+class QueueHeld(Generic[R]):
+    """The next ``steps`` decode steps admit nothing (``Scheduler.queue_held``): each step's
+    admission check stops before its first request (``head`` None), or at ``head``, its need
+    over the capacity on top of ``held[i]``, the KV held at step ``i``."""
+
+    steps: int
+    head: R | None
+    held: list[int] | None
+
+
 class Scheduler(Generic[R]):
     """Plans each step under ``policy`` with ``kv_capacity_tokens`` of KV for running requests."""
 
@@ -272,10 +289,11 @@ class Scheduler(Generic[R]):
 
     def decode_stretch(self, waiting: Sequence[R], running: Sequence[R], most: int) -> int:
         """How many steps from now (at most ``most``) would each decode every running request
-        and do nothing else: none waits (so none is admitted), none prefills, none finishes
-        before the last of them, and ``_make_room`` finds every request's next token room in
-        each (no preemption; with one request running there is none). 0 when fewer than two.
-        Sliding-window groups are left out (their KV is counted request by request)."""
+        and do nothing else: none admitted (none waits; a queue, ``queue_held``), none prefills,
+        none finishes before the last of them, and ``_make_room`` finds every request's next
+        token room in each (no preemption; with one request running there is none). 0 when
+        fewer than two. Sliding-window groups are left out (their KV is counted request by
+        request)."""
         p = self.policy
         if waiting or not running or p.swa_groups:
             return 0
@@ -296,6 +314,79 @@ class Scheduler(Generic[R]):
         p = self.policy
         for _ in range(steps):
             self.ratio = max(p.reserve_floor, self.ratio - p.reserve_decay)
+
+    def queue_held(self, waiting: Sequence[R], running: Sequence[R], engine: Engine[R], most: int) -> QueueHeld[R] | None:
+        """Whether the admission check of each of the next ``most`` decode steps (every running
+        request decoding, none admitted before, none finished, none preempted: a stretch) stops
+        without admitting from ``waiting``, and what it asks of the cache meanwhile; None where
+        it would not, or cannot be known ahead. It is known where the queue is taken in arrival
+        order (``fcfs``, or ``lpm`` past ``lpm_max_waiting``: an LPM order asks the cache of every
+        request waiting) and the check stops at its first request: before it (``max_running``
+        reached, the step's token budget spent by the decodes), or at it, its KV need on top of
+        the KV held (``held_ahead``) over the capacity at every step (the head's cached prefix
+        taken without marking it used: ``Engine.peek_cached``)."""
+        p = self.policy
+        if not waiting or not running or p.swa_groups or most < 1:
+            return None
+        if p.queue != "fcfs" and (p.lpm_max_waiting is None or len(waiting) <= p.lpm_max_waiting):
+            return None
+        budget = p.step_token_budget if p.step_token_budget is not None else math.inf
+        if not p.prefill_pauses_decode:
+            budget -= len(running)  # the decodes go first
+        if budget <= 0 or (p.max_running is not None and len(running) >= p.max_running):
+            return QueueHeld(most, None, None)  # the loop stops before its first request
+        head = waiting[0]
+        hit = engine.peek_cached(head)
+        if hit is None:
+            return None
+        held = self.held_ahead(running, most)
+        steps = self.steps_held(held, self.admission_need(head, hit, engine)[2], 0)
+        return QueueHeld(steps, head, held) if steps else None
+
+    def steps_held(self, held: Sequence[int], need: int, first: int) -> int:
+        """From step ``first`` of ``held`` (``held_ahead``), how many steps a request needing
+        ``need`` stays over the capacity."""
+        capacity = self.capacity
+        for i in range(first, len(held)):
+            if held[i] + need <= capacity:
+                return i - first
+        return len(held) - first
+
+    def admission_need(self, gen: R, hit: int, engine: Engine[R]) -> tuple[int, int, int]:
+        """What the admission check counts of ``gen``, ``hit`` tokens of its sequence cached:
+        the hit it takes (a preempted request's at most what it had computed), the KV it would
+        hold (its new tokens, and cached blocks no one holds), and the KV it needs (that, its
+        first token, ``admit_reserve`` of its output to come, its sliding-window groups')."""
+        p = self.policy
+        if gen.computed is not None:  # back after a preemption: at most what it had computed
+            hit = min(hit, gen.computed)
+        sequence = gen.prompt_tokens + len(gen.output)
+        own = sequence - hit + engine.unshared(gen, hit)
+        need = self.blocks(own + 1 + math.ceil(p.admit_reserve * self._to_come(gen))) + self.swa(sequence + 1, hit)
+        return hit, own, need
+
+    def held_ahead(self, running: Sequence[R], steps: int) -> list[int]:
+        """``held_total(running)`` at each of the next ``steps`` steps if every running request
+        decodes a token in each and the ratio falls as ``plan`` lets it: one array expression
+        over the steps and the requests (the same figures, ``ceil`` of the same doubles), not a
+        sum per step. Without sliding-window groups."""
+        p = self.policy
+        n = len(running)
+        kv = np.fromiter((g.kv_tokens for g in running), np.int64, n)
+        left = np.fromiter((g.max_new - len(g.output) for g in running), np.int64, n)
+        ratios, ratio = [], self.ratio
+        for _ in range(steps):
+            ratios.append(ratio)
+            ratio = max(p.reserve_floor, ratio - p.reserve_decay)
+        j = np.arange(steps, dtype=np.int64)[:, None]
+        to_come = np.maximum(left[None, :] - j, 0)
+        if p.reserve_clip_tokens is not None:
+            to_come = np.minimum(to_come, p.reserve_clip_tokens)
+        each = kv[None, :] + j + 1 + np.ceil(np.array(ratios)[:, None] * to_come).astype(np.int64)
+        b = p.block_tokens
+        if b != 1:
+            each = -(-each // b) * b
+        return [int(x) for x in each.sum(axis=1)]
 
     def used(self, running: Sequence[R]) -> int:
         """KV in use (reserves left out): what the engine's usage gauge shows."""
@@ -376,13 +467,8 @@ class Scheduler(Generic[R]):
                 break
             if most is not None and len(plan.admitted) >= most:
                 break
-            hit = engine.cached(gen)
-            if gen.computed is not None:  # back after a preemption: at most what it had computed
-                hit = min(hit, gen.computed)
-            sequence = gen.prompt_tokens + len(gen.output)
-            new = sequence - hit
-            own = new + engine.unshared(gen, hit)  # the KV it holds: its new tokens, and cached blocks no one holds
-            need = self.blocks(own + 1 + math.ceil(p.admit_reserve * self._to_come(gen))) + self.swa(sequence + 1, hit)
+            hit, own, need = self.admission_need(gen, engine.cached(gen), engine)
+            new = gen.prompt_tokens + len(gen.output) - hit
             if running:
                 if held is None:
                     held = admitted_need + (self.held_total(running) if before else 0)
