@@ -11,14 +11,16 @@ sleeps for as long as ``step_ms`` says it lasts:
 a step that emits no token costs ``step_emit_ms`` less; the constants are ``EmulatorConfig``'s).
 
 **Decode stretches** (a virtual clock only: ``swarm simulate``). While every running request
-decodes, none waits, none finishes and the KV holds each one's next token, each step is like the
-last: the same batch, one more token of context each. ``Scheduler.decode_stretch`` says how many
-such steps lie ahead; ``plan_stretch`` gives each one's length and end by the same arithmetic as
-a step planned alone, and the loop sleeps once, to the last end, instead of once a step. Its
-readers wait for their request's end (``Generation.times``), so nobody sees a token late. An
-arrival, or a request whose reader went, wakes it: the steps ended by then are applied, the one
-under way ends as a step alone would (a request cancelled in it emits nothing), and the loop plans
-again from its end, as it would have stepping one step at a time.
+decodes, none is admitted, none finishes and the KV holds each one's next token, each step is like
+the last: the same batch, one more token of context each. ``Scheduler.decode_stretch`` says how
+many such steps lie ahead (with a queue, ``Scheduler.queue_held``: how many of them admit nothing
+from it); ``plan_stretch`` gives each one's length and end by the same arithmetic as a step planned
+alone, and the loop sleeps once, to the last end, instead of once a step. Its readers wait for
+their request's end (``Generation.times``), so nobody sees a token late. An arrival, or a request
+whose reader went, wakes it (unless the queue stays one no step of it admits from:
+``EngineModel.left_queue``): the steps ended by then are applied, the one under way ends as a step
+alone would (a request cancelled in it emits nothing), and the loop plans again from its end, as
+it would have stepping one step at a time.
 """
 
 from __future__ import annotations
