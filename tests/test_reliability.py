@@ -322,8 +322,8 @@ def test_replay_stops_on_the_circuit_breaker(emulator: object, tmp_path: Path) -
     url = _faulty(emulator, "http_500=1")
     result = replay_run(
         import_trace(trace, "mooncake"), [TargetSpec(name="emu", url=url, engine="sglang")],
-        output_dir=str(tmp_path / "runs"), speed=10, max_error_rate=1.0, error_window=10,
-    )  # fmt: skip
+        output_dir=str(tmp_path / "runs"), speed=1, max_error_rate=1.0, error_window=10,
+    )  # fmt: skip  # 10 ms apart: at 1 ms, a loaded machine sent all 300 before ten answers were read
     assert result.manifest.status is RunStatus.STOPPED
     assert "circuit breaker: 10 of the last 10" in (result.manifest.status_reason or "")
     assert read_requests(result.run_dir).num_rows < 300
