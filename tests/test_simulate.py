@@ -142,6 +142,48 @@ def test_the_twin_client_records_what_the_twin_did_on_the_virtual_clock() -> Non
     assert after.ok and not model.running and not model.waiting  # the timed-out request left the batch
 
 
+def test_a_silence_a_rounding_short_of_the_idle_limit_times_the_request_out() -> None:
+    """The idle deadline checks the silence since the last token and re-arms for what is left:
+    a silence short of the limit by a rounding (0.913898975 - 0.613898975 < 0.3) once re-armed a
+    timer of 1e-17 s, which the virtual clock never reached, and the run hung. It times out."""
+    import signal
+    from array import array
+
+    from swarm.sim.twin_client import _Deadlines
+
+    class _Gen:  # a request whose last token came at 0.613898975 s, and no other since
+        finished = False
+        first_token_s = 0.0
+        times = array("d", [0.613898975])
+
+        def sync(self) -> None:
+            pass
+
+    async def main() -> str | None:
+        watch: list[Any] = []
+
+        async def watched() -> None:
+            watch.append(_Deadlines(_Gen(), Timeouts(idle_s=0.3)))  # type: ignore[arg-type]
+            await asyncio.sleep(3600)
+
+        try:
+            await asyncio.ensure_future(watched())
+        except asyncio.CancelledError:
+            pass
+        return watch[0].fired
+
+    def hung(signum: int, frame: Any) -> None:
+        raise RuntimeError("the virtual loop spun on a timer that never moved its clock")
+
+    before = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(30)
+    try:
+        assert run_virtual(main()) == "stream stalled: no data for 0.3 s after the first token"
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, before)
+
+
 def _stretched_and_stepped(config: EmulatorConfig, stretch_steps: int) -> tuple[list[Any], Any, int]:
     """Ten requests against one twin: arrivals staggered (some in the middle of a stretch),
     outputs of different lengths, one past its total timeout mid-stream (its reader goes), and

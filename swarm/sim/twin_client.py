@@ -215,6 +215,10 @@ class TwinClient:
         return 0 if self._absent_is_zero else None
 
 
+#: how close to the idle limit a silence counts as reaching it (the virtual clock's nanosecond)
+IDLE_GRAIN_S = 1e-9
+
+
 class _Deadlines:
     """The HTTP client's watchdog on the virtual clock: cancels the waiting task when the first
     token, the whole request or a silence after the first token (``Timeouts``) runs past its
@@ -256,7 +260,9 @@ class _Deadlines:
             self._later(self._idle_s, self._idle)
             return
         silent_s = self._loop.time() - times[-1]
-        if silent_s >= self._idle_s:
+        # within a nanosecond (the virtual clock's grain) is run out: a silence a rounding short
+        # of the limit re-armed a 1e-17 s timer that never moved the clock, for ever
+        if silent_s >= self._idle_s - IDLE_GRAIN_S:
             self._fire(f"stream stalled: no data for {self._idle_s:g} s after the first token")
         else:
             self._later(self._idle_s - silent_s, self._idle)
