@@ -56,6 +56,25 @@ def test_the_virtual_loop_runs_timers_in_their_order_and_moves_its_clock_to_each
     assert clock.elapsed_s == pytest.approx(3600, abs=1e-6)
 
 
+def test_the_virtual_loop_runs_timers_of_one_instant_in_the_order_they_were_set() -> None:
+    """Timers due at one instant run in the order they were set, whatever else is pending
+    (asyncio's heap alone orders equals by its shape: a stretch's one timer against its steps'
+    several once sent requests of one instant to a twin in another order)."""
+    rng = random.Random(3)
+    seen: list[int] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for i in range(200):
+            for _ in range(rng.randint(0, 3)):  # other timers, before and after the instant
+                loop.call_later(rng.choice([0.2, 0.7, 1.3, 2.0]) + rng.random(), lambda: None)
+            loop.call_later(1.0, seen.append, i)
+        await asyncio.sleep(3.5)
+
+    run_virtual(main())
+    assert seen == list(range(200))
+
+
 def test_the_virtual_loop_still_takes_work_from_another_thread() -> None:
     """With no timer pending it waits for real descriptors: a thread's ``call_soon_threadsafe``."""
 

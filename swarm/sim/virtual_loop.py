@@ -16,6 +16,8 @@ them only when no timer is pending (nothing in the simulation could happen befor
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import selectors
 from typing import Any
 
@@ -82,15 +84,48 @@ class _VirtualSelector(selectors.DefaultSelector):
         return []
 
 
+class _TimerInOrder(asyncio.TimerHandle):
+    """A timer that runs after every timer due at the same instant and scheduled before it.
+    asyncio's heap orders timers by due time alone, and among equals by the heap's shape, which
+    depends on every other timer pending: two runs of one simulation whose engines set timers
+    differently (a decode stretch's one against its steps' several) met requests sent at one
+    instant in different orders."""
+
+    __slots__ = ("_order",)
+
+    def __init__(self, when: float, callback: Any, args: Any, loop: Any, context: Any, order: int) -> None:
+        super().__init__(when, callback, args, loop, context=context)
+        self._order = order
+
+    def __lt__(self, other: object) -> bool:
+        if isinstance(other, _TimerInOrder):
+            mine, theirs = self._when, other._when  # type: ignore[attr-defined]
+            return mine < theirs or (mine == theirs and self._order < other._order)
+        return super().__lt__(other)  # type: ignore[operator]
+
+
 class VirtualTimeLoop(asyncio.SelectorEventLoop):
     """An asyncio loop on a ``VirtualClock``: sleeping costs nothing, and time passes only
-    between events."""
+    between events; events of one instant run in the order they were scheduled."""
 
     def __init__(self, clock: VirtualClock | None = None) -> None:
         self.clock = clock if clock is not None else VirtualClock()
         super().__init__(_VirtualSelector(self.clock))
         # asyncio runs a timer when it is due within this of now; a nanosecond, as the clock's
         self._clock_resolution = 1e-9
+        self._timers_set = itertools.count()
 
     def time(self) -> float:
         return self.clock.now_ns / 1e9
+
+    def call_at(  # type: ignore[override]  # the base's signature, typed loosely
+        self, when: float, callback: Any, *args: Any, context: Any = None
+    ) -> asyncio.TimerHandle:
+        """``BaseEventLoop.call_at`` with a timer that keeps its place among equal due times."""
+        if when is None:
+            raise TypeError("when cannot be None")
+        self._check_closed()  # type: ignore[attr-defined]
+        timer = _TimerInOrder(when, callback, args, self, context, next(self._timers_set))
+        heapq.heappush(self._scheduled, timer)  # type: ignore[attr-defined]
+        timer._scheduled = True  # type: ignore[attr-defined]
+        return timer
