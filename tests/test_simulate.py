@@ -344,6 +344,7 @@ def _shared_prefix_requests(
         ("max running reached", "sglang", {"schedule_policy": "fcfs", "max_running_requests": 3}, 40, 0.02, 0),
         ("LPM queue shrinking past its threshold", "sglang", {"schedule_policy": "lpm", "kv_capacity_tokens": 900}, 170, 0.003, 20),
         ("a block cache's KV held", "trtllm", {"kv_capacity_tokens": 900}, 40, 0.02, 0),
+        ("KV held, a host tier behind the cache", "sglang", {"kv_capacity_tokens": 700, "cache_capacity_tokens": 150, "host_cache_tokens": 900}, 40, 0.02, 0),
     ],
 )
 def test_decode_stretches_beside_a_queue_none_of_their_steps_admits_from_give_the_records_of_steps_run_one_at_a_time(
@@ -355,10 +356,10 @@ def test_decode_stretches_beside_a_queue_none_of_their_steps_admits_from_give_th
     times, the same hits, the same timeouts of requests that waited too long, first ones
     among them), the same steps, and the prefix cache's order of last use the same (the
     admission checks of the steps not run one by one mark what they matched, in order)."""
-    config = EmulatorConfig(
-        engine=engine, step_base_ms=5, prefill_ms_per_token=0.05, decode_ms_per_seq=0.3,
-        decode_ms_per_context_token=0.001, cache_capacity_tokens=400, **overrides,
-    )  # fmt: skip
+    config = EmulatorConfig(**{
+        "engine": engine, "step_base_ms": 5, "prefill_ms_per_token": 0.05, "decode_ms_per_seq": 0.3,
+        "decode_ms_per_context_token": 0.001, "cache_capacity_tokens": 400, **overrides,
+    })  # fmt: skip
     sends = _shared_prefix_requests(n, every_s, 7, (20, 120), Timeouts(first_token_s=0.8, total_s=4.0), patient)
     stepped, by_step, recency_stepped, _ = _queued_and_stepped(config, sends, 1)
     stretched, by_stretch, recency_stretched, held = _queued_and_stepped(config, sends, 64)
