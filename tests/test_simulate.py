@@ -279,7 +279,7 @@ def _queued_and_stepped(
 ) -> tuple[list[Any], Any, dict[float, list[Any]], list[Any]]:
     """``sends`` (delay, request, its client's timeouts) against one twin; the records, the twin, its cache's order of
     use at each step's end (``_recency``, before the step's finished requests enter it), and
-    the held queues of the stretches it ran (``EngineModel._held``)."""
+    the held queues of the stretches it ran (``EngineModel._run_stretch``'s)."""
     clock = VirtualClock(start_ns=0)
     held: list[Any] = []
     recency: dict[float, list[Any]] = {}
@@ -294,9 +294,9 @@ def _queued_and_stepped(
         model.stretch_steps = stretch_steps
         run_stretch = model._run_stretch
 
-        async def spied(steps: int, anchor: float) -> float:
-            held.append(model._held)
-            return await run_stretch(steps, anchor)
+        async def spied(steps: int, anchor: float, queue: Any = None) -> float:
+            held.append(queue)
+            return await run_stretch(steps, anchor, queue)
 
         end_step = model.end_step
 

@@ -191,7 +191,7 @@ class Generation:
         model = self._model
         model.cancelled_waiting = True
         model.cancelled_since_drop.append(self)
-        model.left_queue(self)
+        model.reader_went(self)
 
     def sync(self) -> None:
         """Its tokens of the steps ended by now are in ``output`` and ``times`` (a decode
@@ -217,7 +217,7 @@ class _HeldQueue:
     """A decode stretch's queue that none of its steps admits from (``Scheduler.queue_held``):
     ``spare``, how many may leave it before the engine orders it by cached prefix (None: it
     never does); ``firsts``, each request that came first at step ``i`` of the stretch, its
-    first having gone (``EngineModel.left_queue``)."""
+    first having gone (``EngineModel.reader_went``)."""
 
     __slots__ = ("firsts", "queue", "spare")
 
@@ -273,8 +273,8 @@ class EngineModel:
         self.stretch_steps = 1
         self._stretch: DecodeStretch[Generation] | None = None
         self._stretch_wake: asyncio.Future[None] | None = None
-        #: a stretch's queue that none of its steps admits from (``Scheduler.queue_held``), while
-        #: it runs: its first request now, and each that came first at a step of it
+        #: the queue of the stretch under way, where none of its steps admits from it
+        #: (``Scheduler.queue_held``): its first request now, and each that came first at a step
         self._held: _HeldQueue | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -564,9 +564,9 @@ class EngineModel:
                 continue
             step_start = clock()
             anchor = step_start if planned_end is None else max(planned_end, step_start - STEP_CATCHUP_S)
-            steps = self._stretch_length()
+            steps, held = self._stretch_length()
             if steps:
-                planned_end = await self._run_stretch(steps, anchor)
+                planned_end = await self._run_stretch(steps, anchor, held)
                 continue
             plan, step_s = self.begin_step(clock())
             planned_end = anchor + step_s
@@ -581,32 +581,31 @@ class EngineModel:
 
     # -- decode stretches (``step_model``) -----------------------------------------------------
 
-    def _stretch_length(self) -> int:
-        """How many decode steps the loop may run as one now (0: step as usual): only where
-        ``stretch_steps`` allows it, every running request's reader waits for its end, and the
-        cache is not one pool with the running requests (whose steps resize it)."""
+    def _stretch_length(self) -> tuple[int, _HeldQueue | None]:
+        """How many decode steps the loop may run as one now (0: step as usual), and the queue
+        none of them admits from, if one waits: only where ``stretch_steps`` allows it, every
+        running request's reader waits for its end, and the cache is not one pool with the
+        running requests (whose steps resize it)."""
         if self.stretch_steps < 2 or self.behaviour.shared_pool or any(g.times is None for g in self.running):
-            return 0
+            return 0, None
         if not self.waiting:
-            return self.scheduler.decode_stretch(self.waiting, self.running, self.stretch_steps)
+            return self.scheduler.decode_stretch(self.waiting, self.running, self.stretch_steps), None
         steps = self.scheduler.decode_stretch((), self.running, self.stretch_steps)
         held = self.scheduler.queue_held(self.waiting, self.running, self, steps) if steps else None
         if held is None or held.steps < 2:
-            return 0
-        policy = self.scheduler.policy
-        spare = None if policy.queue == "fcfs" or policy.lpm_max_waiting is None else len(self.waiting) - policy.lpm_max_waiting - 1
-        self._held = _HeldQueue(held, spare)
-        return held.steps
+            return 0, None
+        return held.steps, _HeldQueue(held, self.scheduler.policy.arrival_order_spare(len(self.waiting)))
 
-    async def _run_stretch(self, steps: int, anchor: float) -> float:
+    async def _run_stretch(self, steps: int, anchor: float, held: _HeldQueue | None = None) -> float:
         """Run ``steps`` decode steps of the running requests with one wake-up (an arrival or a
-        cancel wakes it sooner: then up to the step under way); returns the planned end of the
-        last step run, as ``_step_loop`` keeps it."""
+        cancel wakes it sooner: then up to the step under way; not one that leaves ``held``, the
+        queue waiting, one no step admits from); returns the planned end of the last step run,
+        as ``_step_loop`` keeps it."""
         loop = asyncio.get_running_loop()
         decoding = list(self.running)
         context = sum(g.prompt_tokens + len(g.output) for g in decoding)
         stretch = self._stretch = plan_stretch(self.config, decoding, context, steps, anchor, self.model_clock_s)
-        held = self._held
+        self._held = held
         if held is not None and held.queue.head is not None:
             self.cached(held.queue.head)  # the first step's admission check marks its match used
         try:
@@ -653,8 +652,8 @@ class EngineModel:
         if self._stretch_wake is not None:
             _settle(self._stretch_wake)
 
-    def left_queue(self, gen: Generation) -> None:
-        """``gen``'s reader went. A decode stretch under way ends with the step it is in,
+    def reader_went(self, gen: Generation) -> None:
+        """``gen``'s reader went (``Generation.cancel``). A decode stretch under way ends with the step it is in,
         unless its queue stays one that no step of it admits from: ``gen`` waited behind the
         first request, or came first and the next one still does not fit at any step left
         (``Scheduler.steps_held``; it is the one the next step's check asks about); and, where

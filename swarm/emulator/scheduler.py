@@ -163,6 +163,16 @@ class SchedulerPolicy:
     swa_tokens: int = 0
     swa_groups: int = 0
 
+    def arrival_order_spare(self, waiting: int) -> int | None:
+        """With ``waiting`` requests waiting, how many more may leave the queue while it is still
+        taken in arrival order (``fcfs``, or ``lpm`` past ``lpm_max_waiting``); None: it always
+        is; below 0: it is ordered by cached prefix now."""
+        if self.queue == "fcfs":
+            return None
+        if self.lpm_max_waiting is None:
+            return -1
+        return waiting - self.lpm_max_waiting - 1
+
     def __post_init__(self) -> None:
         if not all(0 <= r <= 1 for r in (self.reserve_floor, self.reserve_ratio, self.admit_reserve)):
             raise ValueError("reserve ratios are shares in [0, 1]")
@@ -328,7 +338,8 @@ class Scheduler(Generic[R]):
         p = self.policy
         if not waiting or not running or p.swa_groups or most < 1:
             return None
-        if p.queue != "fcfs" and (p.lpm_max_waiting is None or len(waiting) <= p.lpm_max_waiting):
+        spare = p.arrival_order_spare(len(waiting))
+        if spare is not None and spare < 0:
             return None
         budget = p.step_token_budget if p.step_token_budget is not None else math.inf
         if not p.prefill_pauses_decode:
@@ -495,7 +506,8 @@ class Scheduler(Generic[R]):
 
     def _ordered(self, waiting: list[R], engine: Engine[R]) -> list[R]:
         p = self.policy
-        if p.queue == "fcfs" or (p.lpm_max_waiting is not None and len(waiting) > p.lpm_max_waiting):
+        spare = p.arrival_order_spare(len(waiting))
+        if spare is None or spare >= 0:
             return list(waiting)
         return sorted(waiting, key=lambda g: -engine.cached(g))  # stable: FCFS among equal matches
 
