@@ -350,8 +350,11 @@ class Scheduler(Generic[R]):
         hit = engine.peek_cached(head)
         if hit is None:
             return None
+        need = self.admission_need(head, hit, engine)[2]
+        if self.held_total(running) + need <= self.capacity:  # it fits now: no steps ahead to count
+            return None
         held = self.held_ahead(running, most)
-        steps = self.steps_held(held, self.admission_need(head, hit, engine)[2], 0)
+        steps = self.steps_held(held, need, 0)
         return QueueHeld(steps, head, held) if steps else None
 
     def steps_held(self, held: Sequence[int], need: int, first: int) -> int:
