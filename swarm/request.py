@@ -15,14 +15,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from swarm.record import RequestIdentity
+from swarm.texts import Text
 
 
 @dataclass(frozen=True, slots=True)
 class ChatMessage:
-    """One message of a prompt: its role (``system``, ``user``, ``assistant``) and its text."""
+    """One message of a prompt: its role (``system``, ``user``, ``assistant``) and its text (a
+    ``WordText`` is made into characters where a client sends or records it: ``as_str``)."""
 
     role: str
-    content: str
+    content: Text
 
 
 @dataclass(frozen=True, slots=True)

@@ -234,8 +234,9 @@ def test_a_prompt_of_long_texts_has_their_words_ids_without_keeping_a_copy_of_ea
     they were a seventh of a 2,000-agent simulation's memory). The shared system prompt keeps
     its one array."""
     from swarm.runtime.agent import AgentEnv, AgentRun
+    from swarm.texts import WordText, as_str
     from swarm.token_ids import word_ids
-    from swarm.workload.tokenizer import WordText, WordTokenizer
+    from swarm.workload.tokenizer import WordTokenizer
 
     long = BASE.format(name="long").replace("value: 50}", "value: 700}").replace("tokens: 120}", "tokens: 400}")
     (tmp_path / "long.yaml").write_text(long)
@@ -247,7 +248,7 @@ def test_a_prompt_of_long_texts_has_their_words_ids_without_keeping_a_copy_of_ea
     for node in t.order:
         messages = compose_messages(plan, node, [(a, synthetic_turn(plan, a)) for a in t.context_ancestors(node)])
         kinds.update(type(m.content) for m in messages)
-        words = " ".join(m.content for m in messages).split()
+        words = " ".join(as_str(m.content) for m in messages).split()
         assert run._prompt_tokens(messages) == word_ids(words), node
     assert WordText in kinds and str in kinds  # long and short parts both
     assert [type(c) for c in env.system_prompt_tokens] == [WordText]

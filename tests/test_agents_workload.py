@@ -13,6 +13,7 @@ from swarm.emulator.http_server import EmulatorThread
 from swarm.record import RequestRecord, Status
 from swarm.runtime.context import ResolvedTarget
 from swarm.runtime.sources import SendLimits
+from swarm.texts import as_str
 from swarm.workload.arrival import ArrivalSpec
 from swarm.workload.catalog import Catalog
 from swarm.workload.workload import MixEntry, Workload, WorkloadSpec, partition
@@ -133,16 +134,16 @@ def test_request_structure_matches_graph_and_siblings_share_parent_context(
             assert parents <= set(template.context_parents(name))
             assert all(p in nodes for p in parents), "a child was sent although its parent was not"
             assert r.identity.role == template.role(name)
-            assert r.prompt_parts is not None and r.prompt_parts[-1] == plan.node(name).instruction
+            assert r.prompt_parts is not None and r.prompt_parts[-1] == as_str(plan.node(name).instruction)
             parent_end = [nodes[p].sent_ns + (nodes[p].e2e_ns or 0) for p in parents]
             assert all(r.sent_ns >= end for end in parent_end), "child sent before its parent finished"
             if len(template.context_parents(name)) == 1 and parents:
                 (p,) = parents
                 parent = nodes[p]
                 assert parent.prompt_parts is not None
-                expected = (*parent.prompt_parts, plan.node(p).standin)
+                expected = (*parent.prompt_parts, as_str(plan.node(p).standin))
                 if plan.node(p).tool_result is not None:
-                    expected = (*expected, plan.node(p).tool_result)
+                    expected = (*expected, as_str(plan.node(p).tool_result))
                 assert r.prompt_parts[: len(expected)] == expected
                 assert len(r.prompt_parts) == len(expected) + 1
         # siblings of one parent share exactly the parent's context, then differ at once
@@ -154,10 +155,10 @@ def test_request_structure_matches_graph_and_siblings_share_parent_context(
             parent = nodes[p]
             assert parent.prompt_parts is not None and parent.prompt_tokens is not None
             context_tokens = sum(len(x.split()) for x in parent.prompt_parts) + len(
-                plan.node(p).standin.split()
+                as_str(plan.node(p).standin).split()
             )
             if plan.node(p).tool_result is not None:
-                context_tokens += len(plan.node(p).tool_result.split())  # type: ignore[union-attr]
+                context_tokens += len(as_str(plan.node(p).tool_result).split())  # type: ignore[arg-type]
             for a in sibs:
                 for b in sibs:
                     if a is b:

@@ -54,6 +54,7 @@ from swarm.errors import InputError
 from swarm.jsoncodec import dumps
 from swarm.record import RequestIdentity, RequestRecord, Status, truncate_error
 from swarm.request import EngineRequest, Timeouts
+from swarm.texts import as_str
 
 log = logging.getLogger(__name__)
 
@@ -458,7 +459,7 @@ class HttpEngineClient:
             prompt_tokens_est=request.prompt_tokens_est,
             ideal_cached_tokens_est=request.ideal_cached_tokens_est,
             block_hashes=request.block_hashes,
-            prompt_parts=tuple(m.content for m in request.messages) if request.keep_text else None,
+            prompt_parts=tuple(as_str(m.content) for m in request.messages) if request.keep_text else None,
             prompt_roles=tuple(m.role for m in request.messages) if request.keep_text else None,
             output_text=decoder.text if request.keep_text else None,
             extra=extra,

@@ -25,6 +25,7 @@ from swarm.engines.engine import Engine
 from swarm.errors import InputError
 from swarm.jsoncodec import loads
 from swarm.request import ChatMessage
+from swarm.texts import as_str
 
 PATHS: dict[str, str] = {
     "openai-chat": "/v1/chat/completions",
@@ -43,7 +44,7 @@ class ChunkError(ValueError):
 
 def render_prompt(messages: tuple[ChatMessage, ...]) -> str:
     """The single prompt string that non-chat dialects send for ``messages``."""
-    return PART_SEPARATOR.join(m.content for m in messages)
+    return PART_SEPARATOR.join(as_str(m.content) for m in messages)
 
 
 def build_body(
@@ -71,7 +72,7 @@ def build_body(
         return {"text": render_prompt(messages), "sampling_params": params, "stream": stream}
     body: dict[str, Any] = {"model": model, "stream": stream, "temperature": temperature}
     if dialect == "openai-chat":
-        body["messages"] = [{"role": m.role, "content": m.content} for m in messages]
+        body["messages"] = [{"role": m.role, "content": as_str(m.content)} for m in messages]
     else:
         body["prompt"] = render_prompt(messages)
     if max_tokens is not None:

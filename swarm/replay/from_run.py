@@ -22,6 +22,7 @@ from swarm.errors import InputError
 from swarm.record import RequestIdentity
 from swarm.replay.format import Peek, ReadOptions, TraceFormat
 from swarm.replay.plan import ReplayItem, ReplayPlan
+from swarm.texts import as_str
 from swarm.trace.manifest import RunManifest, changed_contents
 from swarm.trace.reader import read_requests
 from swarm.trace.storage import RunStorage
@@ -93,7 +94,7 @@ def _synthetic_prompts(
                 stack.extend(recorded or ())
         ancestors = [n for n in plan.topology.order if n in seen]
         messages = compose_messages(plan, r["node"], [(a, synthetic_turn(plan, a)) for a in ancestors])
-        out.append((tuple(m.content for m in messages), tuple(m.role for m in messages)))
+        out.append((tuple(as_str(m.content) for m in messages), tuple(m.role for m in messages)))
     return out
 
 

@@ -34,9 +34,10 @@ from swarm.record import RequestIdentity, Status
 from swarm.request import ChatMessage, EngineRequest
 from swarm.runtime.dispatcher import DISPATCH_SPIN_NS, Dispatcher, Outgoing
 from swarm.runtime.retry import retry_request_id
+from swarm.texts import Text, WordText
 from swarm.workload.prefix import BLOCK_TOKENS, block_hashes
 from swarm.workload.prompts import compose_messages, decide_compaction, synthetic_turn
-from swarm.workload.tokenizer import TokenIds, Tokenizer, WordText, WordTokenizer
+from swarm.workload.tokenizer import TokenIds, Tokenizer, WordTokenizer
 from swarm.workload.workload import AgentPlan, NodePlan
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ class AgentEnv:
     #: abort_branch, or standin: a call that failed for good still feeds its stand-in output on
     on_failure: str = "abort_branch"
     #: tokens of each system prompt, shared by all agents (a swarm has a few system prompts)
-    system_prompt_tokens: dict[str, TokenIds] = field(default_factory=dict)
+    system_prompt_tokens: dict[Text, TokenIds] = field(default_factory=dict)
     #: prompt tokens held now by prompts built ahead of their parent's answer (``_speculate``)
     speculated_tokens: int = 0
 
@@ -99,7 +100,7 @@ class AgentRun:
         t = plan.topology
         self.template = t
         self.state: dict[str, str] = {}
-        self.turns: dict[str, list[str]] = {}
+        self.turns: dict[str, list[Text]] = {}
         index = t.run_index()  # shared by every run of the template; only deps change
         self._deps: dict[str, int] = dict(index.deps)
         self._groups = index.groups
@@ -119,7 +120,7 @@ class AgentRun:
         # token ids of each prompt part, computed once; arrays, which the garbage collector
         # does not walk, so thousands of agents' prompts cost nothing in its collections (a
         # corpus-cut text's are copied from the corpus's at each prompt instead: ``_sliced``)
-        self._part_tokens: dict[str, TokenIds] = {}
+        self._part_tokens: dict[Text, TokenIds] = {}
         #: prompts built while their last parent was in flight: the alive context ancestors
         #: they assumed, the compaction decision taken on that assumption (None: none taken),
         #: and the prompt with its body (``_speculate``)

@@ -35,6 +35,7 @@ from swarm.record import RequestRecord, Status
 from swarm.request import EngineRequest, Timeouts
 from swarm.sim.routing import Router, make_router
 from swarm.sim.virtual_loop import VirtualClock
+from swarm.texts import as_str
 from swarm.token_ids import TokenIds
 
 #: ``replica_from`` of a simulated record: the simulator knows which twin served it
@@ -79,7 +80,7 @@ class TwinFleet:
         the sender gave (``prompt_ids``; the twin's tokens are words), else its text tokenised."""
         if request.prompt_ids is not None and self.tokens.words:
             return request.prompt_ids
-        return self.tokens.parts([m.content for m in request.messages])
+        return self.tokens.parts([as_str(m.content) for m in request.messages])
 
     def route(self, prompt: TokenIds) -> int:
         return 0 if len(self.models) == 1 else self.router.choose(prompt, self.loads)
@@ -153,7 +154,7 @@ class TwinClient:
             completion_tokens=len(gen.output) if answered and gen is not None else None,
             cached_tokens=self._cached(gen) if answered else None, prompt_tokens_est=request.prompt_tokens_est,
             ideal_cached_tokens_est=request.ideal_cached_tokens_est, block_hashes=request.block_hashes,
-            prompt_parts=tuple(m.content for m in request.messages) if request.keep_text else None,
+            prompt_parts=tuple(as_str(m.content) for m in request.messages) if request.keep_text else None,
             prompt_roles=tuple(m.role for m in request.messages) if request.keep_text else None,
             output_text=" ".join(gen.output_words()) if request.keep_text and gen is not None else None,
         )  # fmt: skip

@@ -15,12 +15,13 @@ with a system prompt of their own (``agents/*.yaml``: ``reasoning``, ``compactio
 from __future__ import annotations
 
 from swarm.request import ChatMessage
+from swarm.texts import Text, WordText
 from swarm.workload.agent_profile import ReasoningSpec
 from swarm.workload.workload import AgentPlan
 
 
 def compose_messages(
-    plan: AgentPlan, node: str, turns: list[tuple[str, list[str]]]
+    plan: AgentPlan, node: str, turns: list[tuple[str, list[Text]]]
 ) -> tuple[ChatMessage, ...]:
     """The chat messages of ``node``: system prompt, task, each ancestor's turn (instruction,
     output, and a tool result if any) in the order given, then the node's instruction.
@@ -85,7 +86,7 @@ def decide_compaction(plan: AgentPlan, node: str, ancestors: list[str]) -> None:
         plan.compaction_window = None
 
 
-def _turn_tokens(plan: AgentPlan, name: str, turn: list[str], direct: bool) -> int:
+def _turn_tokens(plan: AgentPlan, name: str, turn: list[Text], direct: bool) -> int:
     """The tokens node ``name``'s ``turn`` adds to a later prompt: its summary if it was
     compacted, its instruction, its output (less the reasoning where the profile strips it,
     from a ``direct`` context parent's turn or not) and its tool result."""
@@ -100,7 +101,7 @@ def _turn_tokens(plan: AgentPlan, name: str, turn: list[str], direct: bool) -> i
 
 
 def _decide(
-    plan: AgentPlan, node: str, head: list[ChatMessage], turns: list[tuple[str, list[str]]], own: ChatMessage
+    plan: AgentPlan, node: str, head: list[ChatMessage], turns: list[tuple[str, list[Text]]], own: ChatMessage
 ) -> None:
     """Compacted when the prompt of ``head``, ``turns`` (those since the latest compaction)
     and ``own`` passes the profile's threshold: the token counts of the messages
@@ -114,7 +115,7 @@ def _decide(
     plan.compacted[node] = length > compaction.threshold_tokens
 
 
-def _visible_tokens(plan: AgentPlan, output: str, reasoning_share: float) -> int:
+def _visible_tokens(plan: AgentPlan, output: Text, reasoning_share: float) -> int:
     """``plan.token_count(visible_part(output, reasoning_share))``, memoised on the plan by
     ``output`` (a plan has one reasoning share)."""
     n = plan.visible_token_counts.get(output)
@@ -133,7 +134,7 @@ def _head(plan: AgentPlan, node: str) -> list[ChatMessage]:
     return [ChatMessage("system", system), ChatMessage("user", task)]
 
 
-def _since_compaction(plan: AgentPlan, turns: list[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
+def _since_compaction(plan: AgentPlan, turns: list[tuple[str, list[Text]]]) -> list[tuple[str, list[Text]]]:
     """The turns from the latest compacted one on (all when none was compacted). An ancestor
     whose decision is not known yet (read out of order) is decided from the turns before it."""
     for i in range(len(turns) - 1, -1, -1):
@@ -146,7 +147,7 @@ def _since_compaction(plan: AgentPlan, turns: list[tuple[str, list[str]]]) -> li
     return turns
 
 
-def _history(plan: AgentPlan, node: str, turns: list[tuple[str, list[str]]]) -> list[ChatMessage]:
+def _history(plan: AgentPlan, node: str, turns: list[tuple[str, list[Text]]]) -> list[ChatMessage]:
     """Each turn as messages; a compacted turn's summary before it; reasoning stripped as the
     profile says."""
     reasoning = plan.profile.reasoning
@@ -172,9 +173,13 @@ def _strips(reasoning: ReasoningSpec, direct_parent: bool) -> bool:
     return not (reasoning.carried == "last" and direct_parent)
 
 
-def visible_part(output: str, reasoning_share: float) -> str:
+def visible_part(output: Text, reasoning_share: float) -> Text:
     """An output less its leading reasoning: the words after the first ``reasoning_share`` of
-    them (at least the last word, so the assistant turn is never empty)."""
+    them (at least the last word, so the assistant turn is never empty); a ``WordText``'s
+    without making its characters."""
+    if isinstance(output, WordText):
+        cut = min(output.words - 1, int(output.words * reasoning_share))
+        return output.words_from(cut)
     words = output.split(" ")
     cut = min(len(words) - 1, int(len(words) * reasoning_share))
     return " ".join(words[cut:]) if cut > 0 else output
@@ -192,7 +197,7 @@ def spawn_of(plan: AgentPlan, node: str) -> str | None:
     return None
 
 
-def synthetic_turn(plan: AgentPlan, node: str) -> list[str]:
+def synthetic_turn(plan: AgentPlan, node: str) -> list[Text]:
     """A node's turn with ``context: synthetic``: its instruction, its stand-in output, and its
     tool result when a tool runs after it."""
     np_ = plan.node(node)

@@ -17,7 +17,8 @@ import itertools
 import random
 from array import array
 
-from swarm.workload.tokenizer import TokenIds, Tokenizer, WordText, WordTokenizer, word_ids
+from swarm.texts import Corpus, Text, WordText
+from swarm.workload.tokenizer import TokenIds, Tokenizer, WordTokenizer, word_ids
 
 WORDS: tuple[str, ...] = tuple(
     dict.fromkeys(
@@ -83,24 +84,37 @@ def corpus_ids() -> TokenIds:
     return word_ids(text.split())
 
 
-def corpus_words(rng: random.Random, n: int) -> tuple[str, list[tuple[int, int]]]:
-    """``n`` words of the corpus from a word ``rng`` draws (more than the corpus holds: several
-    such runs), joined by spaces: as random as ``words`` to a cache (a prompt's blocks are
-    hashed from its first token, so a run's place in the corpus is all that tells texts apart),
-    at the cost of a copy; and each run's first word and length in the corpus."""
+@functools.cache
+def word_corpus() -> Corpus:
+    """The corpus, where its words start and their ids, as a ``WordText`` reads them."""
     text, starts = corpus()
-    parts, runs = [], []
+    return Corpus(text, starts, corpus_ids())
+
+
+def corpus_runs(rng: random.Random, n: int) -> list[tuple[int, int]]:
+    """``n`` words of the corpus from a word ``rng`` draws (more than the corpus holds: several
+    such runs): each run's first word and length in the corpus. As random as ``words`` to a
+    cache (a prompt's blocks are hashed from its first token, so a run's place in the corpus
+    is all that tells texts apart)."""
+    runs = []
     while n > 0:
         k = min(n, CORPUS_WORDS)
-        first = rng.randrange(CORPUS_WORDS - k + 1)
-        parts.append(text[starts[first] : starts[first + k] - 1])
-        runs.append((first, k))
+        runs.append((rng.randrange(CORPUS_WORDS - k + 1), k))
         n -= k
-    return " ".join(parts), runs
+    return runs
 
 
-def synth_text(rng: random.Random, n_tokens: int, tokenizer: Tokenizer | None = None, lead: str = "") -> str:
-    """Text of ``n_tokens`` tokens (exact for words), starting with ``lead`` when given.
+def corpus_words(rng: random.Random, n: int) -> tuple[str, list[tuple[int, int]]]:
+    """The words of ``corpus_runs(rng, n)`` joined by spaces (a copy), and the runs."""
+    text, starts = corpus()
+    runs = corpus_runs(rng, n)
+    return " ".join(text[starts[first] : starts[first + k] - 1] for first, k in runs), runs
+
+
+def synth_text(rng: random.Random, n_tokens: int, tokenizer: Tokenizer | None = None, lead: str = "") -> Text:
+    """Text of ``n_tokens`` tokens (exact for words), starting with ``lead`` when given: with
+    word tokens and ``WORD_TEXT_FROM_WORDS`` words or more after the lead, a ``WordText``
+    (its characters made only when sent).
 
     The lead counts towards the budget; it is how callers make texts differ from their first
     token (e.g. a node tag), so siblings share nothing beyond their parent's context.
@@ -108,13 +122,12 @@ def synth_text(rng: random.Random, n_tokens: int, tokenizer: Tokenizer | None = 
     tokenizer = tokenizer or WordTokenizer()
     head = lead.split()
     if isinstance(tokenizer, WordTokenizer):
+        if n_tokens - len(head) >= WORD_TEXT_FROM_WORDS:
+            runs = corpus_runs(rng, n_tokens - len(head))
+            return WordText(" ".join(head), word_ids(head), tuple(runs), word_corpus())
         if n_tokens - len(head) >= CORPUS_FROM_WORDS:
-            cut, runs = corpus_words(rng, n_tokens - len(head))
-            text = " ".join([*head, cut])
-            if n_tokens - len(head) < WORD_TEXT_FROM_WORDS:
-                return text
-            ids = corpus_ids()
-            return WordText.of(text, word_ids(head), tuple((ids, first, k) for first, k in runs))
+            cut, _ = corpus_words(rng, n_tokens - len(head))
+            return " ".join([*head, cut])
         body = words(rng, max(0, n_tokens - len(head)))
         return " ".join((head + body)[: max(n_tokens, 0)]) if n_tokens > 0 else ""
     # real tokenizer: estimate, then adjust word by word

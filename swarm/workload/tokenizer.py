@@ -23,6 +23,7 @@ from sys import intern
 from typing import Protocol
 
 from swarm.errors import InputError
+from swarm.texts import Text, WordText
 from swarm.token_ids import TokenIds, as_token_ids, word_ids
 
 __all__ = ["HFTokenizer", "TokenIds", "Tokenizer", "WordText", "WordTokenizer", "as_token_ids", "get_tokenizer", "word_ids"]
@@ -31,52 +32,15 @@ __all__ = ["HFTokenizer", "TokenIds", "Tokenizer", "WordText", "WordTokenizer", 
 class Tokenizer(Protocol):
     name: str
 
-    def encode(self, text: str) -> Sequence[str] | Sequence[int]: ...
+    def encode(self, text: Text) -> Sequence[str] | Sequence[int]: ...
 
-    def ids(self, text: str) -> TokenIds:
+    def ids(self, text: Text) -> TokenIds:
         """``text``'s tokens as ids (``as_token_ids(encode(text))``)."""
         ...
 
-    def count(self, text: str) -> int:
+    def count(self, text: Text) -> int:
         """How many tokens ``text`` has (``len(encode(text))``, without keeping them)."""
         ...
-
-
-class WordText(str):
-    """A text whose word ids are known where it was made (``textsynth``: a lead, then runs cut
-    from its corpus): ``WordTokenizer`` slices them (``token_ids``) instead of splitting the
-    text and looking up each word, a tenth of a simulation's time for the 100k-word histories
-    of mid-life sessions. A ``str`` in every other way; it pickles as a plain one."""
-
-    _lead: TokenIds
-    _runs: tuple[tuple[TokenIds, int, int], ...]
-    _words: int
-
-    @classmethod
-    def of(cls, text: str, lead: TokenIds, runs: tuple[tuple[TokenIds, int, int], ...]) -> WordText:
-        """``text``, whose words' ids are ``lead`` then ``ids[first : first + k]`` for each
-        ``(ids, first, k)`` of ``runs`` (the caller's promise: ``word_ids(text.split())``)."""
-        made = cls(text)
-        made._lead, made._runs = lead, runs
-        made._words = len(lead) + sum(k for _, _, k in runs)
-        return made
-
-    def token_ids(self) -> TokenIds:
-        out: TokenIds = array("q")
-        self.extend_ids(out)
-        return out
-
-    def extend_ids(self, out: TokenIds) -> None:
-        """``out += token_ids()`` without an array of this text's own: each run copied from the
-        corpus's ids straight onto ``out`` (a prompt composed of long texts need not keep each
-        text's ids beside it: ``AgentRun._prompt_tokens``)."""
-        out += self._lead
-        for ids, first, k in self._runs:
-            size = ids.itemsize
-            out.frombytes(memoryview(ids).cast("B")[first * size : (first + k) * size])
-
-    def __reduce__(self) -> tuple[type, tuple[str]]:
-        return str, (str(self),)
 
 
 #: what ``str.split`` splits ASCII text at besides the space
@@ -88,21 +52,21 @@ class WordTokenizer:
 
     name = "words"
 
-    def encode(self, text: str) -> list[str]:
+    def encode(self, text: Text) -> list[str]:
         # interned: the same word in thousands of agents' prompts is then one object, not one
         # ~50-byte string per occurrence (the vocabulary is small, the prompts are many)
-        return list(map(intern, text.split()))
+        return list(map(intern, str(text).split()))
 
-    def ids(self, text: str) -> TokenIds:
-        if type(text) is WordText:
+    def ids(self, text: Text) -> TokenIds:
+        if isinstance(text, WordText):
             return text.token_ids()
         return word_ids(text.split())
 
-    def ids_in_steps(self, text: str, chars_per_step: int = 65_536) -> Iterator[TokenIds]:
+    def ids_in_steps(self, text: Text, chars_per_step: int = 65_536) -> Iterator[TokenIds]:
         """``ids(text)`` in pieces of about ``chars_per_step`` characters, each cut at a space
         (so no word is cut): a caller that must not hold its event loop long yields between
         them. The pieces joined are ``ids(text)`` (a ``WordText``'s in one piece: slices)."""
-        if type(text) is WordText:
+        if isinstance(text, WordText):
             yield text.token_ids()
             return
         start, n = 0, len(text)
@@ -112,11 +76,11 @@ class WordTokenizer:
             yield word_ids(text[start:end].split())
             start = end
 
-    def count(self, text: str) -> int:
+    def count(self, text: Text) -> int:
         """``len(text.split())``, without making the words: where the only whitespace is single
         spaces between words (synthesised text), the spaces plus one (a fourth of the time)."""
-        if type(text) is WordText:
-            return text._words
+        if isinstance(text, WordText):
+            return text.words
         if (
             text.isascii() and text and text[0] != " " and text[-1] != " "
             and not any(c in text for c in _OTHER_ASCII_WHITESPACE) and "  " not in text
@@ -144,14 +108,14 @@ class HFTokenizer:
             raise InputError(f"{p}: not a tokenizer.json: {exc}") from exc
         self.name = f"hf:{p.name}"
 
-    def encode(self, text: str) -> list[int]:
-        return list(self._tok.encode(text, add_special_tokens=False).ids)
+    def encode(self, text: Text) -> list[int]:
+        return list(self._tok.encode(str(text), add_special_tokens=False).ids)
 
-    def ids(self, text: str) -> TokenIds:
-        return array("q", self._tok.encode(text, add_special_tokens=False).ids)
+    def ids(self, text: Text) -> TokenIds:
+        return array("q", self._tok.encode(str(text), add_special_tokens=False).ids)
 
-    def count(self, text: str) -> int:
-        return len(self._tok.encode(text, add_special_tokens=False).ids)
+    def count(self, text: Text) -> int:
+        return len(self._tok.encode(str(text), add_special_tokens=False).ids)
 
 
 def get_tokenizer(path: str | None) -> Tokenizer:

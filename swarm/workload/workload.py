@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from swarm.cliflag import flag
 from swarm.errors import InputError
 from swarm.fields import START_RATIOS_DEFAULT, StartAt, StartRatios, TokenizerPath
+from swarm.texts import Text
 from swarm.workload.agent_profile import AgentProfile
 from swarm.workload.arrival import ArrivalSpec
 from swarm.workload.catalog import Catalog, default_catalog
@@ -142,15 +143,15 @@ class NodePlan:
     role: str
     depth: int
     branch: int
-    instruction: str
+    instruction: Text
     max_tokens: int
     think_s: float
     tool_s: float
-    tool_result: str | None
-    standin: str
+    tool_result: Text | None
+    standin: Text
     score: float
     early_stop: bool
-    task: str | None = None  # a spawned sub-agent's own task (topology node ``spawn: true``)
+    task: Text | None = None  # a spawned sub-agent's own task (topology node ``spawn: true``)
 
 
 @dataclass
@@ -160,14 +161,14 @@ class AgentPlan:
     profile: AgentProfile
     topology: TopologyTemplate
     system_prompt_id: int
-    system_prompt: str
-    task: str
+    system_prompt: Text
+    task: Text
     start_s: float
     seed: int
     tokenizer: Tokenizer
     #: the system prompt of the agent's spawned sub-agents (the profile's
     #: ``subagent_system_prompt``); None: they carry the agent's own
-    subagent_system_prompt: str | None = None
+    subagent_system_prompt: Text | None = None
     #: a session started mid-life (``start_at: mid``): the nodes before its sampled start, in
     #: topological order; never sent, their turns in the prompts of what follows (empty: from
     #: its first call)
@@ -175,24 +176,24 @@ class AgentPlan:
     _nodes: dict[str, NodePlan] = field(default_factory=dict, repr=False)
     #: compaction decisions, by node, taken when the node's prompt was first composed
     compacted: dict[str, bool] = field(default_factory=dict, repr=False)
-    _token_counts: dict[str, int] = field(default_factory=dict, repr=False)
+    _token_counts: dict[Text, int] = field(default_factory=dict, repr=False)
     #: token counts of outputs less their reasoning, by output (``prompts.decide_compaction``)
-    visible_token_counts: dict[str, int] = field(default_factory=dict, repr=False)
-    _summaries: dict[str, str] = field(default_factory=dict, repr=False)
+    visible_token_counts: dict[Text, int] = field(default_factory=dict, repr=False)
+    _summaries: dict[str, Text] = field(default_factory=dict, repr=False)
     #: the last node ``prompts.decide_compaction`` decided from its whole ancestry, and the
     #: tokens of the turns from the latest compaction through its own (reasoning stripped as
     #: from a turn that is not a direct parent's): what its one child's decision starts from
     #: (None after a fresh-context node: its prompt's history is not its children's)
     compaction_window: tuple[str, int] | None = field(default=None, repr=False)
 
-    def token_count(self, text: str) -> int:
+    def token_count(self, text: Text) -> int:
         """Tokens of ``text`` by the plan's tokenizer (memoised: prompt parts recur)."""
         n = self._token_counts.get(text)
         if n is None:
             n = self._token_counts[text] = self.tokenizer.count(text)
         return n
 
-    def summary(self, node: str) -> str:
+    def summary(self, node: str) -> Text:
         """The summary that replaces the history when ``node``'s prompt is compacted: its own
         RNG stream, so nodes keep their other samples."""
         text = self._summaries.get(node)
@@ -279,7 +280,7 @@ class Workload:
         self._cum_weights = np.cumsum(weights / weights.sum())
         rng = np.random.default_rng(np.random.SeedSequence([spec.seed, 0xA441]))
         self.start_offsets_s = spec.arrival.offsets(spec.agents, rng)
-        self._system_prompts: dict[tuple[str, int], str] = {}
+        self._system_prompts: dict[tuple[str, int], Text] = {}
         if isinstance(self.tokenizer, WordTokenizer):
             corpus()  # made now, before any send: not a stall in the loop at the first long text
 
@@ -328,7 +329,7 @@ class Workload:
                     entry[key] = Path(entry[key]).name
         return _digest({"spec": spec, "contents": self.content_digests()})
 
-    def system_prompt(self, profile: AgentProfile, index: int, subagent: bool = False) -> str:
+    def system_prompt(self, profile: AgentProfile, index: int, subagent: bool = False) -> Text:
         """System prompt ``index`` of ``profile``'s pool (starts with its own tag), or with
         ``subagent`` of its sub-agents' pool (``subagent_system_prompt``)."""
         key = (profile.name + (":subagent" if subagent else ""), index)

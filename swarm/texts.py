@@ -1,0 +1,123 @@
+"""A message's text: a ``str``, or a ``WordText`` held as where its words are in a corpus.
+
+Place in the map (docs/architecture.md, "Shared value types"): below the workload, whose text
+synthesis (``workload.textsynth``) makes ``WordText``s of its long texts, and the request
+(``ChatMessage.content`` is a ``Text``); a client turns one into characters only where it
+sends or records text (``str(text)``), and a simulated twin never does (it reads the ids).
+Standard library and ``swarm.token_ids`` only.
+
+Why not the characters: a mid-life session's history is a hundred long turns, and a swarm of
+them held every turn's characters (a third of a 64-replica fleet simulation's traced memory:
+41,320 texts, 257 MiB at 1,000 agents) that nothing but an HTTP body ever reads.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import NamedTuple, TypeAlias
+
+from swarm.token_ids import TokenIds
+
+__all__ = ["Corpus", "Text", "WordText", "as_str"]
+
+
+class Corpus(NamedTuple):
+    """One long text of words joined by single spaces, where each word starts (one past the
+    end last), and each word's id."""
+
+    text: str
+    starts: array[int]
+    ids: TokenIds
+
+
+class WordText:
+    """A text of words joined by single spaces: ``head`` (its first words, given whole; may be
+    empty), then for each ``(first, k)`` of ``runs`` the corpus's words ``first`` to
+    ``first + k - 1``. Its characters are made only by ``str()``; its ids are slices of the
+    corpus's (``extend_ids``). Equal to another ``WordText`` of the same head and runs, and to
+    nothing else (a ``str`` of the same characters is not: their hashes differ). It pickles as
+    a plain ``str``."""
+
+    __slots__ = ("_corpus", "_hash", "_head", "_lead", "_runs", "words")
+
+    def __init__(self, head: str, lead: TokenIds, runs: tuple[tuple[int, int], ...], corpus: Corpus) -> None:
+        """``lead`` is the ids of ``head``'s words (the caller's promise)."""
+        self._head, self._lead, self._runs, self._corpus = head, lead, runs, corpus
+        #: how many words (tokens, to the word tokenizer) it has
+        self.words: int = len(lead) + sum(k for _, k in runs)
+        self._hash = hash((head, runs))
+
+    def __str__(self) -> str:
+        text, starts, _ = self._corpus
+        parts = [text[starts[first] : starts[first + k] - 1] for first, k in self._runs]
+        return " ".join([self._head, *parts] if self._head else parts)
+
+    def __len__(self) -> int:
+        """Its length in characters, without making them."""
+        starts = self._corpus.starts
+        chars = sum(starts[first + k] - starts[first] - 1 for first, k in self._runs)
+        pieces = len(self._runs) + (1 if self._head else 0)
+        return len(self._head) + chars + max(pieces - 1, 0)
+
+    def __eq__(self, other: object) -> bool:
+        if other is self:
+            return True
+        if type(other) is not WordText:
+            return NotImplemented
+        return self._hash == other._hash and self._head == other._head and self._runs == other._runs
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+    def __repr__(self) -> str:
+        return f"WordText({self.words} words: {str(self)[:40]!r}...)"
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        return str, (str(self),)
+
+    def token_ids(self) -> TokenIds:
+        out: TokenIds = array("q")
+        self.extend_ids(out)
+        return out
+
+    def extend_ids(self, out: TokenIds) -> None:
+        """``out += token_ids()`` without an array of this text's own: each run copied from the
+        corpus's ids straight onto ``out`` (a prompt composed of long texts need not keep each
+        text's ids beside it: ``AgentRun._prompt_tokens``)."""
+        out += self._lead
+        ids = self._corpus.ids
+        size = ids.itemsize
+        view = memoryview(ids).cast("B")
+        for first, k in self._runs:
+            out.frombytes(view[first * size : (first + k) * size])
+
+    def words_from(self, cut: int) -> Text:
+        """Its words from the ``cut``-th on (0-based), as ``" ".join(str(self).split(" ")[cut:])``:
+        a ``WordText`` while any run is left, else the head's words."""
+        if cut <= 0:
+            return self
+        head_words = self._head.split(" ") if self._head else []
+        if cut < len(head_words):
+            rest = " ".join(head_words[cut:])
+            return WordText(rest, self._lead[cut:], self._runs, self._corpus)
+        cut -= len(head_words)
+        runs = list(self._runs)
+        while runs and cut >= runs[0][1]:
+            cut -= runs.pop(0)[1]
+        if not runs:
+            return ""
+        first, k = runs[0]
+        runs[0] = (first + cut, k - cut)
+        return WordText("", array("q"), tuple(runs), self._corpus)
+
+
+#: a message's text
+Text: TypeAlias = "str | WordText"
+
+
+def as_str(text: Text) -> str:
+    """``text``'s characters (a ``str`` as it is)."""
+    return text if type(text) is str else str(text)
