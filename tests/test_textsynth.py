@@ -167,3 +167,41 @@ def test_a_synthesised_text_gives_the_ids_and_count_of_its_words(n_tokens: int) 
         assert onto == word_ids(["before", *str(text).split()])
     back = pickle.loads(pickle.dumps(text))
     assert type(back) is str and back == str(text)
+
+
+@pytest.mark.parametrize("lead", ["", "[n3] lead :"])
+def test_a_word_text_is_the_text_of_its_words_without_holding_their_characters(lead: str) -> None:
+    """A long synthesised text (``WordText``) is, made into characters, the words its runs of
+    the corpus name, after its lead; its length, word count and ids are those of that text
+    without making it; its words from any cut (an output less its reasoning) are those of the
+    text's; it equals a text of the same words and nothing else; its object holds no copy of
+    the characters (a plain string of 5,000 words is tens of kilobytes)."""
+    import pickle
+    import sys
+
+    from swarm.texts import WordText, as_str
+    from swarm.workload.prompts import visible_part
+    from swarm.workload.textsynth import CORPUS_WORDS, corpus_words
+    from swarm.workload.tokenizer import word_ids
+
+    for n in (300, 5_000, CORPUS_WORDS + 300):  # the last in two runs of the corpus
+        head_words = len(lead.split())
+        text = synth_text(random.Random(n), n, lead=lead)
+        assert isinstance(text, WordText)
+        joined, _ = corpus_words(random.Random(n), n - head_words)  # the same draws, as characters
+        plain = f"{lead} {joined}" if lead else joined
+        assert as_str(text) == str(text) == plain and f"{text}" == plain
+        assert len(text) == len(plain) and text.words == len(plain.split(" ")) == n
+        assert text.token_ids() == word_ids(plain.split())
+        for share in (0.0, 0.001, 0.25, 0.5, 0.9999, 1.0):
+            assert as_str(visible_part(text, share)) == visible_part(plain, share)
+        for cut in (1, head_words, head_words + 1, n - 1, n):
+            rest = text.words_from(cut)
+            assert as_str(rest) == " ".join(plain.split(" ")[cut:])
+            if isinstance(rest, WordText):
+                assert rest.token_ids() == word_ids(plain.split(" ")[cut:])
+        assert text == synth_text(random.Random(n), n, lead=lead) and hash(text) == hash(synth_text(random.Random(n), n, lead=lead))
+        assert text != synth_text(random.Random(n + 1), n, lead=lead) and text != plain
+        assert {text: 1}.get(synth_text(random.Random(n), n, lead=lead)) == 1
+        assert sys.getsizeof(text) < 200 < len(plain)
+        assert pickle.loads(pickle.dumps(text)) == plain
