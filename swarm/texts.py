@@ -8,7 +8,9 @@ Standard library and ``swarm.token_ids`` only.
 
 Why not the characters: a mid-life session's history is a hundred long turns, and a swarm of
 them held every turn's characters (a third of a 64-replica fleet simulation's traced memory:
-41,320 texts, 257 MiB at 1,000 agents) that nothing but an HTTP body ever reads.
+41,320 texts, 257 MiB at 1,000 agents) that nothing but an HTTP body ever reads. Over HTTP a
+text's characters, once made for a body, are kept (a history part is in every later prompt of
+its session): a real-time run holds what it held before.
 """
 
 from __future__ import annotations
@@ -33,12 +35,12 @@ class Corpus(NamedTuple):
 class WordText:
     """A text of words joined by single spaces: ``head`` (its first words, given whole; may be
     empty), then for each ``(first, k)`` of ``runs`` the corpus's words ``first`` to
-    ``first + k - 1``. Its characters are made only by ``str()``; its ids are slices of the
-    corpus's (``extend_ids``). Equal to another ``WordText`` of the same head and runs, and to
-    nothing else (a ``str`` of the same characters is not: their hashes differ). It pickles as
-    a plain ``str``."""
+    ``first + k - 1``. Its characters are made only by ``str()``, then kept; its ids are slices
+    of the corpus's (``extend_ids``). Equal to another ``WordText`` of the same head and runs,
+    and to nothing else (a ``str`` of the same characters is not: their hashes differ). It
+    pickles as a plain ``str``."""
 
-    __slots__ = ("_corpus", "_hash", "_head", "_lead", "_runs", "words")
+    __slots__ = ("_corpus", "_hash", "_head", "_lead", "_runs", "_text", "words")
 
     def __init__(self, head: str, lead: TokenIds, runs: tuple[tuple[int, int], ...], corpus: Corpus) -> None:
         """``lead`` is the ids of ``head``'s words (the caller's promise)."""
@@ -46,11 +48,17 @@ class WordText:
         #: how many words (tokens, to the word tokenizer) it has
         self.words: int = len(lead) + sum(k for _, k in runs)
         self._hash = hash((head, runs))
+        self._text: str | None = None
 
     def __str__(self) -> str:
-        text, starts, _ = self._corpus
-        parts = [text[starts[first] : starts[first + k] - 1] for first, k in self._runs]
-        return " ".join([self._head, *parts] if self._head else parts)
+        """Its characters, made at the first call and kept (a client over HTTP sends a history
+        part in every later prompt of its session: made again each time, a 100k-word history
+        cost a join of its words per request)."""
+        if self._text is None:
+            text, starts, _ = self._corpus
+            parts = [text[starts[first] : starts[first + k] - 1] for first, k in self._runs]
+            self._text = " ".join([self._head, *parts] if self._head else parts)
+        return self._text
 
     def __len__(self) -> int:
         """Its length in characters, without making them."""
