@@ -81,9 +81,19 @@ class WordText:
         return format(str(self), spec)
 
     def __repr__(self) -> str:
-        return f"WordText({self.words} words: {str(self)[:40]!r}...)"
+        """Its first words, without making (and so keeping) all its characters."""
+        if self._text is not None:
+            preview = self._text[:40]
+        else:
+            text, starts, _ = self._corpus
+            first, k = self._runs[0] if self._runs else (0, 0)
+            run = text[starts[first] : starts[first + min(k, 8)] - 1] if k else ""
+            preview = " ".join(p for p in (self._head, run) if p)[:40]
+        return f"WordText({self.words} words: {preview!r}...)"
 
     def __reduce__(self) -> tuple[type, tuple[str]]:
+        """A plain ``str`` of its characters (which it keeps, as ``str()`` does): so are its
+        copies (``copy.copy``, ``copy.deepcopy``)."""
         return str, (str(self),)
 
     def token_ids(self) -> TokenIds:
@@ -103,9 +113,12 @@ class WordText:
             out.frombytes(view[first * size : (first + k) * size])
 
     def words_from(self, cut: int) -> Text:
-        """Its words from the ``cut``-th on (0-based), as ``" ".join(str(self).split(" ")[cut:])``:
-        a ``WordText`` while any run is left, else the head's words."""
-        if cut <= 0:
+        """Its words from the ``cut``-th on (0-based; ``cut >= 0``), as
+        ``" ".join(str(self).split(" ")[cut:])``: a ``WordText`` while any of its words are
+        left, else ``""``."""
+        if cut < 0:
+            raise ValueError(f"a cut is at a word, 0 or more (got {cut})")
+        if cut == 0:
             return self
         head_words = self._head.split(" ") if self._head else []
         if cut < len(head_words):
@@ -123,7 +136,7 @@ class WordText:
 
 
 #: a message's text
-Text: TypeAlias = "str | WordText"
+Text: TypeAlias = str | WordText
 
 
 def as_str(text: Text) -> str:

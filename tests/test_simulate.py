@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import subprocess
 import sys
@@ -564,14 +565,15 @@ def test_the_same_twin_in_real_and_in_virtual_time_agrees(tmp_path: Path, emulat
     the same twin simulated: the same seeded swarm gives TTFT p50 and p99, E2E p50, output
     tokens/s, hit and task completion p50 within 5 % of each other (when the machine kept the
     real run's schedule; of up to 3 real runs, the first quiet one that agrees ends the tries,
-    else the least disturbed and then closest is the reference, and where none was quiet the
-    bound is 15 % and its TTFT p99 is not held). ``swarm compare`` of the two says which is
-    simulated and names no leader, unless told to (``--across-clocks``).
+    else the reference is the closest quiet one, or where none was quiet the closest of all,
+    whose bound is 15 % and whose TTFT p99 is not held). ``swarm compare`` of the two says which
+    is simulated and names no leader, unless told to (``--across-clocks``).
 
     The model runs first. A real run is tried again when it disagrees because 96 step-quantized
     TTFTs are clumpy: the median sits at a clump's edge (about 241 | 247-253 ms in both clocks),
     and a busy machine that moved a few of a real run's requests across a step's edge moved its
-    median by 12 % once (219.5 ms against the model's 247, a run quiet by its lags)."""
+    median by 12 % once (219.5 ms against the model's 247, a run quiet by its lags). The price:
+    a model that drifted 5-12 % passes if one of 3 real runs happens to land within 5 % of it."""
     write_spec_files(tmp_path)
     workload = [
         "--profile", str(tmp_path / "tiny_reasoner.yaml"), "--topology", str(tmp_path / "tot_2x2.yaml"),
@@ -598,7 +600,7 @@ def test_the_same_twin_in_real_and_in_virtual_time_agrees(tmp_path: Path, emulat
         overrun, lag_ms, words = _disturbance(real_report)
         allowed = _allowed_error(overrun, lag_ms)
         measured = _figures(real_report)
-        worst = max(abs(e) for e in _held_errors(model, measured, allowed).values())
+        worst = max(abs(e) if e == e else math.inf for e in _held_errors(model, measured, allowed).values())  # NaN: worst
         print(f"real time: {measured}\nvirtual: {model}\nworst held error {worst:.1%}")
         tried.append((allowed, worst, real_dir, measured, words))
         if allowed == AGREEMENT and worst <= AGREEMENT:

@@ -188,6 +188,7 @@ def test_a_word_text_is_the_text_of_its_words_without_holding_their_characters(l
         head_words = len(lead.split())
         text = synth_text(random.Random(n), n, lead=lead)
         assert isinstance(text, WordText)
+        assert repr(text).startswith(f"WordText({n} words")  # shown without making them
         held = [r for r in gc.get_referents(text) if isinstance(r, str)]
         assert held and max(map(len, held)) <= len(lead)  # its head, not its characters
         joined, _ = corpus_words(random.Random(n), n - head_words)  # the same draws, as characters
@@ -198,6 +199,8 @@ def test_a_word_text_is_the_text_of_its_words_without_holding_their_characters(l
         assert text.token_ids() == word_ids(plain.split())
         for share in (0.0, 0.001, 0.25, 0.5, 0.9999, 1.0):
             assert as_str(visible_part(text, share)) == visible_part(plain, share)
+        with pytest.raises(ValueError):
+            text.words_from(-1)
         for cut in (1, head_words, head_words + 1, n - 1, n):
             rest = text.words_from(cut)
             assert as_str(rest) == " ".join(plain.split(" ")[cut:])
