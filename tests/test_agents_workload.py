@@ -343,7 +343,8 @@ def test_prompts_built_while_the_parent_is_in_flight_are_the_prompts_sent_withou
     """A child's prompt built ahead, while its parent streams (``context: synthetic``), is
     byte for byte the one built once the parent answered, with the same parents and ideal
     reuse, and its body (encoded ahead) tells the engine the same prompt; and ahead-building
-    did happen."""
+    did happen (with ``SPECULATE_FROM_TOKENS`` at 0: these prompts are short). At its default
+    nothing is built ahead: children whose prompts are this short are built at the answer."""
     import gc
 
     from swarm.runtime import agent
@@ -385,6 +386,8 @@ def test_prompts_built_while_the_parent_is_in_flight_are_the_prompts_sent_withou
     monkeypatch.setattr(agent.AgentRun, "__init__", noted)
     without = sent(0)
     assert not taken
+    assert sent(budget) == without and not taken  # short prompts: none built ahead
+    monkeypatch.setattr(agent, "SPECULATE_FROM_TOKENS", 0)
     with_ahead = sent(budget)
     assert with_ahead == without  # the engine counted the same prompt from each body
     assert taken, "no child was built while its parent was in flight"
