@@ -333,8 +333,13 @@ compaction:
 """
 
 
+#: ``tiny`` whose prompts are long enough to be built ahead at the default ``SPECULATE_FROM_TOKENS``
+TINY_LONG = TINY.replace("name: tiny", "name: tiny_long").replace("tokens: 120}", "tokens: 2100}")
+
+
 @pytest.mark.parametrize(
-    ("profile", "topology"), [("tiny", "tree_of_thought"), ("tiny", "react"), ("tiny_compacting", "chain")]
+    ("profile", "topology"),
+    [("tiny", "tree_of_thought"), ("tiny", "react"), ("tiny_compacting", "chain"), ("tiny_long", "chain")],
 )
 def test_prompts_built_while_the_parent_is_in_flight_are_the_prompts_sent_without(
     profile: str, topology: str, tmp_path: Path, emulator: Callable[..., EmulatorThread],
@@ -343,14 +348,16 @@ def test_prompts_built_while_the_parent_is_in_flight_are_the_prompts_sent_withou
     """A child's prompt built ahead, while its parent streams (``context: synthetic``), is
     byte for byte the one built once the parent answered, with the same parents and ideal
     reuse, and its body (encoded ahead) tells the engine the same prompt; and ahead-building
-    did happen (with ``SPECULATE_FROM_TOKENS`` at 0: these prompts are short). At its default
-    nothing is built ahead: children whose prompts are this short are built at the answer."""
+    did happen (with ``SPECULATE_FROM_TOKENS`` at 0: most of these prompts are short). At its
+    default, short children are built at the answer, and long ones (``tiny_long``'s system
+    prompt of 2,100 tokens) still ahead."""
     import gc
 
     from swarm.runtime import agent
 
     (tmp_path / "tiny.yaml").write_text(TINY)
     (tmp_path / "tiny_compacting.yaml").write_text(TINY_COMPACTING)
+    (tmp_path / "tiny_long.yaml").write_text(TINY_LONG)
     catalog = Catalog(agent_dirs=[tmp_path])
     emu = emulator(engine="sglang", timing="fixed", first_token_ms=30.0, token_ms=2.0, cache_capacity_tokens=None)
     taken: list[str] = []
@@ -386,7 +393,9 @@ def test_prompts_built_while_the_parent_is_in_flight_are_the_prompts_sent_withou
     monkeypatch.setattr(agent.AgentRun, "__init__", noted)
     without = sent(0)
     assert not taken
-    assert sent(budget) == without and not taken  # short prompts: none built ahead
+    assert sent(budget) == without
+    assert bool(taken) == (profile == "tiny_long"), taken  # short prompts: none built ahead
+    taken.clear()
     monkeypatch.setattr(agent, "SPECULATE_FROM_TOKENS", 0)
     with_ahead = sent(budget)
     assert with_ahead == without  # the engine counted the same prompt from each body

@@ -60,11 +60,12 @@ HASH_BLOCKS_PER_STEP = 256
 #: about as much again of encoded bodies); past it, a prompt is built when it is due
 SPECULATED_TOKENS_BUDGET = 4_000_000
 #: a node's children are built while it is in flight (``_speculate``) only when their prompts,
-#: one after another, come to this many tokens or more (at least the node's prompt and its
-#: answer each): fewer are built at its answer in about a tenth of a millisecond (a prompt's
-#: build measured here at 52 us under 200 tokens and 106 us at 1,000-1,200, the anchors'
-#: chain, p50), while building them ahead (a task, a wait and four turns of the loop per
-#: node) was a tenth of the client's CPU per request in that chain (0.50 -> 0.45 ms)
+#: one after another, come to about this many tokens or more (``_children_tokens``); after a
+#: warm-up (a history) always. Fewer are built at its answer in a tenth to a fifth of a
+#: millisecond (a prompt's build measured here at 52 us under 200 tokens and 106 us at
+#: 1,000-1,200, the anchors' chain, p50), while building them ahead (a task, a wait and four
+#: turns of the loop per node) was a tenth of the client's CPU per request in that chain
+#: (0.51 -> 0.45-0.49 ms)
 SPECULATE_FROM_TOKENS = 2_048
 
 
@@ -212,7 +213,7 @@ class AgentRun:
         first_id = f"{plan.session_id}:{node}:warmup"
         # due once its history is built: the building is the session's preparation, not a late send
         due_perf_ns = max(start_perf_ns, d.clock_ns())
-        if self._speculates(node, None):  # a history's length: speculated whatever it is
+        if self._speculates(node):  # after a history: built ahead whatever their length
             self._spawn(self._speculate(node, due_perf_ns, asyncio.current_task()))  # type: ignore[arg-type]
         record, attempts = await d.send_retrying(
             functools.partial(self._build, node, np_, first_id, warmup=True), due_perf_ns, retries=0
@@ -424,10 +425,7 @@ class AgentRun:
         due_perf_ns = ready_perf_ns + int(np_.think_s * 1e9)
         first_id = f"{plan.session_id}:{node}"
         expected_tokens = self._expected_tokens(node)
-        # its children's prompts hold its own (at least its parents' longest, or its system
-        # prompt and task) and its answer
-        own = max(expected_tokens, plan.token_count(plan.system_prompt) + plan.token_count(plan.task))
-        if self._speculates(node, own + np_.max_tokens) and not np_.early_stop:
+        if self._speculates(node) and not np_.early_stop and self._children_tokens(node, np_, expected_tokens) >= SPECULATE_FROM_TOKENS:
             self._spawn(self._speculate(node, due_perf_ns, asyncio.current_task()))  # type: ignore[arg-type]
         record, attempts = await d.send_on_time(
             functools.partial(self._build, node, np_, first_id),
@@ -498,16 +496,25 @@ class AgentRun:
             env.speculated_tokens += len(tokens)
             await asyncio.sleep(0)
 
-    def _speculates(self, node: str, child_tokens: int | None) -> bool:
-        """Whether ``node``'s children may be built while it is in flight: a real clock,
-        ``context: synthetic``, and children whose prompts (``child_tokens`` each at least;
-        None: not known) come to ``SPECULATE_FROM_TOKENS`` or more."""
+    def _speculates(self, node: str) -> bool:
+        """Whether ``node``'s children may be built while it is in flight (a real clock,
+        ``context: synthetic``, and it has children)."""
         env = self.env
-        children = self.template.graph.out_degree(node)
-        return (
-            env.context == "synthetic" and env.dispatcher.precise_release and children > 0
-            and (child_tokens is None or children * child_tokens >= SPECULATE_FROM_TOKENS)
-        )  # fmt: skip
+        return env.context == "synthetic" and env.dispatcher.precise_release and self.template.graph.out_degree(node) > 0
+
+    def _children_tokens(self, node: str, np_: NodePlan, parent_tokens: int) -> int:
+        """About how many prompt tokens ``node``'s children would be built from, one after
+        another: for each child that extends ``node`` alone, ``node``'s own prompt (at least
+        ``parent_tokens``, its context parents' longest, or its system prompt and task), its
+        instruction, answer and tool result. Memoised counts: a few dict lookups."""
+        t, plan = self.template, self.plan
+        extenders = sum(1 for c in t.graph.successors(node) if self._deps.get(c) == 1 and node in t.context_parents(c))
+        if not extenders:
+            return 0
+        count = plan.token_count
+        own = max(parent_tokens, count(plan.system_prompt) + count(plan.task)) + count(np_.instruction)
+        turn = np_.max_tokens + (count(np_.tool_result) if np_.tool_result is not None else 0)
+        return extenders * (own + turn)
 
     def _may_speculate(self, parent_task: asyncio.Task[Any], parent: str, child: str) -> bool:
         """``child`` not launched nor built ahead, and ``parent`` (its task not ended: a node
