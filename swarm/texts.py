@@ -16,11 +16,12 @@ its session): a real-time run holds what it held before.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterable
 from typing import NamedTuple, TypeAlias
 
 from swarm.token_ids import TokenIds
 
-__all__ = ["Corpus", "Text", "WordText", "as_str"]
+__all__ = ["Corpus", "Text", "WordText", "as_str", "join_runs"]
 
 
 class Corpus(NamedTuple):
@@ -56,8 +57,8 @@ class WordText:
         cost a join of its words per request)."""
         if self._text is None:
             text, starts, _ = self._corpus
-            parts = [text[starts[first] : starts[first + k] - 1] for first, k in self._runs]
-            self._text = " ".join([self._head, *parts] if self._head else parts)
+            runs = join_runs(text, starts, self._runs)
+            self._text = f"{self._head} {runs}" if self._head and runs else self._head or runs
         return self._text
 
     def __len__(self) -> int:
@@ -133,6 +134,13 @@ class WordText:
         first, k = runs[0]
         runs[0] = (first + cut, k - cut)
         return WordText("", array("q"), tuple(runs), self._corpus)
+
+
+def join_runs(text: str, starts: array[int], runs: Iterable[tuple[int, int]]) -> str:
+    """The words of ``text`` (single spaces between words; ``starts``: where each starts, one
+    past the end last) ``first`` to ``first + k - 1`` of each ``(first, k)`` of ``runs``,
+    joined by spaces."""
+    return " ".join(text[starts[first] : starts[first + k] - 1] for first, k in runs)
 
 
 #: a message's text

@@ -17,7 +17,7 @@ import itertools
 import random
 from array import array
 
-from swarm.texts import Corpus, Text, WordText
+from swarm.texts import Corpus, Text, WordText, join_runs
 from swarm.workload.tokenizer import TokenIds, Tokenizer, WordTokenizer, word_ids
 
 WORDS: tuple[str, ...] = tuple(
@@ -108,7 +108,7 @@ def corpus_words(rng: random.Random, n: int) -> tuple[str, list[tuple[int, int]]
     """The words of ``corpus_runs(rng, n)`` joined by spaces (a copy), and the runs."""
     text, starts = corpus()
     runs = corpus_runs(rng, n)
-    return " ".join(text[starts[first] : starts[first + k] - 1] for first, k in runs), runs
+    return join_runs(text, starts, runs), runs
 
 
 def synth_text(rng: random.Random, n_tokens: int, tokenizer: Tokenizer | None = None, lead: str = "") -> Text:
