@@ -16,7 +16,7 @@ its session): a real-time run holds what it held before.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import NamedTuple, TypeAlias
 
 from swarm.token_ids import TokenIds
@@ -112,6 +112,16 @@ class WordText:
         view = memoryview(ids).cast("B")
         for first, k in self._runs:
             out.frombytes(view[first * size : (first + k) * size])
+
+    def shared_runs(self, at: int) -> Iterator[tuple[int, TokenIds, int, int]]:
+        """Where its words are the corpus's, in a prompt whose tokens it extends from ``at``
+        (``extend_ids``): for each run, its place in the prompt, the corpus's ids, its first
+        word there and its length (``workload.prefix.SharedRun``)."""
+        at += len(self._lead)
+        ids = self._corpus.ids
+        for first, k in self._runs:
+            yield at, ids, first, k
+            at += k
 
     def words_from(self, cut: int) -> Text:
         """Its words from the ``cut``-th on (0-based; ``cut >= 0``), as

@@ -109,3 +109,85 @@ def test_a_chain_of_calls_is_one_edge_of_32_bit_ids() -> None:
     assert len(edges) == 4  # the root, the system prompt, and each session's own edge
     assert all(edge.itemsize == 4 for edge in edges[1:])
     assert sum(len(edge) for edge in edges) == index.tokens_stored == len(prompt) + 10
+
+
+def test_shared_runs_are_held_by_reference_and_give_the_same_shared_prefixes() -> None:
+    """A prompt's stretches of a shared array (a corpus's words: ``WordText``) are kept by
+    reference, not copied (a mid-life session's 100k-token history is a few hundred corpus
+    runs; the index held every token of every prompt at 4 bytes): the shared prefixes are the
+    ones an index of the same prompts given whole finds, wherever a prompt parts from
+    another (inside a shared run, at its edge, in a copied stretch), and it copies less."""
+    from array import array
+
+    from swarm.workload.prefix import SHARED_FROM_TOKENS
+
+    rng = random.Random(11)
+    corpus = array("q", (rng.getrandbits(63) for _ in range(5_000)))
+    words = array("q", (rng.getrandbits(63) for _ in range(6)))  # few: copied stretches collide
+
+    def piece() -> tuple[array, int, int] | array:
+        if rng.random() < 0.5:  # a corpus run, long or short (a short one is copied)
+            k = rng.choice([SHARED_FROM_TOKENS - 1, SHARED_FROM_TOKENS, 300, 700, 5])
+            return (corpus, rng.randrange(len(corpus) - k), k)
+        return array("q", (rng.choice(words) for _ in range(rng.randint(1, 40))))
+
+    def cut(prompt: list, n: int) -> list:  # type: ignore[type-arg]
+        """The prompt's first ``n`` tokens: a run or copied stretch cut where ``n`` falls."""
+        out = []
+        for p in prompt:
+            size = p[2] if isinstance(p, tuple) else len(p)
+            if n <= 0:
+                break
+            if size > n:
+                p = (p[0], p[1], n) if isinstance(p, tuple) else p[:n]
+            out.append(p)
+            n -= size
+        return out
+
+    for _ in range(80):
+        flat, by_runs = PrefixIndex(), PrefixIndex()
+        seen: list[list[tuple[array, int, int] | array]] = []
+        for _ in range(rng.randint(2, 16)):
+            base = rng.choice(seen) if seen and rng.random() < 0.85 else []
+            size = sum(p[2] if isinstance(p, tuple) else len(p) for p in base)
+            # most extend a prompt whole (a session's next call); the rest part from it
+            # anywhere, inside a run or a copied stretch
+            prompt = base if rng.random() < 0.5 else cut(base, rng.randint(0, size))
+            if prompt and isinstance(prompt[-1], tuple) and rng.random() < 0.4:  # a run read on
+                src, first, k = prompt[-1]
+                prompt = [*prompt[:-1], (src, first, min(k + rng.randint(1, 600), len(src) - first))]
+            prompt = prompt + [piece() for _ in range(rng.randint(0, 3))]
+            seen.append(prompt)
+            tokens, shared = array("q"), []
+            for p in prompt:
+                if isinstance(p, tuple):
+                    src, first, k = p
+                    shared.append((len(tokens), src, first, k))
+                    tokens += src[first : first + k]
+                else:
+                    tokens += p
+            assert by_runs.observe(tokens, shared) == flat.observe(tokens)
+        assert by_runs.tokens_stored == flat.tokens_stored
+        assert by_runs.tokens_copied <= flat.tokens_copied == flat.tokens_stored
+
+
+def test_a_session_of_long_corpus_texts_is_held_in_a_few_references() -> None:
+    """A chain of calls whose turns are long texts of a shared corpus: one edge a session
+    whose copied tokens are the short parts between the texts."""
+    from array import array
+
+    rng = random.Random(2)
+    corpus = array("q", (rng.getrandbits(63) for _ in range(50_000)))
+    system = array("q", (rng.getrandbits(63) for _ in range(40)))
+    index = PrefixIndex()
+    for session in range(3):
+        tokens, shared = array("q", system), []
+        for call in range(10):
+            before = len(tokens)
+            tokens += array("q", [session, call])  # an instruction: copied
+            first = rng.randrange(40_000)
+            shared.append((len(tokens), corpus, first, 2_000))
+            tokens += corpus[first : first + 2_000]
+            assert index.observe(tokens, shared) == (before if call else len(system) if session else 0)
+    assert index.tokens_stored == 40 + 3 * 10 * 2_002
+    assert index.tokens_copied == 40 + 3 * 10 * 2

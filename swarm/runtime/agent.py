@@ -35,7 +35,7 @@ from swarm.request import ChatMessage, EngineRequest
 from swarm.runtime.dispatcher import DISPATCH_SPIN_NS, Dispatcher, Outgoing
 from swarm.runtime.retry import retry_request_id
 from swarm.texts import Text, WordText
-from swarm.workload.prefix import BLOCK_TOKENS, block_hashes
+from swarm.workload.prefix import BLOCK_TOKENS, SharedRun, block_hashes
 from swarm.workload.prompts import compose_messages, decide_compaction, synthetic_turn
 from swarm.workload.tokenizer import TokenIds, Tokenizer, WordTokenizer
 from swarm.workload.workload import AgentPlan, NodePlan
@@ -402,6 +402,30 @@ class AgentRun:
             tokens += part
         return tokens
 
+    def _shared_runs(self, messages: tuple[ChatMessage, ...], n_tokens: int) -> list[SharedRun]:
+        """Where a prompt's tokens (``_prompt_tokens`` of ``messages``, ``n_tokens`` of them)
+        are the corpus's (its long texts'), for the ideal-reuse index to hold by reference
+        (``PrefixIndex.observe``); none where a part's length is not known here or the
+        places would not add up to the prompt's."""
+        runs: list[SharedRun] = []
+        if not isinstance(self.env.tokenizer, WordTokenizer):
+            return runs
+        cache, system = self._part_tokens, self.env.system_prompt_tokens
+        at = 0
+        for m in messages:
+            content = m.content
+            if type(content) is WordText and m.role != "system":  # ``_prompt_tokens``' own test
+                runs.extend(content.shared_runs(at))
+                at += content.words
+                continue
+            part = cache.get(content)
+            if part is None:
+                part = system.get(content) if m.role == "system" else None
+                if part is None:
+                    return []
+            at += len(part)
+        return runs if runs and at == n_tokens else []
+
     def _alive_ancestors(self, node: str, assume_alive: str | None = None) -> list[str]:
         t = self.template
         state = self.state
@@ -647,7 +671,8 @@ class AgentRun:
         if attempt == 0:  # a retry builds the same prompt again
             self._remember_blocks(node, messages, len(tokens), hashes)
         prompt_tokens_est = len(tokens)
-        ideal = 0 if ahead else d.index.observe(tokens)
+        shared = self._shared_runs(messages, prompt_tokens_est)
+        ideal = 0 if ahead else d.index.observe(tokens, shared)
         kept = tokens if ahead else None  # the Dispatcher takes them out at the send
         # a twin reads the ids in place of the text (it would hold its own copy in flight)
         given = tokens if d.client.reads_token_ids and isinstance(env.tokenizer, WordTokenizer) else None
@@ -686,4 +711,4 @@ class AgentRun:
             keep_text=env.record_text or env.context == "live",
             prompt_ids=given,
         )
-        return Outgoing(request, kept, body)
+        return Outgoing(request, kept, body, shared if ahead else ())

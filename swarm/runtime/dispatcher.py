@@ -55,7 +55,7 @@ from swarm.runtime.retry import is_retryable, retry_delay_s
 from swarm.runtime.slot_gate import SlotGate
 from swarm.runtime.stop import StopConditions
 from swarm.trace.sink import TraceSink, TraceWriteError
-from swarm.workload.prefix import PrefixIndex
+from swarm.workload.prefix import PrefixIndex, SharedRun
 
 if TYPE_CHECKING:
     from swarm.clients.client import EngineClient
@@ -86,6 +86,8 @@ class Outgoing:
     request: EngineRequest
     tokens: Sequence[object] | None = None
     payload: bytes | None = None
+    #: where ``tokens`` are stretches of a shared array (``PrefixIndex.observe``)
+    shared: Sequence[SharedRun] = ()
 
 
 @dataclass(slots=True)
@@ -281,14 +283,14 @@ class Dispatcher:
                 del build
                 # taken out of ``out``: neither the prompt's tokens nor its body are held while
                 # the answer streams (thousands of agents in flight)
-                request, tokens = out.request, out.tokens
-                out.tokens = None
+                request, tokens, shared = out.request, out.tokens, out.shared
+                out.tokens, out.shared = None, ()
                 if tokens is not None or (slot_wait_ns and request.slot_wait_ns != slot_wait_ns):
                     changes: dict[str, Any] = {"slot_wait_ns": slot_wait_ns}
                     if tokens is not None:
-                        changes["ideal_cached_tokens_est"] = self.index.observe(tokens)
+                        changes["ideal_cached_tokens_est"] = self.index.observe(tokens, shared)
                     request = dataclasses.replace(request, **changes)
-                del tokens
+                del tokens, shared
                 self.stats.requests_sent += 1  # every send ends in exactly one record
                 record = await self.client.send(request, _take_payload(out))
                 self.sent += 1
@@ -508,8 +510,9 @@ class _Release:
         out = entry.prepare(d.start_perf_ns + entry.due_ns)
         if out is not None and out.tokens is not None:
             # released in this same order, so the ideal can be taken now, off the send path
-            out.request = dataclasses.replace(out.request, ideal_cached_tokens_est=d.index.observe(out.tokens))
-            out.tokens = None
+            ideal = d.index.observe(out.tokens, out.shared)
+            out.request = dataclasses.replace(out.request, ideal_cached_tokens_est=ideal)
+            out.tokens, out.shared = None, ()
         self._prepared_now(j, out)
         self.cost.learn(entry.prepare_tokens, d.clock_ns() - t0)
 
