@@ -403,3 +403,38 @@ def test_prompts_built_while_the_parent_is_in_flight_are_the_prompts_sent_withou
     assert {e.speculated_tokens for e in envs} == {0}  # every prompt built ahead let go of
     if profile == "tiny_compacting":  # compacted prompts were among them
         assert any(part.startswith("summary ") for r in with_ahead for part in r[1])
+
+
+#: ``tiny`` whose answers are long synthesised texts (``WordText``s: 256 words or more)
+TINY_WORDY = TINY.replace("name: tiny", "name: tiny_wordy").replace(
+    "default: {dist: uniform, low: 3, high: 9}", "default: {dist: uniform, low: 300, high: 600}"
+)
+
+
+@pytest.mark.parametrize("topology", ["chain", "tree_of_thought"])
+def test_the_ideal_reuse_index_is_told_where_prompts_are_corpus_text(
+    topology: str, tmp_path: Path, emulator: Callable[..., EmulatorThread], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent tells the ideal-reuse index where each prompt's tokens are its long texts'
+    corpus runs (``AgentRun._shared_runs``), and every run it names is the prompt's there (the
+    index checks each, and counts one that is not): the long answers are held by reference."""
+    from swarm.workload import prefix
+
+    (tmp_path / "tiny_wordy.yaml").write_text(TINY_WORDY)
+    catalog = Catalog(agent_dirs=[tmp_path])
+    emu = emulator(engine="sglang", timing="zero", cache_capacity_tokens=None)
+    indexes: list[prefix.PrefixIndex] = []
+    init = prefix.PrefixIndex.__init__
+
+    def noted(self: prefix.PrefixIndex) -> None:
+        indexes.append(self)
+        init(self)
+
+    monkeypatch.setattr(prefix.PrefixIndex, "__init__", noted)
+    wl = Workload(WorkloadSpec(agents=3, mix=[MixEntry(profile="tiny_wordy", topology=topology)]), catalog)
+    records = run(wl, emu.url)
+    assert records and all(r.ok for r in records)
+    (index,) = [i for i in indexes if i.tokens_stored]
+    assert index.runs_refused == 0
+    assert index.tokens_copied < index.tokens_stored / 2  # most of it the answers, referenced
+    assert any(r.ideal_cached_tokens_est for r in records)

@@ -191,3 +191,26 @@ def test_a_session_of_long_corpus_texts_is_held_in_a_few_references() -> None:
             assert index.observe(tokens, shared) == (before if call else len(system) if session else 0)
     assert index.tokens_stored == 40 + 3 * 10 * 2_002
     assert index.tokens_copied == 40 + 3 * 10 * 2
+
+
+def test_a_shared_run_that_is_not_the_prompts_is_copied_and_counted() -> None:
+    """A run past the prompt's end, or whose ids are not the prompt's where it says (its start
+    off by one, a word changed inside it), is copied: the figures are the flat prompts'."""
+    from array import array
+
+    rng = random.Random(4)
+    corpus = array("q", (rng.getrandbits(63) for _ in range(2_000)))
+    inside = array("q", corpus[0:600])
+    inside[300] = 7
+    wrong = [
+        (corpus[0:300], [(0, corpus, 0, 600)]),  # past the end
+        (corpus[0:300], [(0, corpus, 1, 300)]),  # a word off
+        (inside, [(0, corpus, 0, 600)]),  # not the corpus's inside
+    ]
+    for tokens, shared in wrong:
+        flat, given = PrefixIndex(), PrefixIndex()
+        assert given.observe(tokens, shared) == flat.observe(tokens)
+        for later in (corpus[0:600], corpus[1:301], inside):
+            assert given.observe(later) == flat.observe(later)
+        assert given.runs_refused == 1
+        assert given.tokens_copied == given.tokens_stored

@@ -102,9 +102,11 @@ class _Pieces:
         self.length = sum(_span(it)[2] - _span(it)[1] for it in items)
 
     def __len__(self) -> int:
+        """Its tokens, counted."""
         return self.length
 
     def first(self) -> int:
+        """Its first token (its parent's key for it)."""
         src, a, _ = _span(self.items[0])
         return src[a]
 
@@ -178,6 +180,7 @@ def _span(it: _Item) -> tuple[array[int], int, int]:
 
 
 def _first(edge: _Edge) -> Hashable:
+    """An edge's first token: its parent's key for it."""
     return edge.first() if isinstance(edge, _Pieces) else edge[0]
 
 
@@ -219,6 +222,8 @@ class PrefixIndex:
         self.tokens_stored = 0
         #: of those, how many it holds in arrays of its own (the rest are shared runs)
         self.tokens_copied = 0
+        #: shared runs given whose ids were not the prompt's where they said (copied instead)
+        self.runs_refused = 0
         #: what this index holds, set by the first prompt: token ids (array) or tuples
         self._kind: type | None = None
         #: each shared array given (by ``id``), itself (which keeps the id its own) and narrowed
@@ -229,7 +234,8 @@ class PrefixIndex:
         walk down the trie does both (the match's end is where the new branch goes). Token ids
         (an array: a prompt's tokens) are held as arrays (``narrow_ids``); any other sequence as
         a tuple of its items. One index takes one kind (a word and its id are unequal).
-        ``shared``: where ``tokens`` (ids) are stretches of arrays that outlive them, in order."""
+        ``shared``: where ``tokens`` (ids) are stretches of arrays that outlive them, in order
+        (each checked against them; an array given must not change while the index lives)."""
         tokens = narrow_ids(tokens) if isinstance(tokens, array) else tuple(tokens)
         if self._kind is not type(tokens):
             if self._kind is not None:  # an id never equals a word: every match would be lost
@@ -274,27 +280,39 @@ class PrefixIndex:
         return pos
 
     def _tail(self, tokens: array, pos: int, shared: Sequence[SharedRun]) -> _Edge:
-        """``tokens[pos:]`` as an edge: its shared runs (``SHARED_FROM_TOKENS`` or more of
-        them past ``pos``) as references into their arrays, narrowed once an array."""
+        """``tokens[pos:]`` as an edge: each shared run with ``SHARED_FROM_TOKENS`` or more of
+        its tokens past ``pos`` as a reference into its array (narrowed once per array), the
+        rest copied. A run whose ids are not the prompt's there (or not inside it) is copied
+        and counted in ``runs_refused``: a wrong run costs memory, never a wrong figure."""
         items: list[_Item] = []
-        at = pos
+        at, n = pos, len(tokens)
         for start, ids, first, k in shared:
             end = start + k
             if end - max(start, at) < SHARED_FROM_TOKENS:
                 continue
+            narrow = self._narrow(ids)
+            skip = max(at - start, 0)
+            a, b = first + skip, first + k
+            if start < 0 or end > n or first < 0 or b > len(narrow) or narrow[a:b] != tokens[start + skip : end]:
+                self.runs_refused += 1
+                continue
             if start > at:
                 items.append(tokens[at:start])
-            narrow = self._narrowed.get(id(ids))
-            if narrow is None:
-                narrow = self._narrowed[id(ids)] = (ids, narrow_ids(ids))
-            skip = max(at - start, 0)
-            items.append((narrow[1], first + skip, first + k))
+            items.append((narrow, a, b))
             at = end
         if not items:
             return tokens[pos:]
-        if at < len(tokens):
+        if at < n:
             items.append(tokens[at:])
         return _edge(items)
+
+    def _narrow(self, ids: array) -> array:
+        """``ids`` narrowed as prompts are (``narrow_ids``), once per array (kept with it, so
+        that its ``id`` stays its own)."""
+        held = self._narrowed.get(id(ids))
+        if held is None:
+            held = self._narrowed[id(ids)] = (ids, narrow_ids(ids))
+        return held[1]
 
 
 def _referenced(edge: _Edge) -> int:
