@@ -408,8 +408,8 @@ class AgentRun:
         (``PrefixIndex.observe``); none where a part's length is not known here or the
         places would not add up to the prompt's."""
         runs: list[SharedRun] = []
-        if not isinstance(self.env.tokenizer, WordTokenizer):
-            return runs
+        if not isinstance(self.env.tokenizer, WordTokenizer) or not any(type(m.content) is WordText for m in messages):
+            return runs  # short texts only (the anchors' chain): no walk of the parts
         cache, system = self._part_tokens, self.env.system_prompt_tokens
         at = 0
         for m in messages:

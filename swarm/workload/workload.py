@@ -282,6 +282,8 @@ class Workload:
         self.start_offsets_s = spec.arrival.offsets(spec.agents, rng)
         self._system_prompts: dict[tuple[str, int], Text] = {}
         self._system_prompt_counts: dict[Text, int] = {}
+        #: whether any mix entry's agents may start mid-life (``starts_mid``)
+        self._some_start_mid = any(self._start_at(i) == "mid" for i in range(len(spec.mix)))
         if isinstance(self.tokenizer, WordTokenizer):
             corpus()  # made now, before any send: not a stall in the loop at the first long text
 
@@ -389,6 +391,8 @@ class Workload:
     def starts_mid(self, agent_id: int) -> bool:
         """Whether agent ``agent_id`` starts mid-life (its plan's ``history`` is not empty),
         told without building its plan."""
+        if not self._some_start_mid:  # no draw needed (a seeded RNG an agent, 2 % of a short run's CPU)
+            return False
         mix, topology = self._mix_and_topology(agent_id, random.Random(f"{self.spec.seed}:agent:{agent_id}"))
         return bool(self._history(agent_id, topology, self._start_at(mix)))
 
