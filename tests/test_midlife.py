@@ -115,7 +115,7 @@ def test_which_agents_start_mid_life_beams_start_whole_and_the_workload_override
     for forced, expected in (("begin", False), ("mid", True)):
         wl = Workload(mixed.model_copy(update={"start_at": forced}), catalog)
         assert {bool(wl.agent(a).history) for a in range(12)} == {expected}
-        assert {wl.starts_mid(a) for a in range(12)} == {expected}  # told without a draw at "begin"
+        assert {wl.starts_mid(a) for a in range(12)} == {expected}
     beams = workload(catalog, "mid", topology="tree_of_thought")
     assert beams.agent(0).topology.beams and not any(beams.agent(a).history for a in range(8))
 

@@ -265,7 +265,10 @@ class PrefixIndex:
                 return pos
             key = child.key
             m = min(len(key), n - pos)
-            i = key.common(tokens, pos, m) if isinstance(key, _Pieces) else _common_length(key, tokens, pos, m)
+            if isinstance(key, _Pieces):
+                i = key.common(tokens, pos, m)
+            else:
+                i = _common_length(key, tokens, pos, m)
             if i < len(key):  # the match ends inside this edge: split it there
                 if isinstance(key, _Pieces):
                     head, child.key = key.cut(i)
@@ -293,7 +296,8 @@ class PrefixIndex:
             narrow = self._narrow(ids)
             skip = max(at - start, 0)
             a, b = first + skip, first + k
-            if start < 0 or end > n or first < 0 or b > len(narrow) or narrow[a:b] != tokens[start + skip : end]:
+            inside = start >= 0 and end <= n and first >= 0 and b <= len(narrow)
+            if not inside or narrow[a:b] != tokens[start + skip : end]:
                 self.runs_refused += 1
                 continue
             if start > at:
