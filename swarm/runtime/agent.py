@@ -414,7 +414,7 @@ class AgentRun:
         at = 0
         for m in messages:
             content = m.content
-            if type(content) is WordText and m.role != "system":  # ``_prompt_tokens``' own test
+            if self._sliced(m) and isinstance(content, WordText):  # as ``_prompt_tokens`` lays it out
                 runs.extend(content.shared_runs(at))
                 at += content.words
                 continue

@@ -99,7 +99,7 @@ class _Pieces:
 
     def __init__(self, items: tuple[_Item, ...]) -> None:
         self.items = items
-        self.length = sum(_span(it)[2] - _span(it)[1] for it in items)
+        self.length = sum(b - a for _, a, b in map(_span, items))
 
     def __len__(self) -> int:
         """Its tokens, counted."""
