@@ -15,6 +15,14 @@ figure on the rows of the drawn units (a unit drawn twice counts twice); the int
 2.5th and 97.5th percentiles of those figures. A figure that cannot be computed on a draw (no
 ok row) leaves that draw out; an interval needs ``MIN_UNITS`` units.
 
+**Draws from each unit's parts.** A figure made of what each unit gives it is drawn from
+those parts, found once, not from a copy of the drawn rows: a percentile of values each row
+gives (``POOLED``) from the units' values sorted once (``_Pooled``); the error rate, the cache
+hit ratio and output tokens/s from each unit's sums (and its first send and last end); task
+completion p50 from each unit's sessions. Each equals the figure of the drawn rows to the last
+bit (integer sums in float64). Task completion over resampled requests (sessions cut across
+units) is computed on the drawn rows.
+
 **Ratios.** ``ratio = figure(leader) / figure(runner-up)`` as ``compare.lead`` orients it (>= 1:
 for a "lower is better" figure the runner-up's over the leader's). Two targets that share their
 units (the same repeats, or the sessions of one seeded workload) are drawn together, paired:
@@ -81,6 +89,12 @@ POOLED: dict[str, tuple[Callable[[pa.Table], np.ndarray], float]] = {
 }
 #: the same, by the figure's function in ``FIGURES``
 _POOLED_BY_STAT = {FIGURES[name]: pooled for name, pooled in POOLED.items()}
+#: how many values each ``POOLED`` function takes from each row (``metrics``), in row order
+_ROWS_OF: dict[Callable[[pa.Table], np.ndarray], Callable[[pa.Table], np.ndarray]] = {
+    m.ttft_ms: lambda t: m.present_ok(t, "ttft_ns"),
+    m.e2e_ms: lambda t: m.present_ok(t, "e2e_ns"),
+    m.itl_ms: m.itl_counts,
+}
 
 
 @dataclass(frozen=True)
@@ -128,19 +142,36 @@ class Units:
         self._order = order
         self._starts = starts.astype(np.int64)
         self._lengths = np.diff(np.append(self._starts, len(order))).astype(np.int64)
-        self._values: dict[Callable[[pa.Table], np.ndarray], list[np.ndarray]] = {}
+        self._row_units: np.ndarray | None = None
+        self._pooled: dict[Callable[[pa.Table], np.ndarray], _Pooled] = {}
 
     def __len__(self) -> int:
         return len(self.keys)
 
-    def values(self, of: Callable[[pa.Table], np.ndarray]) -> list[np.ndarray]:
-        """``of`` each unit's rows, in the order of ``keys`` (found once for each ``of``)."""
-        held = self._values.get(of)
+    def row_units(self) -> np.ndarray:
+        """The unit of each row of ``table`` (its position in ``keys``), found once."""
+        if self._row_units is None:
+            at = np.empty(len(self._order), dtype=np.int32)
+            at[self._order] = np.repeat(np.arange(len(self.keys), dtype=np.int32), self._lengths)
+            self._row_units = at
+        return self._row_units
+
+    def lengths(self) -> np.ndarray:
+        """Each unit's rows, counted."""
+        return self._lengths
+
+    def unit_rows(self, i: int) -> pa.Table:
+        """Unit ``i``'s rows."""
+        start = int(self._starts[i])
+        return self.table.take(pa.array(self._order[start : start + int(self._lengths[i])]))
+
+    def pooled(self, of: Callable[[pa.Table], np.ndarray]) -> _Pooled:
+        """``of``'s values of every unit's rows (``POOLED``), sorted once for each ``of``."""
+        held = self._pooled.get(of)
         if held is None:
-            held = self._values[of] = [
-                of(self.table.take(pa.array(self._order[start : start + length])))
-                for start, length in zip(self._starts.tolist(), self._lengths.tolist(), strict=True)
-            ]
+            values = np.asarray(of(self.table), dtype=np.float64)
+            units_of = np.repeat(self.row_units(), _ROWS_OF[of](self.table))
+            held = self._pooled[of] = _Pooled(values, units_of, len(self.keys))
         return held
 
     def take(self, picks: np.ndarray) -> pa.Table:
@@ -188,15 +219,15 @@ def figure_intervals(table: pa.Table, stats: dict[str, Stat], units: Units | Non
     n = len(units)
     if n < MIN_UNITS:
         return {}
-    pooled = {name: _drawn_figure(units, stat) for name, stat in stats.items() if stat in _POOLED_BY_STAT}
-    on_rows = any(name not in pooled for name in stats)
+    by_unit = {name: draw for name, stat in stats.items() if (draw := _by_unit(units, stat)) is not None}
+    on_rows = any(name not in by_unit for name in stats)
     rng = np.random.default_rng(SEED)
     values: dict[str, list[float]] = {name: [] for name in stats}
     for _ in range(RESAMPLES):
         picks = rng.integers(0, n, n)
         drawn = units.take(picks) if on_rows else None
         for name, stat in stats.items():
-            value = pooled[name](picks) if name in pooled else stat(drawn)
+            value = by_unit[name](picks) if name in by_unit else stat(drawn)
             if value is not None:
                 values[name].append(value)
     out = {}
@@ -207,14 +238,177 @@ def figure_intervals(table: pa.Table, stats: dict[str, Stat], units: Units | Non
     return out
 
 
-def _drawn_figure(units: Units, stat: Stat) -> Callable[[np.ndarray], float | None]:
-    """``stat`` of the units picked by a draw: over their values laid end to end for a figure
-    of ``POOLED``, else on their rows."""
+#: a draw's figure from the units it picked (their positions in ``Units.keys``)
+Draw = Callable[[np.ndarray], "float | None"]
+
+
+def _drawn_figure(units: Units, stat: Stat) -> Draw:
+    """``stat`` of the units picked by a draw: from each unit's own sums or values where the
+    figure is made of them (``_by_unit``), else on their rows (``Units.take``)."""
+    return _by_unit(units, stat) or (lambda picks: stat(units.take(picks)))
+
+
+def _by_unit(units: Units, stat: Stat) -> Draw | None:
+    """A draw's ``stat`` from what each unit gives it, found once, for the figures made of
+    such parts (None for another): a percentile of ``POOLED`` values (``_Pooled``); the error
+    rate and the cache hit ratio, as ratios of sums over the drawn units' rows; output tokens/s,
+    the sum of their ok rows' tokens over their span (with repeats, the sum of the drawn
+    repeats' spans); task completion p50 over the drawn units' sessions (sessions or repeats as
+    units). Each is the figure ``FIGURES`` computes on ``Units.take``'s rows, to the last bit
+    while sums stay below 2**53 (token counts and nanosecond spans are integers:
+    ``tests/test_intervals.py`` holds them equal)."""
+    n = len(units)
     if stat in _POOLED_BY_STAT:
         of, q = _POOLED_BY_STAT[stat]
-        held = units.values(of)
-        return lambda picks: _pct(np.concatenate([held[i] for i in picks.tolist()]), q)
-    return lambda picks: stat(units.take(picks))
+        pooled = units.pooled(of)
+        return lambda picks: pooled.percentile(np.bincount(picks, minlength=n), q)
+    if stat is FIGURES["error rate"]:
+        ok = _unit_sums(units, _ok(units.table).astype(np.float64))
+        rows = units.lengths().astype(np.float64)
+        return lambda picks: _error_rate(np.bincount(picks, minlength=n), rows, ok)
+    if stat is FIGURES["cache hit ratio"]:
+        return _hit_ratio(units)
+    if stat is FIGURES["output tokens/s"]:
+        return _tokens_per_s(units)
+    if stat is FIGURES["agent task completion p50"]:
+        return _completion(units)
+    return None
+
+
+def _unit_sums(units: Units, per_row: np.ndarray) -> np.ndarray:
+    """Σ ``per_row`` (aligned with ``Units.table``) over each unit's rows."""
+    return np.bincount(units.row_units(), weights=per_row, minlength=len(units))
+
+
+def _ok(rows: pa.Table) -> np.ndarray:
+    return np.asarray(pc.equal(rows["status"], "ok").to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _error_rate(counts: np.ndarray, rows: np.ndarray, ok: np.ndarray) -> float | None:
+    """``metrics.errors``' ``error_rate`` of the drawn rows: (rows − ok rows) / rows."""
+    total, good = int(counts @ rows), int(counts @ ok)
+    return (total - good) / total if total else None
+
+
+def _column(rows: pa.Table, name: str) -> np.ndarray:
+    """A numeric column as float64, nulls as NaN (as ``metrics`` reads one)."""
+    return np.asarray(pc.fill_null(pc.cast(rows[name], pa.float64()), np.nan).to_numpy(), dtype=np.float64)
+
+
+def _hit_ratio(units: Units) -> Draw:
+    """``metrics.cache``' ``hit_ratio`` of the drawn rows: Σ cached / Σ prompt tokens over the
+    ok rows that report both."""
+    rows, n = units.table, len(units)
+    prompt, cached = _column(rows, "prompt_tokens"), _column(rows, "cached_tokens")
+    reporting = _ok(rows) & ~np.isnan(prompt) & ~np.isnan(cached)
+    p = _unit_sums(units, np.where(reporting, prompt, 0.0))
+    c = _unit_sums(units, np.where(reporting, cached, 0.0))
+
+    def draw(picks: np.ndarray) -> float | None:
+        counts = np.bincount(picks, minlength=n)
+        p_sum = float(counts @ p)
+        return float(counts @ c) / p_sum if p_sum else None
+
+    return draw
+
+
+def _tokens_per_s(units: Units) -> Draw:
+    """``metrics.output_tokens_per_s`` of the drawn rows: Σ ``completion_tokens`` of ok rows
+    / ``span_s`` (the drawn repeats' spans summed, each drawn one a repeat of its own; else
+    the first send to the last end of all the drawn rows)."""
+    rows, n = units.table, len(units)
+    tokens = _column(rows, "completion_tokens")
+    done = _unit_sums(units, np.where(_ok(rows) & ~np.isnan(tokens), tokens, 0.0))
+    sent = np.asarray(rows["sent_ns"].to_numpy(zero_copy_only=False), dtype=np.int64)
+    ends = sent + np.nan_to_num(_column(rows, "e2e_ns"), nan=0.0).astype(np.int64)
+    at = units.row_units()
+    first, last = np.full(n, np.iinfo(np.int64).max), np.full(n, np.iinfo(np.int64).min)
+    np.minimum.at(first, at, sent)
+    np.maximum.at(last, at, ends)
+
+    def draw(picks: np.ndarray) -> float | None:
+        if units.kind == "repeats":
+            span_ns = int((last[picks] - first[picks]).sum())
+        else:
+            span_ns = int(last[picks].max() - first[picks].min())
+        span = float(span_ns) / 1e9
+        if not span > 0:
+            return None
+        return float(np.bincount(picks, minlength=n) @ done) / span
+
+    return draw
+
+
+def _completion(units: Units) -> Draw | None:
+    """Task completion p50 of the drawn units' sessions: each session a unit (renamed when
+    drawn twice, so each pick a session of its own), or the sessions of each repeat; rows
+    resampled one by one (requests) have no such parts (None)."""
+    n = len(units)
+    if "session_id" not in units.table.column_names:
+        return lambda picks: None
+    if units.kind == "sessions":
+        s = m.sessions(units.table)
+        place = {str(k): i for i, k in enumerate(s["keys"])}
+        values = np.asarray(s["completion_ms"], dtype=np.float64)
+        units_of = np.array([place[k] for k in units.keys], dtype=np.int64)
+        values = values[units_of]  # unit i's session's completion
+        units_of = np.arange(n)
+    elif units.kind == "repeats":
+        each = [m.sessions(units.unit_rows(i))["completion_ms"] for i in range(n)]
+        values = np.concatenate(each) if each else np.zeros(0)
+        units_of = np.repeat(np.arange(n), [len(v) for v in each])
+    else:
+        return None
+    pooled = _Pooled(values, units_of, n)
+    return lambda picks: pooled.percentile(np.bincount(picks, minlength=n), 50)
+
+
+class _Pooled:
+    """Values of every unit, sorted once, with the unit that gave each. A draw's ``q``th
+    percentile is the one ``np.percentile`` ('linear') finds over the drawn units' values laid
+    end to end (a unit drawn twice, its values twice), found from how often each unit was
+    drawn without laying them out: the sorted values are cut into blocks, each with how many
+    values every unit has in it, so one product (units × blocks) finds the block holding an
+    order statistic, and the drawn weights of that block's values find it there. (Laid out,
+    a fleet run's 14 million inter-token latencies were copied and partitioned at each of
+    ``RESAMPLES`` draws.)"""
+
+    def __init__(self, values: np.ndarray, units_of: np.ndarray, n_units: int) -> None:
+        order = np.argsort(values, kind="stable")
+        self.values = values[order]
+        self.units = units_of[order]
+        del order
+        size = len(values)
+        # blocks balancing the product (units × blocks) against a block's walk (size / blocks)
+        blocks = max(1, min(size, round(math.sqrt(2 * size / max(n_units, 1)))))
+        self.block = -(-size // blocks) if size else 1
+        starts = range(0, size, self.block)
+        self.per_block = np.zeros((n_units, len(starts)), dtype=np.float64)
+        for b, at in enumerate(starts):
+            self.per_block[:, b] = np.bincount(self.units[at : at + self.block], minlength=n_units)
+
+    def percentile(self, counts: np.ndarray, q: float) -> float | None:
+        """The ``q``th percentile (0-100) of the values of units drawn ``counts`` times each."""
+        cum = np.cumsum(counts.astype(np.float64) @ self.per_block).astype(np.int64)
+        total = int(cum[-1]) if cum.size else 0
+        if total == 0:
+            return None
+        virtual = (total - 1) * (q / 100)  # numpy's virtual index, 'linear'
+        below = math.floor(virtual)
+        gamma = virtual - below
+        lo = min(below, total - 1)
+        a = self._kth(counts, cum, lo)
+        b = a if lo + 1 > total - 1 else self._kth(counts, cum, lo + 1)
+        diff = b - a  # numpy's _lerp: from the nearer end
+        return b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma
+
+    def _kth(self, counts: np.ndarray, cum: np.ndarray, k: int) -> float:
+        """The ``k``th (from 0) of the drawn values in order."""
+        b = int(np.searchsorted(cum, k, side="right"))
+        before = int(cum[b - 1]) if b else 0
+        seg = slice(b * self.block, (b + 1) * self.block)
+        within = np.cumsum(counts[self.units[seg]])
+        return float(self.values[seg][int(np.searchsorted(within, k - before, side="right"))])
 
 
 def _ratio(leader: float, runner_up: float, better: str) -> float:

@@ -76,6 +76,13 @@ def e2e_ms(table: pa.Table) -> np.ndarray:
     return v[~np.isnan(v)] / 1e6
 
 
+def present_ok(table: pa.Table, column: str) -> np.ndarray:
+    """Per row, 1 where it is ok and has ``column`` (the rows ``ttft_ms`` and ``e2e_ms`` read,
+    one value each), else 0: how many values such a figure takes from each row."""
+    ok = pc.fill_null(pc.equal(table["status"], "ok"), False).to_numpy(zero_copy_only=False)
+    return (np.asarray(ok, dtype=bool) & ~np.isnan(_num(table, column))).astype(np.int64)
+
+
 def queue_ms(table: pa.Table) -> np.ndarray:
     """The delay of each send, every status: ``queue_ns / 1e6`` (sent − scheduled), whatever
     its cause (a wait for the in-flight cap, or the generator falling behind)."""
@@ -167,9 +174,7 @@ def itl_ms(table: pa.Table) -> np.ndarray:
     """Inter-token latencies of the ok rows: every difference ``chunk_ns[i+1] − chunk_ns[i]``
     within a row (a chunk is one network read that carried generated text), ``/ 1e6``; in row
     order, a piece of the table at a time (``_chunk_pieces``) into one array."""
-    ok = np.asarray(pc.equal(table["status"], "ok").to_numpy(zero_copy_only=False), dtype=bool)
-    lengths = pc.fill_null(pc.list_value_length(table["chunk_ns"]), 0).to_numpy(zero_copy_only=False)
-    out = np.empty(int(np.maximum(lengths[ok] - 1, 0).sum()), dtype=np.float64)
+    out = np.empty(int(itl_counts(table).sum()), dtype=np.float64)
     at = 0
     for _, flat, offsets in _chunk_pieces(table.select(["status", "chunk_ns"]), ok_only=True):
         if flat.size < 2:
@@ -183,6 +188,14 @@ def itl_ms(table: pa.Table) -> np.ndarray:
         np.divide(kept, 1e6, out=out[at : at + kept.size])
         at += kept.size
     return out
+
+
+def itl_counts(table: pa.Table) -> np.ndarray:
+    """Per row, how many inter-token latencies ``itl_ms`` takes from it: ``len(chunk_ns) − 1``
+    for an ok row with a chunk, else 0."""
+    ok = np.asarray(pc.equal(table["status"], "ok").to_numpy(zero_copy_only=False), dtype=bool)
+    lengths = pc.fill_null(pc.list_value_length(table["chunk_ns"]), 0).to_numpy(zero_copy_only=False)
+    return np.where(ok, np.maximum(lengths - 1, 0), 0).astype(np.int64)
 
 
 def mean_itl_ms_per_row(table: pa.Table) -> np.ndarray:
@@ -465,25 +478,27 @@ def sessions(table: pa.Table) -> dict[str, np.ndarray]:
     - ``completion_ms``: last answer end (``max(sent_ns + e2e_ns)``) − first send
       (``min(sent_ns)``), ``/ 1e6``: the agent's task completion time
     - ``calls``: rows per session
+    - ``keys``: each session's key (``session_keys``), in the order of the two above
     """
     ids = session_keys(table) if table.num_rows else None
+    none = {"completion_ms": np.zeros(0), "calls": np.zeros(0), "keys": np.zeros(0, dtype=object)}
     if ids is None:
-        return {"completion_ms": np.zeros(0), "calls": np.zeros(0)}
+        return none
     keep = ids != ""
     if not keep.any():
-        return {"completion_ms": np.zeros(0), "calls": np.zeros(0)}
+        return none
     ids = ids[keep]
     origin = first_sent_ns(table)
     sent = _sent_rel_ns(table, origin)[keep]
     ends = _ends_rel_ns(table, origin)[keep]
-    _, group = np.unique(ids, return_inverse=True)
+    keys, group = np.unique(ids, return_inverse=True)
     n = int(group.max()) + 1
     first = np.full(n, np.inf)
     last = np.full(n, -np.inf)
     np.minimum.at(first, group, sent)
     np.maximum.at(last, group, ends)
     calls = np.bincount(group, minlength=n).astype(float)
-    return {"completion_ms": (last - first) / 1e6, "calls": calls}
+    return {"completion_ms": (last - first) / 1e6, "calls": calls, "keys": keys}
 
 
 def session_ids(table: pa.Table) -> int:
