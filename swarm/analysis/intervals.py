@@ -171,6 +171,8 @@ class Units:
         if held is None:
             values = np.asarray(of(self.table), dtype=np.float64)
             units_of = np.repeat(self.row_units(), _ROWS_OF[of](self.table))
+            if units_of.size != values.size:  # the counts must be the figure's own (``metrics``)
+                raise ValueError(f"{of.__name__} gave {values.size} values; its rows count {units_of.size}")
             held = self._pooled[of] = _Pooled(values, units_of, len(self.keys))
         return held
 
@@ -212,9 +214,9 @@ def figure_interval(table: pa.Table, stat: Stat, units: Units | None = None) -> 
 def figure_intervals(table: pa.Table, stats: dict[str, Stat], units: Units | None = None) -> dict[str, Interval]:
     """The 95 % interval of each of ``stats`` over ``table``'s units, those with one (none with
     too few units). Every figure is computed on the same draws (one generator seeded by
-    ``SEED``: each figure's interval is the one it would get alone), each draw's rows copied
-    once for all of them; a figure of ``POOLED`` is the percentile of its units' own values laid
-    end to end, found once per unit."""
+    ``SEED``: each figure's interval is the one it would get alone); a figure made of each
+    unit's parts (``_by_unit``) is drawn from them, any other on the drawn rows, copied once
+    per draw for all such figures."""
     units = units or Units(table)
     n = len(units)
     if n < MIN_UNITS:
@@ -281,6 +283,7 @@ def _unit_sums(units: Units, per_row: np.ndarray) -> np.ndarray:
 
 
 def _ok(rows: pa.Table) -> np.ndarray:
+    """Per row, whether its status is ok."""
     return np.asarray(pc.equal(rows["status"], "ok").to_numpy(zero_copy_only=False), dtype=bool)
 
 
@@ -290,16 +293,11 @@ def _error_rate(counts: np.ndarray, rows: np.ndarray, ok: np.ndarray) -> float |
     return (total - good) / total if total else None
 
 
-def _column(rows: pa.Table, name: str) -> np.ndarray:
-    """A numeric column as float64, nulls as NaN (as ``metrics`` reads one)."""
-    return np.asarray(pc.fill_null(pc.cast(rows[name], pa.float64()), np.nan).to_numpy(), dtype=np.float64)
-
-
 def _hit_ratio(units: Units) -> Draw:
     """``metrics.cache``' ``hit_ratio`` of the drawn rows: Σ cached / Σ prompt tokens over the
     ok rows that report both."""
     rows, n = units.table, len(units)
-    prompt, cached = _column(rows, "prompt_tokens"), _column(rows, "cached_tokens")
+    prompt, cached = m.numeric(rows, "prompt_tokens"), m.numeric(rows, "cached_tokens")
     reporting = _ok(rows) & ~np.isnan(prompt) & ~np.isnan(cached)
     p = _unit_sums(units, np.where(reporting, prompt, 0.0))
     c = _unit_sums(units, np.where(reporting, cached, 0.0))
@@ -317,24 +315,24 @@ def _tokens_per_s(units: Units) -> Draw:
     / ``span_s`` (the drawn repeats' spans summed, each drawn one a repeat of its own; else
     the first send to the last end of all the drawn rows)."""
     rows, n = units.table, len(units)
-    tokens = _column(rows, "completion_tokens")
+    tokens = m.numeric(rows, "completion_tokens")
     done = _unit_sums(units, np.where(_ok(rows) & ~np.isnan(tokens), tokens, 0.0))
-    sent = np.asarray(rows["sent_ns"].to_numpy(zero_copy_only=False), dtype=np.int64)
-    ends = sent + np.nan_to_num(_column(rows, "e2e_ns"), nan=0.0).astype(np.int64)
+    sent_ns = np.asarray(rows["sent_ns"].to_numpy(zero_copy_only=False), dtype=np.int64)
+    ends_ns = sent_ns + np.nan_to_num(m.numeric(rows, "e2e_ns"), nan=0.0).astype(np.int64)
     at = units.row_units()
-    first, last = np.full(n, np.iinfo(np.int64).max), np.full(n, np.iinfo(np.int64).min)
-    np.minimum.at(first, at, sent)
-    np.maximum.at(last, at, ends)
+    first_ns, last_ns = np.full(n, np.iinfo(np.int64).max), np.full(n, np.iinfo(np.int64).min)
+    np.minimum.at(first_ns, at, sent_ns)
+    np.maximum.at(last_ns, at, ends_ns)
 
     def draw(picks: np.ndarray) -> float | None:
         if units.kind == "repeats":
-            span_ns = int((last[picks] - first[picks]).sum())
+            span_ns = int((last_ns[picks] - first_ns[picks]).sum())
         else:
-            span_ns = int(last[picks].max() - first[picks].min())
-        span = float(span_ns) / 1e9
-        if not span > 0:
+            span_ns = int(last_ns[picks].max() - first_ns[picks].min())
+        span_s = float(span_ns) / 1e9
+        if not span_s > 0:
             return None
-        return float(np.bincount(picks, minlength=n) @ done) / span
+        return float(np.bincount(picks, minlength=n) @ done) / span_s
 
     return draw
 
@@ -346,13 +344,12 @@ def _completion(units: Units) -> Draw | None:
     n = len(units)
     if "session_id" not in units.table.column_names:
         return lambda picks: None
-    if units.kind == "sessions":
-        s = m.sessions(units.table)
-        place = {str(k): i for i, k in enumerate(s["keys"])}
+    if units.kind == "sessions":  # a unit's sessions: one, but for ids numpy's strings merge
+        s = m.sessions(units.table)  # (a trailing NUL: ``Units`` groups ids as they are read)
+        place = {k: i for i, k in enumerate(units.keys)}
         values = np.asarray(s["completion_ms"], dtype=np.float64)
-        units_of = np.array([place[k] for k in units.keys], dtype=np.int64)
-        values = values[units_of]  # unit i's session's completion
-        units_of = np.arange(n)
+        keys = np.asarray(s["keys"], dtype=object).astype(str)
+        units_of = np.array([place[k] for k in keys], dtype=np.int64)
     elif units.kind == "repeats":
         each = [m.sessions(units.unit_rows(i))["completion_ms"] for i in range(n)]
         values = np.concatenate(each) if each else np.zeros(0)
@@ -374,7 +371,7 @@ class _Pooled:
     ``RESAMPLES`` draws.)"""
 
     def __init__(self, values: np.ndarray, units_of: np.ndarray, n_units: int) -> None:
-        order = np.argsort(values, kind="stable")
+        order = np.argsort(values)  # ties in any order: the same values at each place
         self.values = values[order]
         self.units = units_of[order]
         del order

@@ -54,10 +54,11 @@ def _pname(q: float) -> str:
     return f"p{q:g}"
 
 
-def _num(table: pa.Table | pa.RecordBatch, name: str) -> np.ndarray:
+def numeric(table: pa.Table | pa.RecordBatch, name: str) -> np.ndarray:
     """A numeric column as float64, nulls as NaN."""
     col = table[name]
     return np.asarray(pc.fill_null(pc.cast(col, pa.float64()), np.nan).to_numpy(), dtype=np.float64)
+
 
 
 def ok_rows(table: pa.Table) -> pa.Table:
@@ -66,13 +67,13 @@ def ok_rows(table: pa.Table) -> pa.Table:
 
 def ttft_ms(table: pa.Table) -> np.ndarray:
     """Time to first token per ok row: ``ttft_ns / 1e6`` (rows without one are left out)."""
-    v = _num(ok_rows(table), "ttft_ns")
+    v = numeric(ok_rows(table), "ttft_ns")
     return v[~np.isnan(v)] / 1e6
 
 
 def e2e_ms(table: pa.Table) -> np.ndarray:
     """End-to-end latency per ok row: ``e2e_ns / 1e6`` (sent to the last byte of the answer)."""
-    v = _num(ok_rows(table), "e2e_ns")
+    v = numeric(ok_rows(table), "e2e_ns")
     return v[~np.isnan(v)] / 1e6
 
 
@@ -80,13 +81,13 @@ def present_ok(table: pa.Table, column: str) -> np.ndarray:
     """Per row, 1 where it is ok and has ``column`` (the rows ``ttft_ms`` and ``e2e_ms`` read,
     one value each), else 0: how many values such a figure takes from each row."""
     ok = pc.fill_null(pc.equal(table["status"], "ok"), False).to_numpy(zero_copy_only=False)
-    return (np.asarray(ok, dtype=bool) & ~np.isnan(_num(table, column))).astype(np.int64)
+    return (np.asarray(ok, dtype=bool) & ~np.isnan(numeric(table, column))).astype(np.int64)
 
 
 def queue_ms(table: pa.Table) -> np.ndarray:
     """The delay of each send, every status: ``queue_ns / 1e6`` (sent − scheduled), whatever
     its cause (a wait for the in-flight cap, or the generator falling behind)."""
-    return _num(table, "queue_ns") / 1e6
+    return numeric(table, "queue_ns") / 1e6
 
 
 def slot_wait_ms(table: pa.Table) -> np.ndarray:
@@ -94,7 +95,7 @@ def slot_wait_ms(table: pa.Table) -> np.ndarray:
     ``slot_wait_ns / 1e6`` (null, in a trace older than the column: 0)."""
     if "slot_wait_ns" not in table.column_names:
         return np.zeros(table.num_rows)
-    return np.nan_to_num(_num(table, "slot_wait_ns")) / 1e6
+    return np.nan_to_num(numeric(table, "slot_wait_ns")) / 1e6
 
 
 def lag_ms(table: pa.Table) -> np.ndarray:
@@ -216,7 +217,7 @@ def tpot_ms(table: pa.Table) -> np.ndarray:
     """Time per output token of ok rows with at least two tokens:
     ``(e2e_ns − ttft_ns) / (completion_tokens − 1) / 1e6``."""
     ok = ok_rows(table)
-    e2e, ttft, tokens = _num(ok, "e2e_ns"), _num(ok, "ttft_ns"), _num(ok, "completion_tokens")
+    e2e, ttft, tokens = numeric(ok, "e2e_ns"), numeric(ok, "ttft_ns"), numeric(ok, "completion_tokens")
     valid = ~np.isnan(e2e) & ~np.isnan(ttft) & (tokens >= 2)
     return (e2e[valid] - ttft[valid]) / (tokens[valid] - 1) / 1e6
 
@@ -234,7 +235,7 @@ def _sent_rel_ns(table: pa.Table | pa.RecordBatch, origin: int) -> np.ndarray:
 
 
 def _ends_rel_ns(table: pa.Table, origin: int) -> np.ndarray:
-    return _sent_rel_ns(table, origin) + np.nan_to_num(_num(table, "e2e_ns"), nan=0.0)
+    return _sent_rel_ns(table, origin) + np.nan_to_num(numeric(table, "e2e_ns"), nan=0.0)
 
 
 def repeats(table: pa.Table) -> np.ndarray | None:
@@ -242,7 +243,7 @@ def repeats(table: pa.Table) -> np.ndarray | None:
     or more repeats, else None (one run: nothing to tell apart)."""
     if "repeat" not in table.column_names or table.num_rows == 0:
         return None
-    r = np.nan_to_num(_num(table, "repeat"), nan=0.0).astype(np.int64)
+    r = np.nan_to_num(numeric(table, "repeat"), nan=0.0).astype(np.int64)
     return r if np.unique(r).size > 1 else None
 
 
@@ -257,7 +258,7 @@ def span_s(table: pa.Table) -> float | None:
         span = float(np.max(_ends_rel_ns(table, first_sent_ns(table)))) / 1e9
     else:
         sent = np.asarray(table["sent_ns"].to_numpy(zero_copy_only=False), dtype=np.int64)
-        ends = sent + np.nan_to_num(_num(table, "e2e_ns"), nan=0.0).astype(np.int64)
+        ends = sent + np.nan_to_num(numeric(table, "e2e_ns"), nan=0.0).astype(np.int64)
         span = sum(float(ends[reps == r].max() - sent[reps == r].min()) for r in np.unique(reps)) / 1e9
     return span if span > 0 else None
 
@@ -285,7 +286,7 @@ def output_tokens_by_bin(table: pa.Table, origin: int, bin_ns: float, nbins: int
     ):
         n = offsets[1:] - offsets[:-1]
         sent = _sent_rel_ns(batch, origin)
-        tokens = np.nan_to_num(_num(batch, "completion_tokens"), nan=0.0)
+        tokens = np.nan_to_num(numeric(batch, "completion_tokens"), nan=0.0)
         share = np.divide(tokens, n, out=np.zeros_like(tokens), where=n > 0)
         bins = ((np.repeat(sent, n) + flat) // bin_ns).astype(np.int64)
         if nbins is not None:
@@ -304,7 +305,7 @@ def output_tokens_per_s(table: pa.Table) -> float | None:
     ``output_tokens_per_s`` without its peak window."""
     span = span_s(table)
     ok = ok_rows(table)
-    completion = float(np.nansum(_num(ok, "completion_tokens"))) if ok.num_rows else 0.0
+    completion = float(np.nansum(numeric(ok, "completion_tokens"))) if ok.num_rows else 0.0
     return completion / span if span else None
 
 
@@ -320,8 +321,8 @@ def throughput(table: pa.Table, window_s: float = 1.0) -> dict[str, float | None
     """
     span = span_s(table)
     ok = ok_rows(table)
-    completion = float(np.nansum(_num(ok, "completion_tokens"))) if ok.num_rows else 0.0
-    prompt = float(np.nansum(_num(ok, "prompt_tokens"))) if ok.num_rows else 0.0
+    completion = float(np.nansum(numeric(ok, "completion_tokens"))) if ok.num_rows else 0.0
+    prompt = float(np.nansum(numeric(ok, "prompt_tokens"))) if ok.num_rows else 0.0
     peak = None
     if table.num_rows:
         by_window = output_tokens_by_bin(table, first_sent_ns(table), window_s * 1e9)
@@ -402,15 +403,15 @@ def good_mask(table: pa.Table, slo: SLO) -> np.ndarray:
     its E2E (``e2e_ns``). A missing TTFT or E2E fails its bound."""
     good = np.asarray(pc.equal(table["status"], "ok").to_numpy(zero_copy_only=False), dtype=bool)
     if slo.ttft_ms is not None:
-        good &= _num(table, "ttft_ns") / 1e6 <= slo.ttft_ms  # NaN compares False
+        good &= numeric(table, "ttft_ns") / 1e6 <= slo.ttft_ms  # NaN compares False
     if slo.e2e_ms is not None:
-        good &= _num(table, "e2e_ns") / 1e6 <= slo.e2e_ms
+        good &= numeric(table, "e2e_ns") / 1e6 <= slo.e2e_ms
     if slo.itl_ms is not None:
         itl = mean_itl_ms_per_row(table)
         good &= np.isnan(itl) | (itl <= slo.itl_ms)
     if slo.tpot_ms is not None:
-        tokens = _num(table, "completion_tokens")
-        tpot = (_num(table, "e2e_ns") - _num(table, "ttft_ns")) / np.maximum(tokens - 1, 1) / 1e6
+        tokens = numeric(table, "completion_tokens")
+        tpot = (numeric(table, "e2e_ns") - numeric(table, "ttft_ns")) / np.maximum(tokens - 1, 1) / 1e6
         good &= ~(tokens >= 2) | (tpot <= slo.tpot_ms)
     return good
 
@@ -421,7 +422,7 @@ def goodput(table: pa.Table, slo: SLO) -> dict[str, Any]:
     ``completion_tokens`` of good rows / span)."""
     mask = good_mask(table, slo)
     span = span_s(table)
-    tokens = float(np.nansum(_num(table, "completion_tokens")[mask])) if table.num_rows else 0.0
+    tokens = float(np.nansum(numeric(table, "completion_tokens")[mask])) if table.num_rows else 0.0
     good = int(mask.sum())
     return {
         "slo": slo.describe(),
@@ -458,9 +459,9 @@ def cache(table: pa.Table) -> dict[str, float | int | None]:
     - ``reporting_rows``: how many rows the figures rest on
     """
     ok = ok_rows(table)
-    prompt, cached = _num(ok, "prompt_tokens"), _num(ok, "cached_tokens")
+    prompt, cached = numeric(ok, "prompt_tokens"), numeric(ok, "cached_tokens")
     rep = ~np.isnan(prompt) & ~np.isnan(cached)
-    est_p, est_c = _num(ok, "prompt_tokens_est")[rep], _num(ok, "ideal_cached_tokens_est")[rep]
+    est_p, est_c = numeric(ok, "prompt_tokens_est")[rep], numeric(ok, "ideal_cached_tokens_est")[rep]
     est = ~np.isnan(est_p) & ~np.isnan(est_c)
     p_sum, c_sum = float(prompt[rep].sum()), float(cached[rep].sum())
     ep_sum, ec_sum = float(est_p[est].sum()), float(est_c[est].sum())
