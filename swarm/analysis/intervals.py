@@ -265,7 +265,7 @@ def _by_unit(units: Units, stat: Stat) -> Draw | None:
         pooled = units.pooled(of)
         return lambda picks: pooled.percentile(np.bincount(picks, minlength=n), q)
     if stat is FIGURES["error rate"]:
-        ok = _unit_sums(units, _ok(units.table).astype(np.float64))
+        ok = _unit_sums(units, m.ok_mask(units.table).astype(np.float64))
         rows = units.lengths().astype(np.float64)
         return lambda picks: _error_rate(np.bincount(picks, minlength=n), rows, ok)
     if stat is FIGURES["cache hit ratio"]:
@@ -282,11 +282,6 @@ def _unit_sums(units: Units, per_row: np.ndarray) -> np.ndarray:
     return np.bincount(units.row_units(), weights=per_row, minlength=len(units))
 
 
-def _ok(rows: pa.Table) -> np.ndarray:
-    """Per row, whether its status is ok."""
-    return np.asarray(pc.equal(rows["status"], "ok").to_numpy(zero_copy_only=False), dtype=bool)
-
-
 def _error_rate(counts: np.ndarray, rows: np.ndarray, ok: np.ndarray) -> float | None:
     """``metrics.errors``' ``error_rate`` of the drawn rows: (rows − ok rows) / rows."""
     total, good = int(counts @ rows), int(counts @ ok)
@@ -298,7 +293,7 @@ def _hit_ratio(units: Units) -> Draw:
     ok rows that report both."""
     rows, n = units.table, len(units)
     prompt, cached = m.numeric(rows, "prompt_tokens"), m.numeric(rows, "cached_tokens")
-    reporting = _ok(rows) & ~np.isnan(prompt) & ~np.isnan(cached)
+    reporting = m.ok_mask(rows) & ~np.isnan(prompt) & ~np.isnan(cached)
     p = _unit_sums(units, np.where(reporting, prompt, 0.0))
     c = _unit_sums(units, np.where(reporting, cached, 0.0))
 
@@ -316,7 +311,7 @@ def _tokens_per_s(units: Units) -> Draw:
     the first send to the last end of all the drawn rows)."""
     rows, n = units.table, len(units)
     tokens = m.numeric(rows, "completion_tokens")
-    done = _unit_sums(units, np.where(_ok(rows) & ~np.isnan(tokens), tokens, 0.0))
+    done = _unit_sums(units, np.where(m.ok_mask(rows) & ~np.isnan(tokens), tokens, 0.0))
     sent_ns = np.asarray(rows["sent_ns"].to_numpy(zero_copy_only=False), dtype=np.int64)
     ends_ns = sent_ns + np.nan_to_num(m.numeric(rows, "e2e_ns"), nan=0.0).astype(np.int64)
     at = units.row_units()

@@ -65,6 +65,12 @@ def ok_rows(table: pa.Table) -> pa.Table:
     return table.filter(pc.equal(table["status"], "ok"))
 
 
+def ok_mask(table: pa.Table) -> np.ndarray:
+    """Per row, whether it is ok (the rows ``ok_rows`` keeps)."""
+    ok = pc.fill_null(pc.equal(table["status"], "ok"), False)
+    return np.asarray(ok.to_numpy(zero_copy_only=False), dtype=bool)
+
+
 def ttft_ms(table: pa.Table) -> np.ndarray:
     """Time to first token per ok row: ``ttft_ns / 1e6`` (rows without one are left out)."""
     v = numeric(ok_rows(table), "ttft_ns")
@@ -80,8 +86,7 @@ def e2e_ms(table: pa.Table) -> np.ndarray:
 def present_ok(table: pa.Table, column: str) -> np.ndarray:
     """Per row, 1 where it is ok and has ``column`` (the rows ``ttft_ms`` and ``e2e_ms`` read,
     one value each), else 0: how many values such a figure takes from each row."""
-    ok = pc.fill_null(pc.equal(table["status"], "ok"), False).to_numpy(zero_copy_only=False)
-    return (np.asarray(ok, dtype=bool) & ~np.isnan(numeric(table, column))).astype(np.int64)
+    return (ok_mask(table) & ~np.isnan(numeric(table, column))).astype(np.int64)
 
 
 def queue_ms(table: pa.Table) -> np.ndarray:
@@ -194,9 +199,8 @@ def itl_ms(table: pa.Table) -> np.ndarray:
 def itl_counts(table: pa.Table) -> np.ndarray:
     """Per row, how many inter-token latencies ``itl_ms`` takes from it: ``len(chunk_ns) − 1``
     for an ok row with a chunk, else 0."""
-    ok = np.asarray(pc.equal(table["status"], "ok").to_numpy(zero_copy_only=False), dtype=bool)
     lengths = pc.fill_null(pc.list_value_length(table["chunk_ns"]), 0).to_numpy(zero_copy_only=False)
-    return np.where(ok, np.maximum(lengths - 1, 0), 0).astype(np.int64)
+    return np.where(ok_mask(table), np.maximum(lengths - 1, 0), 0).astype(np.int64)
 
 
 def mean_itl_ms_per_row(table: pa.Table) -> np.ndarray:
