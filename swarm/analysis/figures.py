@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from swarm.analysis import metrics as m
 from swarm.analysis.fleet import FleetFigures
 from swarm.analysis.intervals import Interval
+from swarm.analysis.order_stats import NsPieces, ns_distribution
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,17 @@ class Distribution:
     @classmethod
     def of(cls, values: np.ndarray, *, scratch: bool = False) -> Distribution:
         """``metrics.distribution`` of ``values`` (``scratch``: theirs to reorder)."""
-        d = m.distribution(values, scratch=scratch)
+        return cls.of_dict(m.distribution(values, scratch=scratch))
+
+    @classmethod
+    def of_ns(cls, pieces: NsPieces) -> Distribution:
+        """``order_stats.ns_distribution`` of nanosecond values given a piece at a time, in
+        milliseconds (a run's ITLs: never laid out in one array)."""
+        return cls.of_dict(ns_distribution(pieces))
+
+    @classmethod
+    def of_dict(cls, d: dict[str, float | int | None]) -> Distribution:
+        """A ``metrics.distribution`` dict as a Distribution."""
         return cls(
             count=int(d["count"] or 0), mean=_opt(d["mean"]), p50=_opt(d["p50"]), p90=_opt(d["p90"]),
             p95=_opt(d["p95"]), p99=_opt(d["p99"]), p99_9=_opt(d["p99.9"]), max=_opt(d["max"]),
@@ -211,9 +222,15 @@ class TargetFigures:
         return out
 
 
-def target_figures(table: pa.Table, slo: m.SLO | None = None) -> TargetFigures:
+def target_figures(
+    table: pa.Table, slo: m.SLO | None = None, chunks: m.Batches | None = None
+) -> TargetFigures:
     """The figures of one table (one target's rows); each from the ``metrics`` function its
-    type names."""
+    type names. Those over every chunk (ITL, client lag, the peak window's tokens) read the
+    rows a piece at a time from ``chunks`` (``metrics.Batches``: the table's own rows by
+    default; the closing summary reads them from the trace's files, and its table has no
+    chunk columns)."""
+    chunks = chunks or m.table_batches(table)
     calls = m.first_and_branch_calls(table) if "parent_nodes" in table.column_names else None
     sessions = None
     if "session_id" in table.column_names:
@@ -230,15 +247,15 @@ def target_figures(table: pa.Table, slo: m.SLO | None = None) -> TargetFigures:
         agents=m.session_ids(table) if "session_id" in table.column_names else 0,
         span_s=m.span_s(table),
         ttft_ms=Distribution.of(m.ttft_ms(table)),
-        itl_ms=Distribution.of(m.itl_ms(table), scratch=True),
+        itl_ms=Distribution.of_ns(lambda: m.itl_ns_pieces(chunks(m.ITL_COLUMNS))),
         tpot_ms=Distribution.of(m.tpot_ms(table)),
         e2e_ms=Distribution.of(m.e2e_ms(table)),
         queue_ms=Distribution.of(m.queue_ms(table)),
         lag_ms=Distribution.of(m.lag_ms(table)),
         slot_wait_ms=Distribution.of(m.slot_wait_ms(table)),
-        client_lag_ms=Distribution.of(m.client_lag_ms(table)),
+        client_lag_ms=Distribution.of_ns(lambda: m.client_lag_ns_pieces(chunks(m.CLIENT_LAG_COLUMNS))),
         clocks=m.clocks(table),
-        throughput=Throughput(**m.throughput(table)),
+        throughput=Throughput(**m.throughput(table, chunks=chunks)),
         errors=ErrorCounts(by_status=e["by_status"], rates=e["rates"], error_rate=e["error_rate"]),
         cache=CacheFigures.of(table),
         first_call_ttft_ms=Distribution.of(m.ttft_ms(calls["first"])) if calls is not None else None,

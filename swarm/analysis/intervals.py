@@ -45,6 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from swarm.analysis import metrics as m
+from swarm.analysis.order_stats import percentile_of_ranks
 
 RESAMPLES = 400
 SEED = 20_261_202
@@ -385,14 +386,7 @@ class _Pooled:
         total = int(cum[-1]) if cum.size else 0
         if total == 0:
             return None
-        virtual = (total - 1) * (q / 100)  # numpy's virtual index, 'linear'
-        below = math.floor(virtual)
-        gamma = virtual - below
-        lo = min(below, total - 1)
-        a = self._kth(counts, cum, lo)
-        b = a if lo + 1 > total - 1 else self._kth(counts, cum, lo + 1)
-        diff = b - a  # numpy's _lerp: from the nearer end
-        return b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma
+        return percentile_of_ranks(lambda k: self._kth(counts, cum, k), total, q)
 
     def _kth(self, counts: np.ndarray, cum: np.ndarray, k: int) -> float:
         """The ``k``th (from 0) of the drawn values in order."""

@@ -20,7 +20,7 @@ Conventions that every function shares:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +32,18 @@ PERCENTILES: tuple[float, ...] = (50, 90, 95, 99, 99.9)
 #: rows of a table read at a time by the figures over every chunk (``_chunk_pieces``)
 PIECE_ROWS = 1024
 
+Batches = Callable[[list[str]], Iterable[pa.RecordBatch]]
+"""A table's rows again, in order, a piece at a time, with (at least) the columns asked for:
+how the figures over every chunk read them (``table_batches``; the closing summary gives
+them read from the trace's files, ``summary``, where no table holds every chunk)."""
+
+
+def table_batches(table: pa.Table) -> Batches:
+    """``table``'s rows ``PIECE_ROWS`` at a time, with the columns asked for that it has."""
+    return lambda columns: table.select([c for c in columns if c in table.column_names]).to_batches(
+        max_chunksize=PIECE_ROWS
+    )
+
 
 def distribution(values: np.ndarray | Sequence[float], *, scratch: bool = False) -> dict[str, float | int | None]:
     """``count``, ``mean``, exact percentiles ``p50 … p99.9`` and ``max`` of ``values``.
@@ -40,17 +52,18 @@ def distribution(values: np.ndarray | Sequence[float], *, scratch: bool = False)
     arr = np.asarray(values, dtype=np.float64)
     out: dict[str, float | int | None] = {"count": int(arr.size)}
     if arr.size == 0:
-        out.update({"mean": None, **{_pname(q): None for q in PERCENTILES}, "max": None})
+        out.update({"mean": None, **{percentile_key(q): None for q in PERCENTILES}, "max": None})
         return out
     out["mean"] = float(arr.mean())
     most = float(arr.max())  # before the percentiles may reorder it
     for q, v in zip(PERCENTILES, np.percentile(arr, PERCENTILES, overwrite_input=scratch), strict=True):
-        out[_pname(q)] = float(v)
+        out[percentile_key(q)] = float(v)
     out["max"] = most
     return out
 
 
-def _pname(q: float) -> str:
+def percentile_key(q: float) -> str:
+    """A percentile's key in ``distribution``'s dict: ``p50``, ``p99.9``."""
     return f"p{q:g}"
 
 
@@ -122,13 +135,25 @@ def client_lag_ms(table: pa.Table) -> np.ndarray:
     every entry of ``chunk_lag_ns / 1e6`` (the user-space time of the read that carried the event
     minus its kernel receive stamp). Empty for a trace timed in user space (``clock`` ``user``,
     or older than the column): there the lag is in the latencies themselves, unmeasured."""
-    if "chunk_lag_ns" not in table.column_names:
-        return np.zeros(0)
-    ok = ok_rows(table)
-    col = ok["chunk_lag_ns"].combine_chunks() if ok.num_rows else None
-    if col is None or isinstance(col, pa.ChunkedArray):
-        return np.zeros(0)
-    return pc.list_flatten(col).to_numpy(zero_copy_only=False).astype(np.float64) / 1e6
+    pieces = list(client_lag_ns_pieces(table_batches(table)(CLIENT_LAG_COLUMNS)))
+    return np.concatenate(pieces).astype(np.float64) / 1e6 if pieces else np.zeros(0)
+
+
+#: the columns ``client_lag_ns_pieces`` reads
+CLIENT_LAG_COLUMNS = ["status", "chunk_lag_ns"]
+
+
+def client_lag_ns_pieces(batches: Iterable[pa.RecordBatch]) -> Iterator[np.ndarray]:
+    """``client_lag_ms``'s values in nanoseconds (int64), a piece of rows at a time, in order:
+    each piece's ok rows' ``chunk_lag_ns`` entries (none from rows without the column)."""
+    for batch in batches:
+        if "chunk_lag_ns" not in batch.schema.names:
+            return
+        ok = batch.filter(pc.equal(batch["status"], "ok"))
+        if ok.num_rows:
+            flat = pc.drop_null(pc.list_flatten(ok["chunk_lag_ns"]))
+            if len(flat):
+                yield flat.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 
 
 def clocks(table: pa.Table) -> dict[str, int]:
@@ -163,14 +188,18 @@ def _flat_and_offsets(col: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return flat, offsets
 
 
-def _chunk_pieces(table: pa.Table, *, ok_only: bool) -> Iterator[tuple[pa.RecordBatch, np.ndarray, np.ndarray]]:
-    """The table ``PIECE_ROWS`` rows at a time, in order (its ok rows only, with ``ok_only``:
-    a copy of each piece's): each piece's rows, and ``_flat_and_offsets`` of their
-    ``chunk_ns``. What a figure over every chunk holds is then one piece's chunks besides its
-    result."""
-    for batch in table.to_batches(max_chunksize=PIECE_ROWS):
+def _chunk_pieces(
+    batches: Iterable[pa.RecordBatch], *, ok_only: bool
+) -> Iterator[tuple[pa.RecordBatch, np.ndarray, np.ndarray]]:
+    """Pieces of rows (a table's ``PIECE_ROWS`` at a time: ``table_batches``), in order (their
+    ok rows only, with ``ok_only``: a copy of each piece's): each piece's rows, and
+    ``_flat_and_offsets`` of their ``chunk_ns``. What a figure over every chunk holds is then
+    one piece's chunks besides its result."""
+    for batch in batches:
         if ok_only:
-            batch = batch.filter(pc.equal(batch["status"], "ok"))
+            ok = pc.equal(batch["status"], "ok")
+            if not pc.all(ok, skip_nulls=False).as_py():  # else every row: no copy of its chunks
+                batch = batch.filter(ok)
         if batch.num_rows:
             flat, offsets = _flat_and_offsets(batch["chunk_ns"])
             yield batch, flat, offsets
@@ -179,10 +208,22 @@ def _chunk_pieces(table: pa.Table, *, ok_only: bool) -> Iterator[tuple[pa.Record
 def itl_ms(table: pa.Table) -> np.ndarray:
     """Inter-token latencies of the ok rows: every difference ``chunk_ns[i+1] − chunk_ns[i]``
     within a row (a chunk is one network read that carried generated text), ``/ 1e6``; in row
-    order, a piece of the table at a time (``_chunk_pieces``) into one array."""
+    order, a piece of the table at a time (``itl_ns_pieces``) into one array."""
     out = np.empty(int(itl_counts(table).sum()), dtype=np.float64)
     at = 0
-    for _, flat, offsets in _chunk_pieces(table.select(["status", "chunk_ns"]), ok_only=True):
+    for kept in itl_ns_pieces(table_batches(table)(ITL_COLUMNS)):
+        np.divide(kept, 1e6, out=out[at : at + kept.size])
+        at += kept.size
+    return out
+
+
+#: the columns ``itl_ns_pieces`` reads
+ITL_COLUMNS = ["status", "chunk_ns"]
+
+
+def itl_ns_pieces(batches: Iterable[pa.RecordBatch]) -> Iterator[np.ndarray]:
+    """``itl_ms``'s values in nanoseconds (int64), a piece of rows at a time, in order."""
+    for _, flat, offsets in _chunk_pieces(batches, ok_only=True):
         if flat.size < 2:
             continue
         diffs = np.diff(flat)
@@ -190,10 +231,7 @@ def itl_ms(table: pa.Table) -> np.ndarray:
         row_ends = offsets[1:-1] - 1  # index of each row's last chunk, but the final row's
         row_ends = row_ends[(row_ends >= 0) & (row_ends < diffs.size)]
         keep[row_ends] = False  # the step from one row's last chunk to the next row's first
-        kept = diffs[keep]
-        np.divide(kept, 1e6, out=out[at : at + kept.size])
-        at += kept.size
-    return out
+        yield diffs[keep]
 
 
 def itl_counts(table: pa.Table) -> np.ndarray:
@@ -208,7 +246,7 @@ def mean_itl_ms_per_row(table: pa.Table) -> np.ndarray:
     with fewer than two chunks."""
     out = np.full(table.num_rows, np.nan)
     at = 0
-    for batch, flat, offsets in _chunk_pieces(table.select(["chunk_ns"]), ok_only=False):
+    for batch, flat, offsets in _chunk_pieces(table_batches(table)(["chunk_ns"]), ok_only=False):
         n = offsets[1:] - offsets[:-1]
         multi = n >= 2
         piece = out[at : at + batch.num_rows]
@@ -277,17 +315,19 @@ def session_keys(table: pa.Table) -> np.ndarray:
     return np.array([f"r{r}/{s}" if s else "" for r, s in zip(reps.tolist(), ids.tolist(), strict=True)], dtype=object)
 
 
-def output_tokens_by_bin(table: pa.Table, origin: int, bin_ns: float, nbins: int | None = None) -> np.ndarray:
+def output_tokens_by_bin(
+    table: pa.Table, origin: int, bin_ns: float, nbins: int | None = None, *, chunks: Batches | None = None
+) -> np.ndarray:
     """Output tokens arrived per ``bin_ns`` bin from ``origin``: each chunk of each ok row is
     placed at ``sent_ns + chunk_ns[i] − origin`` in bin ``⌊time / bin_ns⌋`` and counts its
     share of the row's tokens (``completion_tokens / len(chunk_ns)``: a chunk may carry
     several tokens; the row's tokens are spread evenly over its chunks). With ``nbins``, that
     many bins, later chunks counted in the last; else as many as the chunks reach. Summed a
-    piece of the table at a time (``_chunk_pieces``)."""
+    piece of the table at a time (``_chunk_pieces``; ``chunks``: the table's rows as read
+    elsewhere, ``Batches``)."""
     out = np.zeros(nbins or 0)
-    for batch, flat, offsets in _chunk_pieces(
-        table.select(["status", "chunk_ns", "sent_ns", "completion_tokens"]), ok_only=True
-    ):
+    pieces = (chunks or table_batches(table))(["status", "chunk_ns", "sent_ns", "completion_tokens"])
+    for batch, flat, offsets in _chunk_pieces(pieces, ok_only=True):
         n = offsets[1:] - offsets[:-1]
         sent = _sent_rel_ns(batch, origin)
         tokens = np.nan_to_num(numeric(batch, "completion_tokens"), nan=0.0)
@@ -313,7 +353,9 @@ def output_tokens_per_s(table: pa.Table) -> float | None:
     return completion / span if span else None
 
 
-def throughput(table: pa.Table, window_s: float = 1.0) -> dict[str, float | None]:
+def throughput(
+    table: pa.Table, window_s: float = 1.0, *, chunks: Batches | None = None
+) -> dict[str, float | None]:
     """Token throughput of a table.
 
     - ``output_tokens_per_s``: Σ ``completion_tokens`` of ok rows / span
@@ -321,7 +363,8 @@ def throughput(table: pa.Table, window_s: float = 1.0) -> dict[str, float | None
     - ``requests_per_s``: rows / span
     - ``peak_output_tokens_per_s``: the largest number of output tokens that arrived within one
       ``window_s`` window (windows laid from the first send; tokens placed at their chunk's
-      arrival, see ``output_tokens_by_bin``), divided by ``window_s``
+      arrival, see ``output_tokens_by_bin``; ``chunks``: the table's rows as read elsewhere),
+      divided by ``window_s``
     """
     span = span_s(table)
     ok = ok_rows(table)
@@ -329,7 +372,7 @@ def throughput(table: pa.Table, window_s: float = 1.0) -> dict[str, float | None
     prompt = float(np.nansum(numeric(ok, "prompt_tokens"))) if ok.num_rows else 0.0
     peak = None
     if table.num_rows:
-        by_window = output_tokens_by_bin(table, first_sent_ns(table), window_s * 1e9)
+        by_window = output_tokens_by_bin(table, first_sent_ns(table), window_s * 1e9, chunks=chunks)
         if by_window.size:
             peak = float(by_window.max()) / window_s
     return {

@@ -402,7 +402,7 @@ def _figures(rows: pa.Table, window: SteadyWindow, tasks: Tasks, slo: m.SLO | No
         output_tokens_per_s=tokens / seconds if seconds > 0 else None,
         tasks=tasks,
         ttft_ms=Distribution.of(m.ttft_ms(rows)),
-        itl_ms=Distribution.of(m.itl_ms(rows), scratch=True),
+        itl_ms=Distribution.of_ns(lambda: m.itl_ns_pieces(m.table_batches(rows)(m.ITL_COLUMNS))),
         tpot_ms=Distribution.of(m.tpot_ms(rows)),
         e2e_ms=Distribution.of(m.e2e_ms(rows)),
         lag_ms=Distribution.of(m.lag_ms(rows)),
@@ -413,7 +413,9 @@ def _figures(rows: pa.Table, window: SteadyWindow, tasks: Tasks, slo: m.SLO | No
         misses=misses(rows),
         error_rate=m.errors(rows)["error_rate"],
         goodput=good,
-        client_lag_ms=Distribution.of(m.client_lag_ms(rows)),
+        client_lag_ms=Distribution.of_ns(
+            lambda: m.client_lag_ns_pieces(m.table_batches(rows)(m.CLIENT_LAG_COLUMNS))
+        ),
     )
 
 
