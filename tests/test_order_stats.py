@@ -19,7 +19,9 @@ from swarm.analysis.figures import rows_of, target_figures
 from swarm.analysis.metrics import PERCENTILES, distribution, percentile_key
 from swarm.analysis.order_stats import ns_distribution
 from swarm.analysis.summary import closing_summary, summarize_run
+from swarm.analysis.report import build_run_report, load_run
 from swarm.record import RequestRecord
+from swarm.trace.manifest import RunManifest, RunStatus
 from swarm.trace.reader import read_requests, without_warmups
 from swarm.trace.sink import ParquetTraceSink
 
@@ -81,16 +83,22 @@ def _record(i: int, target: str, gap_ns: int, warmup: bool = False) -> RequestRe
     return record.with_identity(target=target, warmup=warmup)
 
 
-def test_the_closing_summary_reads_chunks_from_the_files_as_the_report_reads_its_table(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(order_stats, "HELD_VALUES", 50)  # the buckets' two passes over the files
-    with ParquetTraceSink(tmp_path, batch_rows=16, part_rows=40) as sink:  # several parts
+def _run_with_warmups(run_dir: Path) -> None:
+    """Two targets with gaps of their own, warm-ups among them, in several parts."""
+    RunManifest(run_id="r", status=RunStatus.COMPLETE, seed=0, spec_hash="x").write(run_dir)
+    with ParquetTraceSink(run_dir, batch_rows=16, part_rows=40) as sink:
         for i in range(150):
             target, gap = ("a", 7_000_000) if i % 3 else ("b", 19_000_000)
             sink.write(_record(i, target, gap, warmup=i % 10 == 0 and target == "a"))
             if i % 10 == 0:
                 sink.write(_record(i, "a", 90_000_000, warmup=True))
+
+
+def test_the_closing_summary_reads_chunks_from_the_files_as_the_report_reads_its_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(order_stats, "HELD_VALUES", 50)  # the buckets' two passes over the files
+    _run_with_warmups(tmp_path)
     table, warmups = without_warmups(read_requests(tmp_path))
     assert warmups
     summary = summarize_run(tmp_path)
@@ -99,3 +107,14 @@ def test_the_closing_summary_reads_chunks_from_the_files_as_the_report_reads_its
         want = closing_summary(target_figures(rows_of(table, target)), "sglang")
         assert got == want
     assert summary["a"]["itl_p50_ms"] != summary["b"]["itl_p50_ms"]
+
+
+def test_the_report_reads_a_run_less_its_warm_ups_and_counts_them(tmp_path: Path) -> None:
+    _run_with_warmups(tmp_path)
+    table, warmups = without_warmups(read_requests(tmp_path))
+    run = load_run(tmp_path)
+    assert run.warmup_rows == warmups > 0
+    assert run.requests.num_rows == table.num_rows
+    assert run.requests["sent_ns"].to_pylist() == table["sent_ns"].to_pylist()  # in order
+    report = build_run_report(run, intervals=False)
+    assert report.targets["a"].figures == target_figures(rows_of(table, "a"))

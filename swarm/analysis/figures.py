@@ -231,7 +231,8 @@ def target_figures(
     default; the closing summary reads them from the trace's files, and its table has no
     chunk columns)."""
     chunks = chunks or m.table_batches(table)
-    calls = m.first_and_branch_calls(table) if "parent_nodes" in table.column_names else None
+    has_parents = "parent_nodes" in table.column_names
+    calls = m.first_and_branch_calls(table, ["status", "ttft_ns"]) if has_parents else None
     sessions = None
     if "session_id" in table.column_names:
         s = m.sessions(table)
@@ -243,7 +244,7 @@ def target_figures(
     e = m.errors(table)
     return TargetFigures(
         requests=table.num_rows,
-        ok=m.ok_rows(table).num_rows,
+        ok=m.ok_count(table),
         agents=m.session_ids(table) if "session_id" in table.column_names else 0,
         span_s=m.span_s(table),
         ttft_ms=Distribution.of(m.ttft_ms(table)),
@@ -291,13 +292,14 @@ class BreakdownRow:
 def breakdown(table: pa.Table, key: str) -> list[BreakdownRow]:
     """``metrics.breakdown`` of ``table`` by column ``key``, typed."""
     out = []
+    table = table.select([c for c in dict.fromkeys((key, *m.BREAKDOWN_COLUMNS)) if c in table.column_names])
     for value in m.group_values(table, key):
         rows = m.subset(table, key, value)
         out.append(
             BreakdownRow(
                 value=value,
                 requests=rows.num_rows,
-                ok=m.ok_rows(rows).num_rows,
+                ok=m.ok_count(rows),
                 ttft_ms=Distribution.of(m.ttft_ms(rows)),
                 e2e_ms=Distribution.of(m.e2e_ms(rows)),
                 cache=CacheFigures.of(rows),

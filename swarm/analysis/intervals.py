@@ -170,11 +170,13 @@ class Units:
         """``of``'s values of every unit's rows (``POOLED``), sorted once for each ``of``."""
         held = self._pooled.get(of)
         if held is None:
-            values = np.asarray(of(self.table), dtype=np.float64)
-            units_of = np.repeat(self.row_units(), _ROWS_OF[of](self.table))
-            if units_of.size != values.size:  # the counts must be the figure's own (``metrics``)
-                raise ValueError(f"{of.__name__} gave {values.size} values; its rows count {units_of.size}")
-            held = self._pooled[of] = _Pooled(values, units_of, len(self.keys))
+            narrow = np.int32 if len(self.keys) < 2**31 else np.int64  # a fleet run's ITLs: 82 million
+            units_of = np.repeat(self.row_units().astype(narrow), _ROWS_OF[of](self.table))
+            values = [np.asarray(of(self.table), dtype=np.float64)]
+            if units_of.size != values[0].size:  # the counts must be the figure's own (``metrics``)
+                raise ValueError(f"{of.__name__} gave {values[0].size} values; its rows count {units_of.size}")
+            # handed over, not kept here: _Pooled frees them once sorted
+            held = self._pooled[of] = _Pooled(values.pop(), units_of, len(self.keys))
         return held
 
     def take(self, picks: np.ndarray) -> pa.Table:
@@ -369,9 +371,10 @@ class _Pooled:
     def __init__(self, values: np.ndarray, units_of: np.ndarray, n_units: int) -> None:
         order = np.argsort(values)  # ties in any order: the same values at each place
         self.values = values[order]
+        del values  # the caller's, handed over: one copy of them at a time besides the order
         self.units = units_of[order]
         del order
-        size = len(values)
+        size = len(self.values)
         # blocks balancing the product (units × blocks) against a block's walk (size / blocks)
         blocks = max(1, min(size, round(math.sqrt(2 * size / max(n_units, 1)))))
         self.block = -(-size // blocks) if size else 1

@@ -84,15 +84,26 @@ def ok_mask(table: pa.Table) -> np.ndarray:
     return np.asarray(ok.to_numpy(zero_copy_only=False), dtype=bool)
 
 
+def ok_values(table: pa.Table, name: str) -> np.ndarray:
+    """``numeric(ok_rows(table), name)`` without copying the ok rows (every column of them,
+    chunk lists included): the column's values at the ok rows, in order."""
+    return numeric(table, name)[ok_mask(table)]
+
+
+def ok_count(table: pa.Table) -> int:
+    """How many rows are ok: ``ok_rows(table).num_rows`` without the copy."""
+    return int(ok_mask(table).sum())
+
+
 def ttft_ms(table: pa.Table) -> np.ndarray:
     """Time to first token per ok row: ``ttft_ns / 1e6`` (rows without one are left out)."""
-    v = numeric(ok_rows(table), "ttft_ns")
+    v = ok_values(table, "ttft_ns")
     return v[~np.isnan(v)] / 1e6
 
 
 def e2e_ms(table: pa.Table) -> np.ndarray:
     """End-to-end latency per ok row: ``e2e_ns / 1e6`` (sent to the last byte of the answer)."""
-    v = numeric(ok_rows(table), "e2e_ns")
+    v = ok_values(table, "e2e_ns")
     return v[~np.isnan(v)] / 1e6
 
 
@@ -258,8 +269,8 @@ def mean_itl_ms_per_row(table: pa.Table) -> np.ndarray:
 def tpot_ms(table: pa.Table) -> np.ndarray:
     """Time per output token of ok rows with at least two tokens:
     ``(e2e_ns − ttft_ns) / (completion_tokens − 1) / 1e6``."""
-    ok = ok_rows(table)
-    e2e, ttft, tokens = numeric(ok, "e2e_ns"), numeric(ok, "ttft_ns"), numeric(ok, "completion_tokens")
+    e2e, ttft = ok_values(table, "e2e_ns"), ok_values(table, "ttft_ns")
+    tokens = ok_values(table, "completion_tokens")
     valid = ~np.isnan(e2e) & ~np.isnan(ttft) & (tokens >= 2)
     return (e2e[valid] - ttft[valid]) / (tokens[valid] - 1) / 1e6
 
@@ -348,8 +359,7 @@ def output_tokens_per_s(table: pa.Table) -> float | None:
     """Σ ``completion_tokens`` of ok rows / span (``span_s``): ``throughput``'s
     ``output_tokens_per_s`` without its peak window."""
     span = span_s(table)
-    ok = ok_rows(table)
-    completion = float(np.nansum(numeric(ok, "completion_tokens"))) if ok.num_rows else 0.0
+    completion = float(np.nansum(ok_values(table, "completion_tokens")))
     return completion / span if span else None
 
 
@@ -367,9 +377,8 @@ def throughput(
       divided by ``window_s``
     """
     span = span_s(table)
-    ok = ok_rows(table)
-    completion = float(np.nansum(numeric(ok, "completion_tokens"))) if ok.num_rows else 0.0
-    prompt = float(np.nansum(numeric(ok, "prompt_tokens"))) if ok.num_rows else 0.0
+    completion = float(np.nansum(ok_values(table, "completion_tokens")))
+    prompt = float(np.nansum(ok_values(table, "prompt_tokens")))
     peak = None
     if table.num_rows:
         by_window = output_tokens_by_bin(table, first_sent_ns(table), window_s * 1e9, chunks=chunks)
@@ -505,10 +514,10 @@ def cache(table: pa.Table) -> dict[str, float | int | None]:
     - ``prefill_tokens_saved``: Σ ``cached_tokens`` (prompt tokens the engine did not compute)
     - ``reporting_rows``: how many rows the figures rest on
     """
-    ok = ok_rows(table)
-    prompt, cached = numeric(ok, "prompt_tokens"), numeric(ok, "cached_tokens")
+    prompt, cached = ok_values(table, "prompt_tokens"), ok_values(table, "cached_tokens")
     rep = ~np.isnan(prompt) & ~np.isnan(cached)
-    est_p, est_c = numeric(ok, "prompt_tokens_est")[rep], numeric(ok, "ideal_cached_tokens_est")[rep]
+    est_p = ok_values(table, "prompt_tokens_est")[rep]
+    est_c = ok_values(table, "ideal_cached_tokens_est")[rep]
     est = ~np.isnan(est_p) & ~np.isnan(est_c)
     p_sum, c_sum = float(prompt[rep].sum()), float(cached[rep].sum())
     ep_sum, ec_sum = float(est_p[est].sum()), float(est_c[est].sum())
@@ -564,17 +573,25 @@ def subset(table: pa.Table, key: str, value: Any) -> pa.Table:
     return table.filter(pc.equal(table[key], pa.scalar(value, table.schema.field(key).type)))
 
 
+#: the columns a breakdown's figures read, besides its key (its subsets copy no other)
+BREAKDOWN_COLUMNS = (
+    "status", "ttft_ns", "e2e_ns", "prompt_tokens", "cached_tokens", "prompt_tokens_est",
+    "ideal_cached_tokens_est",
+)  # fmt: skip
+
+
 def breakdown(table: pa.Table, key: str) -> list[dict[str, Any]]:
     """One entry per distinct value of ``key``: rows, ok rows, TTFT and E2E distributions,
     and the cache figures (see ``cache``)."""
     out = []
+    table = table.select([c for c in dict.fromkeys((key, *BREAKDOWN_COLUMNS)) if c in table.column_names])
     for value in group_values(table, key):
         rows = subset(table, key, value)
         out.append(
             {
                 key: value,
                 "requests": rows.num_rows,
-                "ok": ok_rows(rows).num_rows,
+                "ok": ok_count(rows),
                 "ttft_ms": distribution(ttft_ms(rows)),
                 "e2e_ms": distribution(e2e_ms(rows)),
                 "cache": cache(rows),
@@ -583,9 +600,12 @@ def breakdown(table: pa.Table, key: str) -> list[dict[str, Any]]:
     return out
 
 
-def first_and_branch_calls(table: pa.Table) -> dict[str, pa.Table]:
+def first_and_branch_calls(table: pa.Table, columns: list[str] | None = None) -> dict[str, pa.Table]:
     """``first``: rows with no parent node (an agent's opening calls, ``depth == 0``);
-    ``branch``: rows with at least one parent (calls that extend a parent's context)."""
+    ``branch``: rows with at least one parent (calls that extend a parent's context).
+    ``columns``: only these of the rows (a copy of every column is a copy of its chunk lists)."""
+    if columns is not None:
+        table = table.select([*columns, "parent_nodes"])
     n_parents = pc.fill_null(pc.list_value_length(table["parent_nodes"]), 0)
     has_parent = pc.greater(n_parents, 0)
     return {"first": table.filter(pc.invert(has_parent)), "branch": table.filter(has_parent)}

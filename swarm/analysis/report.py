@@ -24,15 +24,15 @@ from swarm.analysis.intervals import target_intervals
 from swarm.record import LATE_NS
 from swarm.trace.manifest import RunManifest, TargetInfo, WorkerInfo, changed_contents
 from swarm.trace.reader import (
+    NOT_WARMUP,
     BadPart,
     RunLocation,
     as_storage,
-    give_back_arrow_memory,
     list_parts,
     part_size,
     read_requests_tolerant,
     unfinished_parts,
-    without_warmups,
+    warmup_count,
 )
 
 #: Columns a breakdown may be made by, in the order reports show them.
@@ -85,9 +85,9 @@ def load_run(run_dir: RunLocation) -> LoadedRun:
         raise FileNotFoundError(f"{storage.path('manifest.json')}: no manifest (is this a run directory?)")
     torn = unfinished_parts(storage) if storage.exists("requests") else []
     manifest = RunManifest.read(storage)
-    requests, bad = read_requests_tolerant(storage, columns=COLUMNS)
-    requests, warmups = without_warmups(requests)
-    give_back_arrow_memory()  # the table as read, before its warm-ups were filtered out
+    # warm-ups left out as the parts are read: filtered after, the rows were read twice over
+    requests, bad = read_requests_tolerant(storage, columns=COLUMNS, rows=NOT_WARMUP)
+    warmups = warmup_count(storage)
     server, server_error = None, None
     try:
         server = read_server_metrics(storage)
@@ -335,8 +335,8 @@ def _fleet(run: LoadedRun, name: str, rows: pa.Table, info: TargetInfo | None) -
     named = rows["replica"] if "replica" in rows.column_names else None
     if not replicas and (named is None or len(pc.unique(named.drop_null())) < 2):
         return None
-    table, _ = read_requests_tolerant(as_storage(run.location), columns=FLEET_COLUMNS)
-    table = table.filter(pc.equal(table["target"], name)) if table.num_rows else table
+    target = pc.field("target") == name  # filtered as read: no copy of the others' block hashes
+    table, _ = read_requests_tolerant(as_storage(run.location), columns=FLEET_COLUMNS, rows=target)
     samples = run.server.filter(pc.equal(run.server["target"], name)) if run.server is not None else None
     return fleet_figures(table, samples, replicas, info.replica_names if info is not None else None)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
@@ -94,17 +95,19 @@ class BadPart:
 
 
 def read_requests_tolerant(
-    run_dir: RunLocation, columns: list[str] | None = None
+    run_dir: RunLocation, columns: list[str] | None = None, *, rows: pc.Expression | None = None
 ) -> tuple[pa.Table, list[BadPart]]:
     """The rows of every part that can be read, and the parts that cannot (named, with their
-    size and the reason): for reports, which show what there is and say what is missing."""
+    size and the reason): for reports, which show what there is and say what is missing.
+    ``rows``: only the rows this expression keeps (``NOT_WARMUP``), filtered as they are read
+    rather than copied after."""
     storage = as_storage(run_dir)
     parts = list_parts(storage)
     empty = TRACE_SCHEMA.empty_table()
     if not parts:
         return (empty.select(columns) if columns else empty), []
     try:  # the usual case: every part whole, read as one dataset
-        table = _dataset(storage, parts).to_table(columns=columns)
+        table = _dataset(storage, parts).to_table(columns=columns, filter=rows)
         give_back_arrow_memory()
         return table, []
     except (pa.ArrowException, OSError):
@@ -112,7 +115,7 @@ def read_requests_tolerant(
     tables, bad = [], []
     for part in parts:
         try:
-            tables.append(_dataset(storage, [part]).to_table(columns=columns))
+            tables.append(_dataset(storage, [part]).to_table(columns=columns, filter=rows))
         except (pa.ArrowException, OSError) as exc:
             bad.append(BadPart(str(part), part_size(storage, part), f"{type(exc).__name__}: {exc}"[:300]))
     if not tables:
@@ -143,6 +146,14 @@ def part_size(storage: RunStorage, path: Path) -> int:
 
 #: the column that marks a warm-up call (``RequestIdentity.warmup``; null in older traces)
 WARMUP_COLUMN = "warmup"
+#: the rows ``without_warmups`` keeps, as a filter of a read (``read_requests_tolerant``'s ``rows``)
+NOT_WARMUP = ~pc.field(WARMUP_COLUMN) | pc.field(WARMUP_COLUMN).is_null()
+
+
+def warmup_count(run_dir: RunLocation) -> int:
+    """How many rows of a run's readable parts are warm-ups (its one column read)."""
+    table, _ = read_requests_tolerant(run_dir, columns=[WARMUP_COLUMN])
+    return int(pc.sum(pc.fill_null(table[WARMUP_COLUMN], False)).as_py() or 0) if table.num_rows else 0
 
 
 def without_warmups(table: pa.Table) -> tuple[pa.Table, int]:
@@ -151,8 +162,6 @@ def without_warmups(table: pa.Table) -> tuple[pa.Table, int]:
     (an older trace, or a selection without it) has none."""
     if WARMUP_COLUMN not in table.column_names or table.num_rows == 0:
         return table, 0
-    import pyarrow.compute as pc
-
     keep = pc.invert(pc.fill_null(table[WARMUP_COLUMN], False))
     if pc.all(keep).as_py():  # none: the table itself, not a copy of it
         return table, 0
