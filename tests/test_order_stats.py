@@ -18,8 +18,8 @@ from swarm.analysis import order_stats
 from swarm.analysis.figures import rows_of, target_figures
 from swarm.analysis.metrics import PERCENTILES, distribution, percentile_key
 from swarm.analysis.order_stats import ns_distribution
-from swarm.analysis.summary import closing_summary, summarize_run
 from swarm.analysis.report import build_run_report, load_run
+from swarm.analysis.summary import closing_summary, summarize_run
 from swarm.record import RequestRecord
 from swarm.trace.manifest import RunManifest, RunStatus
 from swarm.trace.reader import read_requests, without_warmups
