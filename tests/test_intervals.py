@@ -12,7 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
+from swarm.analysis import intervals
+from swarm.analysis import metrics as m
 from swarm.analysis.compare import compare
 from swarm.analysis.intervals import (
     FIGURES,
@@ -201,13 +204,39 @@ def test_each_drawn_figure_is_the_figure_of_the_drawn_rows() -> None:
                     assert draw(picks) == stat(units.take(picks)), (kind, name, picks)
 
 
+@pytest.mark.parametrize("backwards", [False, True], ids=["packed", "a chunk time going back"])
+def test_pooled_itls_are_the_itls_sorted_however_they_are_held(
+    backwards: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ITLs are pooled from one int64 each (ns and unit packed, sorted in place, a few rows at
+    a time); where they cannot be (an ITL below 0), from the milliseconds: either way, every
+    drawn percentile is that of the milliseconds sorted with their units."""
+    monkeypatch.setattr(intervals, "_PACK_ROWS", 7)  # many packs of rows
+    rng = np.random.default_rng(3)
+    rows = _random_rows(rng, "sessions")
+    if backwards:
+        chunks = rows["chunk_ns"].to_pylist()
+        at = next(i for i, c in enumerate(chunks) if len(c) > 2 and rows["status"][i].as_py() == "ok")
+        chunks[at] = chunks[at][::-1]
+        column = pa.array(chunks, pa.list_(pa.int64()))
+        rows = rows.set_column(rows.schema.get_field_index("chunk_ns"), "chunk_ns", column)
+    units = Units(rows)
+    held = units.pooled(m.itl_ms)
+    assert (held.scale == 1e6) is not backwards  # which way it was held
+    plain = _Pooled.sorting(m.itl_ms(rows), np.repeat(units.row_units(), m.itl_counts(rows)), len(units))
+    for _ in range(30):
+        counts = np.bincount(rng.integers(0, len(units), len(units)), minlength=len(units))
+        for q in (0, 2.5, 50, 99, 100):
+            assert held.percentile(counts, q) == plain.percentile(counts, q)
+
+
 def test_a_percentile_of_units_drawn_is_numpys_over_their_values_laid_end_to_end() -> None:
     rng = np.random.default_rng(5)
     for n_units, values_each in ((3, 2_000), (300, 40), (50, 1)):
         lengths = rng.integers(0, values_each * 2, n_units)
         values = np.round(rng.lognormal(3, 1, int(lengths.sum())), 1)  # ties, as ms rounded are
         units_of = np.repeat(np.arange(n_units), lengths)
-        pooled = _Pooled(values, units_of, n_units)
+        pooled = _Pooled.sorting(values, units_of, n_units)
         for _ in range(20):
             counts = np.bincount(rng.integers(0, n_units, n_units), minlength=n_units)
             drawn = [values[units_of == u] for u in range(n_units) for _ in range(counts[u])]
