@@ -177,7 +177,8 @@ class Units:
             units_of = np.repeat(self.row_units(), _ROWS_OF[of](self.table))
             values = [np.asarray(of(self.table), dtype=np.float64)]
             if units_of.size != values[0].size:  # the counts must be the figure's own (``metrics``)
-                raise ValueError(f"{of.__name__} gave {values[0].size} values; its rows count {units_of.size}")
+                size = values[0].size
+                raise ValueError(f"{of.__name__} gave {size} values; its rows count {units_of.size}")
             held = _Pooled.sorting(values.pop(), units_of, len(self.keys))  # handed over, not kept here
         self._pooled[of] = held
         return held

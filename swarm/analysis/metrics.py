@@ -144,8 +144,9 @@ CLIENT_LAG_FLOOR_MS = 1.0
 def client_lag_ms(table: pa.Table) -> np.ndarray:
     """The client's own lag per content event of the ok rows whose reads the kernel stamped:
     every entry of ``chunk_lag_ns / 1e6`` (the user-space time of the read that carried the event
-    minus its kernel receive stamp). Empty for a trace timed in user space (``clock`` ``user``,
-    or older than the column): there the lag is in the latencies themselves, unmeasured."""
+    minus its kernel receive stamp; a null entry, which swarm's client never writes, is left
+    out). Empty for a trace timed in user space (``clock`` ``user``, or older than the column):
+    there the lag is in the latencies themselves, unmeasured."""
     pieces = list(client_lag_ns_pieces(table_batches(table)(CLIENT_LAG_COLUMNS)))
     return np.concatenate(pieces).astype(np.float64) / 1e6 if pieces else np.zeros(0)
 

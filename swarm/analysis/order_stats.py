@@ -6,8 +6,9 @@ again (a run's inter-token latencies and client lag: one value per chunk, 82 mil
 simulated fleet run of 4,800 agents for five minutes, hundreds of millions at the sizes
 simulation is for), in milliseconds (``value / 1e6``). Its count, percentiles and max are
 those ``distribution`` finds over the values laid end to end, to the last bit; its mean is
-the exact sum's, rounded once. What it holds is at most ``HELD_VALUES`` values and one
-count per bucket, however many values there are:
+the exact sum's, rounded once. What it holds does not grow with the values' count: at most
+``HELD_VALUES`` values in the first pass, then one count per bucket; in the second, the
+distinct values of the (at most ten) buckets needed, each with its count:
 
 1. One pass counts the values, sums them exactly (integers) and keeps their largest. While
    they are few (``HELD_VALUES``), it keeps them too, and the percentiles are numpy's over
@@ -103,7 +104,9 @@ class _Bucket:
         if values.size:
             self._pending.append(values)
             self._pending_n += values.size
-            if self._pending_n > HELD_VALUES:
+            # merged when the new values outnumber a sixteenth of those held before, or the
+            # distinct ones kept: memory a few times that, the merges' work linear overall
+            if self._pending_n > max(HELD_VALUES // 16, self.values.size):
                 self._merge()
 
     def _merge(self) -> None:

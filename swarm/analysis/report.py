@@ -87,7 +87,7 @@ def load_run(run_dir: RunLocation) -> LoadedRun:
     manifest = RunManifest.read(storage)
     # warm-ups left out as the parts are read: filtered after, the rows were read twice over
     requests, bad = read_requests_tolerant(storage, columns=COLUMNS, rows=NOT_WARMUP)
-    warmups = warmup_count(storage)
+    warmups = warmup_count(storage, bad)
     server, server_error = None, None
     try:
         server = read_server_metrics(storage)

@@ -85,7 +85,8 @@ def target_chunks(run_dir: RunLocation, target: str) -> Batches:
     read_requests(run_dir)), target)``."""
 
     def batches(columns: list[str]) -> Iterator[pa.RecordBatch]:
-        return _kept(request_batches(run_dir, [*columns, "target", WARMUP_COLUMN], PIECE_ROWS), target)
+        read = request_batches(run_dir, [*columns, "target", WARMUP_COLUMN], PIECE_ROWS, target=target)
+        return _kept(read, target)
 
     return batches
 

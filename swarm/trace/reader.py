@@ -64,25 +64,50 @@ def read_requests(run_dir: RunLocation, columns: list[str] | None = None) -> pa.
     return table
 
 
-def request_batches(run_dir: RunLocation, columns: list[str], batch_rows: int) -> Iterator[pa.RecordBatch]:
+def request_batches(
+    run_dir: RunLocation, columns: list[str], batch_rows: int, *, target: str | None = None
+) -> Iterator[pa.RecordBatch]:
     """The request rows of a run, ``batch_rows`` at most at a time, in ``read_requests``'s
     order (parts in name order): for a figure that reads every chunk of a large run without
-    holding them all (one row group's columns are decoded at a time). A part older than a
-    column asked for gives it as nulls, as ``read_requests`` does. A part that cannot be read
-    is an InputError naming it, as in ``read_requests``."""
+    holding them all (one row group's columns are decoded at a time). With ``target``, row
+    groups whose statistics say they hold none of its rows are not read (a run writes each
+    target's rows to parts of their own); the rows given still include other targets' where a
+    group holds several. A part older than a column asked for gives it as nulls, as
+    ``read_requests`` does. A part that cannot be read is an InputError naming it, as in
+    ``read_requests``."""
     storage = as_storage(run_dir)
     for part in list_parts(storage):
         try:
             with storage.fs.open_input_file(str(part)) as stream:
                 file = pq.ParquetFile(stream)
                 if set(columns) <= set(file.schema_arrow.names):
-                    batches = file.iter_batches(batch_size=batch_rows, columns=columns)
+                    groups = _groups_holding(file, target)
+                    batches = file.iter_batches(batch_size=batch_rows, row_groups=groups, columns=columns)
                 else:  # an older part: the dataset fills the columns it lacks
                     batches = _dataset(storage, [part]).to_batches(columns=columns, batch_size=batch_rows)
                 yield from batches
         except (pa.ArrowException, OSError) as exc:
             reason = f"{type(exc).__name__}: {exc}"[:300]
             raise InputError(f"{part}: cannot read this trace part: {reason}") from exc
+
+
+def _groups_holding(file: pq.ParquetFile, target: str | None) -> list[int]:
+    """The row groups of ``file`` that may hold ``target``'s rows (all, without ``target`` or
+    without statistics of the column)."""
+    meta = file.metadata
+    every = list(range(meta.num_row_groups))
+    if target is None or not meta.num_row_groups:
+        return every
+    first = meta.row_group(0)
+    at = next((i for i in range(meta.num_columns) if first.column(i).path_in_schema == "target"), None)
+    if at is None:
+        return every
+    kept = []
+    for g in every:
+        stats = meta.row_group(g).column(at).statistics
+        if stats is None or not stats.has_min_max or stats.min <= target <= stats.max:
+            kept.append(g)
+    return kept
 
 
 @dataclass(frozen=True)
@@ -150,9 +175,15 @@ WARMUP_COLUMN = "warmup"
 NOT_WARMUP = ~pc.field(WARMUP_COLUMN) | pc.field(WARMUP_COLUMN).is_null()
 
 
-def warmup_count(run_dir: RunLocation) -> int:
-    """How many rows of a run's readable parts are warm-ups (its one column read)."""
-    table, _ = read_requests_tolerant(run_dir, columns=[WARMUP_COLUMN])
+def warmup_count(run_dir: RunLocation, bad: list[BadPart] | None = None) -> int:
+    """How many rows of a run's parts are warm-ups (the one column read), less those of the
+    ``bad`` parts (left out of the rows read: their warm-ups are none of the rows')."""
+    storage = as_storage(run_dir)
+    left_out = {b.path for b in bad or ()}
+    parts = [p for p in list_parts(storage) if str(p) not in left_out]
+    if not parts:
+        return 0
+    table = _dataset(storage, parts).to_table(columns=[WARMUP_COLUMN])
     return int(pc.sum(pc.fill_null(table[WARMUP_COLUMN], False)).as_py() or 0) if table.num_rows else 0
 
 
