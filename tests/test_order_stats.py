@@ -11,6 +11,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from bench.synthetic import synthetic_record
@@ -83,22 +84,28 @@ def _record(i: int, target: str, gap_ns: int, warmup: bool = False) -> RequestRe
     return record.with_identity(target=target, warmup=warmup)
 
 
-def _run_with_warmups(run_dir: Path) -> None:
-    """Two targets with gaps of their own, warm-ups among them, in several parts."""
+def _run_with_warmups(run_dir: Path, own_parts: bool = False) -> None:
+    """Two targets with gaps of their own, warm-ups among them, in several parts: each
+    target's rows in parts of their own (as a run writes them), or both in the same parts."""
     RunManifest(run_id="r", status=RunStatus.COMPLETE, seed=0, spec_hash="x").write(run_dir)
-    with ParquetTraceSink(run_dir, batch_rows=16, part_rows=40) as sink:
+    with (
+        ParquetTraceSink(run_dir, writer="a", batch_rows=16, part_rows=40) as sink_a,
+        ParquetTraceSink(run_dir, writer="b", batch_rows=16, part_rows=40) as sink_b,
+    ):
         for i in range(150):
             target, gap = ("a", 7_000_000) if i % 3 else ("b", 19_000_000)
-            sink.write(_record(i, target, gap, warmup=i % 10 == 0 and target == "a"))
+            sink = sink_b if own_parts and target == "b" else sink_a
+            sink.write(_record(i, target, gap, warmup=i % 10 == 0))
             if i % 10 == 0:
-                sink.write(_record(i, "a", 90_000_000, warmup=True))
+                sink_a.write(_record(i, "a", 90_000_000, warmup=True))
 
 
+@pytest.mark.parametrize("own_parts", [True, False], ids=["a target's own parts", "shared parts"])
 def test_the_closing_summary_reads_chunks_from_the_files_as_the_report_reads_its_table(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, own_parts: bool
 ) -> None:
     monkeypatch.setattr(order_stats, "HELD_VALUES", 50)  # the buckets' two passes over the files
-    _run_with_warmups(tmp_path)
+    _run_with_warmups(tmp_path, own_parts)
     table, warmups = without_warmups(read_requests(tmp_path))
     assert warmups
     summary = summarize_run(tmp_path)
@@ -118,3 +125,26 @@ def test_the_report_reads_a_run_less_its_warm_ups_and_counts_them(tmp_path: Path
     assert run.requests["sent_ns"].to_pylist() == table["sent_ns"].to_pylist()  # in order
     report = build_run_report(run, intervals=False)
     assert report.targets["a"].figures == target_figures(rows_of(table, "a"))
+
+
+def _spoil(part: Path, column: str) -> None:
+    """Overwrite the pages of one column of a part (the rest of it still reads)."""
+    meta = pq.ParquetFile(part).metadata
+    at = next(i for i in range(meta.num_columns) if meta.schema.column(i).path.split(".")[0] == column)
+    data = bytearray(part.read_bytes())
+    for g in range(meta.num_row_groups):
+        chunk = meta.row_group(g).column(at)
+        start = chunk.data_page_offset
+        data[start : start + chunk.total_compressed_size] = b"\xab" * chunk.total_compressed_size
+    part.write_bytes(bytes(data))
+
+
+def test_the_warm_ups_of_a_part_that_cannot_be_read_are_not_counted_as_left_out(tmp_path: Path) -> None:
+    _run_with_warmups(tmp_path, own_parts=True)
+    b_part = sorted((tmp_path / "requests").glob("part-b-*.parquet"))[0]
+    b_warmups = sum(pq.read_table(b_part, columns=["warmup"])["warmup"].to_pylist())
+    whole = load_run(tmp_path).warmup_rows
+    _spoil(b_part, "chunk_ns")
+    run = load_run(tmp_path)
+    assert [Path(b.path).name for b in run.bad_parts] == [b_part.name]
+    assert b_warmups and run.warmup_rows == whole - b_warmups
