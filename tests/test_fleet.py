@@ -13,10 +13,11 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
-from swarm.analysis.fleet import fleet_figures, replica_losses
+from swarm.analysis.fleet import _leading_seen, fleet_figures, replica_losses
 from swarm.cli.compose import place_replicas
 from swarm.emulator.config import EmulatorConfig
 from swarm.emulator.http_server import EmulatorThread
@@ -279,3 +280,52 @@ def test_the_sglang_twin_states_its_load_as_sglangs_router_reads_it() -> None:
     ):
         (rank,) = json.loads(resp.read())
     assert rank == {"dp_rank": 0, "num_reqs": 0, "num_waiting_reqs": 0, "num_tokens": 0}
+
+
+def test_the_leading_blocks_seen_are_those_a_walk_with_sets_finds() -> None:
+    """Each row's leading hashes sent before by any replica and by its own, found from arrays
+    (no Python int per hash), are what walking the rows in order with a set of the hashes
+    seen (every replica's, and each one's) finds: prompts that share prefixes, a prompt sent
+    twice, empty ones, a hash twice in one prompt, replicas that see nothing twice."""
+    rng = np.random.default_rng(4)
+    chains = [list(rng.integers(0, 2**63, 12, dtype=np.uint64)) for _ in range(5)]
+    rows: list[list[int]] = []
+    for _ in range(400):
+        chain = chains[int(rng.integers(0, len(chains)))]
+        cut = int(rng.integers(0, len(chain) + 1))
+        own = rng.integers(0, 2**63, int(rng.integers(0, 3)))
+        prompt = [int(h) for h in chain[:cut]] + [int(h) for h in own]
+        if prompt and rng.random() < 0.05:
+            prompt.append(prompt[0])  # a hash twice in one prompt
+        rows.append(prompt)
+    replicas = rng.integers(0, 7, len(rows))
+    got_global, got_local = _leading_seen(pa.array(rows, pa.list_(pa.uint64())), replicas)
+
+    def leading(hashes: list[int], seen: set[int]) -> int:
+        return next((i for i, h in enumerate(hashes) if h not in seen), len(hashes))
+
+    seen_any: set[int] = set()
+    seen: dict[int, set[int]] = {}
+    for i, (hashes, replica) in enumerate(zip(rows, replicas, strict=True)):
+        mine = seen.setdefault(int(replica), set())
+        assert (got_global[i], got_local[i]) == (leading(hashes, seen_any), leading(hashes, mine)), i
+        seen_any.update(hashes)
+        mine.update(hashes)
+    assert 0 < got_local.sum() < got_global.sum()  # some prefixes were sent to another replica only
+
+
+def test_a_failed_request_seeds_no_blocks() -> None:
+    """A prompt that failed on one replica leaves nothing to route to: the same prompt sent
+    next to another replica misses compulsorily, not as reuse routed away."""
+    hashes = [11, 12, 13, 14]
+    table = pa.table({
+        "replica": ["a", "b", "c"], "sent_ns": [1, 2, 3], "e2e_ns": [5, 5, 5],
+        "status": ["http_error", "ok", "ok"], "block_hashes": pa.array([hashes] * 3, pa.list_(pa.uint64())),
+        "prompt_tokens": [256, 256, 256], "cached_tokens": [0, 0, 0],
+        "ideal_cached_tokens_est": pa.array([None] * 3, pa.int64()), "warmup": [False] * 3,
+    })  # fmt: skip
+    figures = fleet_figures(table)
+    assert figures is not None
+    by = {r.replica: r for r in figures.replicas}
+    assert (by["b"].compulsory, by["b"].routed_away) == (256, 0)  # a's failure seeded nothing
+    assert (by["c"].compulsory, by["c"].routed_away) == (0, 256)  # b's answer did

@@ -51,6 +51,7 @@ import itertools
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -166,58 +167,96 @@ class FleetFigures:
         }
 
 
-def _leading(hashes: list[int], seen: set[int]) -> int:
-    """How many of ``hashes`` (chained: each names its whole prefix) lead the list in ``seen``."""
-    n = 0
-    for h in hashes:
-        if h not in seen:
-            break
-        n += 1
-    return n
+def _first_rows(rows: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """For each element (its row, nondecreasing along the elements, and its key), the first
+    row that held its key: that of the key's first occurrence (keys numbered in the order
+    they first occur, by Arrow's hash table: no sort)."""
+    if not keys.size:
+        return rows.copy()
+    codes = pc.dictionary_encode(pa.array(keys)).indices.to_numpy(zero_copy_only=False)
+    new = np.empty(codes.size, dtype=bool)  # a code not seen before: the next number
+    new[0] = True
+    np.greater(codes[1:], np.maximum.accumulate(codes)[:-1], out=new[1:])
+    return rows[np.flatnonzero(new)][codes]
+
+
+def _leading_seen(hashes: pa.Array, replicas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row (``hashes``: each row's block hashes, rows in send order; ``replicas``: each
+    row's replica as an index), how many of its leading hashes (chained: each names its
+    whole prefix) an earlier row sent to any replica (``global``), and to its own
+    (``local``): the rows' hashes are "seen" from the row after the first that held them."""
+    lengths = pc.fill_null(pc.list_value_length(hashes), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    flat = pc.list_flatten(hashes).to_numpy(zero_copy_only=False)
+    row_of = np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    by_replica = np.argsort(np.repeat(replicas, lengths), kind="stable")  # rows in order within each
+    cuts = np.cumsum(np.bincount(replicas, weights=lengths).astype(np.int64))
+    local = np.empty_like(row_of)
+    for mine in np.split(by_replica, cuts[:-1]):  # each replica's hashes on their own
+        local[mine] = _first_rows(row_of[mine], flat[mine])
+    out = []
+    for first in (_first_rows(row_of, flat), local):
+        unseen = np.flatnonzero(first >= row_of)  # no row before this one sent it
+        after = np.append(unseen, np.iinfo(np.int64).max)  # a row with none: its end
+        out.append(np.minimum(after[np.searchsorted(unseen, starts)], ends) - starts)
+    return out[0], out[1]
 
 
 _COLUMNS = (
-    "replica", "sent_ns", "e2e_ns", "status", "block_hashes", "prompt_tokens", "prompt_tokens_est", "cached_tokens",
+    "replica", "sent_ns", "e2e_ns", "status", "prompt_tokens", "prompt_tokens_est", "cached_tokens",
     "ideal_cached_tokens_est", "warmup", "repeat", "session_id", "attempt", "replica_from",
 )  # fmt: skip
 
 
-def _tally(by: dict[str, ReplicaFigures], rows: list[dict[str, Any]], window_ns: tuple[int, int] | None) -> None:
+def _tally(
+    by: dict[str, ReplicaFigures],
+    rows: list[dict[str, Any]],
+    hashes: pa.Array,
+    window_ns: tuple[int, int] | None,
+) -> None:
     """The miss split of one repeat's rows, in send order (the caches are emptied between
     repeats); with ``window_ns``, only the rows sent in ``[start, end)`` are counted, every row
-    before them seeding what the replicas have seen."""
-    seen_any: set[int] = set()
-    seen: dict[str, set[int]] = {}
-    for row in sorted(rows, key=lambda r: r["sent_ns"]):
+    before them seeding what the replicas have seen (``hashes``: the table's ``block_hashes``,
+    each row's at its ``_at``; failed rows seed nothing)."""
+    ordered = sorted(rows, key=lambda r: r["sent_ns"])
+    ok_rows = [r for r in ordered if r["status"] == "ok"]
+    index = {replica: i for i, replica in enumerate({r["replica"]: None for r in ok_rows})}
+    picked = hashes.take(pa.array([r["_at"] for r in ok_rows], pa.int64()))
+    replicas = np.array([index[r["replica"]] for r in ok_rows], dtype=np.int64)
+    global_of, local_of = _leading_seen(picked, replicas)
+    leading = {id(r): (int(g), int(loc)) for r, g, loc in zip(ok_rows, global_of, local_of, strict=True)}
+    for row in ordered:
         replica, ok = row["replica"], row["status"] == "ok"
-        hashes = list(row["block_hashes"] or ())
         counted = not row.get("warmup") and (window_ns is None or window_ns[0] <= row["sent_ns"] < window_ns[1])
         if counted:
             figures = by.setdefault(replica, ReplicaFigures(replica))
             figures.requests += 1
             figures.failed += not ok
-        if not ok:
+        if not ok or not counted:
             continue
-        local_seen = seen.setdefault(replica, set())
-        if counted:
-            prompt = row["prompt_tokens"] if row["prompt_tokens"] is not None else (row["prompt_tokens_est"] or 0)
-            cached = row["cached_tokens"] or 0
-            global_blocks = _leading(hashes, seen_any)
-            local_blocks = _leading(hashes, local_seen)
-            ideal = row["ideal_cached_tokens_est"]
-            ideal = min(ideal if ideal is not None else HASH_BLOCK_TOKENS * global_blocks, prompt)
-            miss = max(prompt - cached, 0)
-            compulsory = min(miss, max(prompt - ideal, 0))
-            away = max(ideal - HASH_BLOCK_TOKENS * local_blocks, 0) if global_blocks > local_blocks else 0
-            routed = min(miss - compulsory, away)
-            figures.prompt_tokens += prompt
-            figures.cached_tokens += cached
-            figures.ideal_tokens += ideal
-            figures.routed_away += routed
-            figures.compulsory += compulsory
-            figures.evicted += miss - routed - compulsory
-        seen_any.update(hashes)
-        local_seen.update(hashes)
+        prompt = row["prompt_tokens"] if row["prompt_tokens"] is not None else (row["prompt_tokens_est"] or 0)
+        cached = row["cached_tokens"] or 0
+        global_blocks, local_blocks = leading[id(row)]
+        ideal = row["ideal_cached_tokens_est"]
+        ideal = min(ideal if ideal is not None else HASH_BLOCK_TOKENS * global_blocks, prompt)
+        miss = max(prompt - cached, 0)
+        compulsory = min(miss, max(prompt - ideal, 0))
+        away = max(ideal - HASH_BLOCK_TOKENS * local_blocks, 0) if global_blocks > local_blocks else 0
+        routed = min(miss - compulsory, away)
+        figures.prompt_tokens += prompt
+        figures.cached_tokens += cached
+        figures.ideal_tokens += ideal
+        figures.routed_away += routed
+        figures.compulsory += compulsory
+        figures.evicted += miss - routed - compulsory
+
+
+def _block_hashes(table: pa.Table) -> pa.Array:
+    """The table's ``block_hashes`` as one list array (empty lists where it has none)."""
+    if "block_hashes" not in table.column_names:
+        return pa.array([[]] * table.num_rows, pa.list_(pa.uint64()))
+    return table["block_hashes"].combine_chunks()
 
 
 def _of_replica(labels: pa.ChunkedArray, replica: str) -> pa.ChunkedArray:
@@ -245,9 +284,11 @@ def fleet_figures(
     cols = [c for c in _COLUMNS if c in table.column_names]
     everything = table.select(cols).to_pylist() if named is not None else []
     url_of = {name: url for url, name in (names or {}).items()}
-    for row in everything:
+    for at, row in enumerate(everything):
+        row["_at"] = at  # where its block hashes are (read as arrays, not as Python ints)
         if row["replica"] is not None:
             row["replica"] = url_of.get(row["replica"], row["replica"])
+    hashes = _block_hashes(table)
     attributed = [r for r in everything if r["replica"] is not None]
     listed = list(replicas or [])
     if len({r["replica"] for r in attributed} | set(listed)) < 2:
@@ -257,7 +298,7 @@ def fleet_figures(
     for row in attributed:
         repeats.setdefault(int(row.get("repeat") or 0), []).append(row)
     for repeat, rows in repeats.items():
-        _tally(by, rows, (windows_ns or {}).get(repeat) if windows_ns is not None else None)
+        _tally(by, rows, hashes, (windows_ns or {}).get(repeat) if windows_ns is not None else None)
     _server_figures(by, metrics)
     shares = {f.replica: float(f.requests) for f in by.values()}
     if not attributed:  # nothing named its replica: the load by the replicas' own counters
