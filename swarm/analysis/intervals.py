@@ -174,7 +174,8 @@ class Units:
         if held is None:
             held = self._itls_packed() if of is m.itl_ms else None
         if held is None:
-            units_of = np.repeat(self.row_units(), _ROWS_OF[of](self.table))
+            narrow = self.row_units().astype(_unit_type(len(self.keys)))
+            units_of = np.repeat(narrow, _ROWS_OF[of](self.table))
             values = [np.asarray(of(self.table), dtype=np.float64)]
             if units_of.size != values[0].size:  # the counts must be the figure's own (``metrics``)
                 size = values[0].size
@@ -207,7 +208,7 @@ class Units:
             part <<= unit_bits
             part |= np.repeat(rows[r : r + _PACK_ROWS], counts[r : r + _PACK_ROWS])
         packed.sort()
-        units = np.empty(packed.size, dtype=np.int32)
+        units = np.empty(packed.size, dtype=_unit_type(len(self.keys)))
         mask = (1 << unit_bits) - 1
         for lo in range(0, packed.size, _PACK_ROWS * 64):
             units[lo : lo + _PACK_ROWS * 64] = packed[lo : lo + _PACK_ROWS * 64] & mask
@@ -391,6 +392,11 @@ def _completion(units: Units) -> Draw | None:
         return None
     pooled = _Pooled.sorting(values, units_of, n)
     return lambda picks: pooled.percentile(np.bincount(picks, minlength=n), 50)
+
+
+def _unit_type(units: int) -> type[np.integer]:
+    """The narrowest type a pooled value's unit fits (a value each: 82 million ITLs)."""
+    return np.uint16 if units <= 1 << 16 else np.int32
 
 
 class _Pooled:
