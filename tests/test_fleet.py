@@ -329,3 +329,16 @@ def test_a_failed_request_seeds_no_blocks() -> None:
     by = {r.replica: r for r in figures.replicas}
     assert (by["b"].compulsory, by["b"].routed_away) == (256, 0)  # a's failure seeded nothing
     assert (by["c"].compulsory, by["c"].routed_away) == (0, 256)  # b's answer did
+
+
+def test_rows_without_hashes_split_their_misses_as_never_sent_before() -> None:
+    """A table built by hand whose hashes are all missing (a column of nulls, or none at all)
+    still gets its fleet figures: no prefix is known to have been sent before."""
+    base = {
+        "replica": ["a", "b"], "sent_ns": [1, 2], "e2e_ns": [5, 5], "status": ["ok", "ok"],
+        "prompt_tokens": [64, 64], "cached_tokens": [0, 0], "ideal_cached_tokens_est": pa.array([None, None], pa.int64()),
+    }  # fmt: skip
+    for table in (pa.table({**base, "block_hashes": [None, None]}), pa.table(base)):
+        figures = fleet_figures(table)
+        assert figures is not None
+        assert [(r.compulsory, r.routed_away) for r in figures.replicas] == [(64, 0), (64, 0)]

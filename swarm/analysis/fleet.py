@@ -168,17 +168,22 @@ class FleetFigures:
         }
 
 
-def _first_rows(rows: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """For each element (its row, nondecreasing along the elements, and its key), the first
-    row that held its key: that of the key's first occurrence (keys numbered in the order
-    they first occur, by Arrow's hash table: no sort)."""
-    if not keys.size:
+def _in_first_order(keys: pa.Array) -> np.ndarray:
+    """Each key's number, keys numbered in the order they first occur (Arrow's hash table,
+    as ``dictionary_encode`` numbers them: no sort; a null is a key of its own)."""
+    return pc.dictionary_encode(keys, null_encoding="encode").indices.to_numpy(zero_copy_only=False)
+
+
+def _first_rows(rows: np.ndarray, numbers: np.ndarray) -> np.ndarray:
+    """For each element (its row, nondecreasing along the elements, and its key's number,
+    ``_in_first_order``), the first row that held its key: that of its number's first
+    element."""
+    if not numbers.size:
         return rows.copy()
-    codes = pc.dictionary_encode(pa.array(keys)).indices.to_numpy(zero_copy_only=False)
-    new = np.empty(codes.size, dtype=bool)  # a code not seen before: the next number
+    new = np.empty(numbers.size, dtype=bool)  # a number not seen before: the next one
     new[0] = True
-    np.greater(codes[1:], np.maximum.accumulate(codes)[:-1], out=new[1:])
-    return rows[np.flatnonzero(new)][codes]
+    np.greater(numbers[1:], np.maximum.accumulate(numbers)[:-1], out=new[1:])
+    return rows[np.flatnonzero(new)][numbers]
 
 
 def _leading_seen(hashes: pa.Array, replicas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -187,7 +192,8 @@ def _leading_seen(hashes: pa.Array, replicas: np.ndarray) -> tuple[np.ndarray, n
     whole prefix) an earlier row sent to any replica (``global``), and to its own
     (``local``): the rows' hashes are "seen" from the row after the first that held them."""
     lengths = pc.fill_null(pc.list_value_length(hashes), 0).to_numpy(zero_copy_only=False).astype(np.int64)
-    flat = pc.list_flatten(hashes).to_numpy(zero_copy_only=False)
+    # each hash by its number (a null item, which the client never writes, one value too)
+    numbers = _in_first_order(pc.list_flatten(hashes))
     row_of = np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
     ends = np.cumsum(lengths)
     starts = ends - lengths
@@ -195,9 +201,9 @@ def _leading_seen(hashes: pa.Array, replicas: np.ndarray) -> tuple[np.ndarray, n
     cuts = np.cumsum(np.bincount(replicas, weights=lengths).astype(np.int64))
     local = np.empty_like(row_of)
     for mine in np.split(by_replica, cuts[:-1]):  # each replica's hashes on their own
-        local[mine] = _first_rows(row_of[mine], flat[mine])
+        local[mine] = _first_rows(row_of[mine], _in_first_order(pa.array(numbers[mine])))
     out = []
-    for first in (_first_rows(row_of, flat), local):
+    for first in (_first_rows(row_of, numbers), local):
         unseen = np.flatnonzero(first >= row_of)  # no row before this one sent it
         after = np.append(unseen, np.iinfo(np.int64).max)  # a row with none: its end
         out.append(np.minimum(after[np.searchsorted(unseen, starts)], ends) - starts)
@@ -254,8 +260,10 @@ def _tally(
 
 
 def _block_hashes(table: pa.Table) -> pa.Array:
-    """The table's ``block_hashes`` as one list array (empty lists where it has none)."""
-    if "block_hashes" not in table.column_names:
+    """The table's ``block_hashes`` as one list array: empty lists where it has none (no
+    column, or one of nulls only, as a table built by hand may have): no prefix is then
+    known to have been sent before, so none is counted as routed away."""
+    if "block_hashes" not in table.column_names or pa.types.is_null(table.schema.field("block_hashes").type):
         return pa.array([[]] * table.num_rows, pa.list_(pa.uint64()))
     return table["block_hashes"].combine_chunks()
 
@@ -289,11 +297,11 @@ def fleet_figures(
         row["_at"] = at  # where its block hashes are (read as arrays, not as Python ints)
         if row["replica"] is not None:
             row["replica"] = url_of.get(row["replica"], row["replica"])
-    hashes = _block_hashes(table)
     attributed = [r for r in everything if r["replica"] is not None]
     listed = list(replicas or [])
     if len({r["replica"] for r in attributed} | set(listed)) < 2:
         return None
+    hashes = _block_hashes(table)
     by: dict[str, ReplicaFigures] = {u: ReplicaFigures(u) for u in listed}
     repeats: dict[int, list[dict[str, Any]]] = {}
     for row in attributed:
