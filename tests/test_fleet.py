@@ -336,7 +336,8 @@ def test_rows_without_hashes_split_their_misses_as_never_sent_before() -> None:
     still gets its fleet figures: no prefix is known to have been sent before."""
     base = {
         "replica": ["a", "b"], "sent_ns": [1, 2], "e2e_ns": [5, 5], "status": ["ok", "ok"],
-        "prompt_tokens": [64, 64], "cached_tokens": [0, 0], "ideal_cached_tokens_est": pa.array([None, None], pa.int64()),
+        "prompt_tokens": [64, 64], "cached_tokens": [0, 0],
+        "ideal_cached_tokens_est": pa.array([None, None], pa.int64()),
     }  # fmt: skip
     for table in (pa.table({**base, "block_hashes": [None, None]}), pa.table(base)):
         figures = fleet_figures(table)
