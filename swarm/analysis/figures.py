@@ -21,6 +21,7 @@ from swarm.analysis import metrics as m
 from swarm.analysis.fleet import FleetFigures
 from swarm.analysis.intervals import Interval
 from swarm.analysis.order_stats import NsPieces, ns_distribution
+from swarm.trace.reader import rows_kept
 
 
 @dataclass(frozen=True)
@@ -368,7 +369,6 @@ def target_names(table: pa.Table) -> list[str]:
 def rows_of(table: pa.Table, target: str) -> pa.Table:
     """The rows of ``target``: the table itself when they are all its (no copy of a large
     run's chunk times for its one target)."""
-    mask = pc.equal(table["target"], target)
-    if table.num_rows and pc.all(mask, skip_nulls=False).as_py():
-        return table
-    return table.filter(mask)
+    rows = rows_kept(table, pc.equal(table["target"], target))
+    assert isinstance(rows, pa.Table)
+    return rows

@@ -28,6 +28,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from swarm.trace.reader import rows_kept
+
 PERCENTILES: tuple[float, ...] = (50, 90, 95, 99, 99.9)
 #: rows of a table read at a time by the figures over every chunk (``_chunk_pieces``)
 PIECE_ROWS = 1024
@@ -88,6 +90,12 @@ def ok_values(table: pa.Table, name: str) -> np.ndarray:
     """``numeric(ok_rows(table), name)`` without copying the ok rows (every column of them,
     chunk lists included): the column's values at the ok rows, in order."""
     return numeric(table, name)[ok_mask(table)]
+
+
+def ok_columns(table: pa.Table, *names: str) -> tuple[np.ndarray, ...]:
+    """``ok_values`` of each of ``names``, the ok rows found once."""
+    ok = ok_mask(table)
+    return tuple(numeric(table, n)[ok] for n in names)
 
 
 def ok_count(table: pa.Table) -> int:
@@ -209,9 +217,7 @@ def _chunk_pieces(
     one piece's chunks besides its result."""
     for batch in batches:
         if ok_only:
-            ok = pc.equal(batch["status"], "ok")
-            if not pc.all(ok, skip_nulls=False).as_py():  # else every row: no copy of its chunks
-                batch = batch.filter(ok)
+            batch = rows_kept(batch, pc.equal(batch["status"], "ok"))
         if batch.num_rows:
             flat, offsets = _flat_and_offsets(batch["chunk_ns"])
             yield batch, flat, offsets
@@ -270,8 +276,7 @@ def mean_itl_ms_per_row(table: pa.Table) -> np.ndarray:
 def tpot_ms(table: pa.Table) -> np.ndarray:
     """Time per output token of ok rows with at least two tokens:
     ``(e2e_ns − ttft_ns) / (completion_tokens − 1) / 1e6``."""
-    e2e, ttft = ok_values(table, "e2e_ns"), ok_values(table, "ttft_ns")
-    tokens = ok_values(table, "completion_tokens")
+    e2e, ttft, tokens = ok_columns(table, "e2e_ns", "ttft_ns", "completion_tokens")
     valid = ~np.isnan(e2e) & ~np.isnan(ttft) & (tokens >= 2)
     return (e2e[valid] - ttft[valid]) / (tokens[valid] - 1) / 1e6
 
@@ -515,10 +520,11 @@ def cache(table: pa.Table) -> dict[str, float | int | None]:
     - ``prefill_tokens_saved``: Σ ``cached_tokens`` (prompt tokens the engine did not compute)
     - ``reporting_rows``: how many rows the figures rest on
     """
-    prompt, cached = ok_values(table, "prompt_tokens"), ok_values(table, "cached_tokens")
+    prompt, cached, est_p, est_c = ok_columns(
+        table, "prompt_tokens", "cached_tokens", "prompt_tokens_est", "ideal_cached_tokens_est"
+    )
     rep = ~np.isnan(prompt) & ~np.isnan(cached)
-    est_p = ok_values(table, "prompt_tokens_est")[rep]
-    est_c = ok_values(table, "ideal_cached_tokens_est")[rep]
+    est_p, est_c = est_p[rep], est_c[rep]
     est = ~np.isnan(est_p) & ~np.isnan(est_c)
     p_sum, c_sum = float(prompt[rep].sum()), float(cached[rep].sum())
     ep_sum, ec_sum = float(est_p[est].sum()), float(est_c[est].sum())

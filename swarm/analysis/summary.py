@@ -30,6 +30,7 @@ from swarm.trace.reader import (
     RunLocation,
     read_requests,
     request_batches,
+    rows_kept,
     without_warmups,
 )
 
@@ -94,10 +95,8 @@ def target_chunks(run_dir: RunLocation, target: str) -> Batches:
 def _kept(batches: Iterable[pa.RecordBatch], target: str) -> Iterator[pa.RecordBatch]:
     for batch in batches:
         warmup = pc.fill_null(batch[WARMUP_COLUMN], False)
-        keep = pc.and_kleene(pc.equal(batch["target"], target), pc.invert(warmup))
-        if pc.all(keep, skip_nulls=False).as_py():  # every row: no copy of its chunks
-            yield batch
-        elif (kept := batch.filter(keep)).num_rows:
+        kept = rows_kept(batch, pc.and_kleene(pc.equal(batch["target"], target), pc.invert(warmup)))
+        if kept.num_rows:
             yield kept
 
 

@@ -187,14 +187,20 @@ def warmup_count(run_dir: RunLocation, bad: list[BadPart] | None = None) -> int:
     return int(pc.sum(pc.fill_null(table[WARMUP_COLUMN], False)).as_py() or 0) if table.num_rows else 0
 
 
+def rows_kept(rows: pa.Table | pa.RecordBatch, keep: pa.Array | pa.ChunkedArray) -> pa.Table | pa.RecordBatch:
+    """``rows.filter(keep)`` (a null keeps none), but ``rows`` themselves when ``keep`` keeps
+    every row: no copy of a large run's chunk lists to drop nothing."""
+    if len(rows) and pc.all(keep, skip_nulls=False).as_py():
+        return rows
+    return rows.filter(keep)
+
+
 def without_warmups(table: pa.Table) -> tuple[pa.Table, int]:
     """``table`` less its warm-up rows (sessions started mid-life re-send their history first;
     no headline figure counts them), and how many were dropped. A table without the column
     (an older trace, or a selection without it) has none."""
     if WARMUP_COLUMN not in table.column_names or table.num_rows == 0:
         return table, 0
-    keep = pc.invert(pc.fill_null(table[WARMUP_COLUMN], False))
-    if pc.all(keep).as_py():  # none: the table itself, not a copy of it
-        return table, 0
-    kept = table.filter(keep)
+    kept = rows_kept(table, pc.invert(pc.fill_null(table[WARMUP_COLUMN], False)))
+    assert isinstance(kept, pa.Table)
     return kept, table.num_rows - kept.num_rows
