@@ -119,7 +119,7 @@ def test_shared_runs_are_held_by_reference_and_give_the_same_shared_prefixes() -
     another (inside a shared run, at its edge, in a copied stretch), and it copies less."""
     from array import array
 
-    from swarm.workload.prefix import SHARED_FROM_TOKENS
+    from swarm.workload.edges import SHARED_FROM_TOKENS
 
     rng = random.Random(11)
     corpus = array("q", (rng.getrandbits(63) for _ in range(5_000)))

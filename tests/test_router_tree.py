@@ -11,7 +11,7 @@ from array import array
 from swarm.sim.router_tree import TenantTree, _Node
 from swarm.sim.routing import CacheAware
 from swarm.token_ids import word_ids
-from swarm.workload.prefix import narrow_ids
+from swarm.workload.edges import narrow_ids
 
 
 def ids(*runs: tuple[str, int]) -> array:

@@ -35,7 +35,8 @@ from swarm.request import ChatMessage, EngineRequest
 from swarm.runtime.dispatcher import DISPATCH_SPIN_NS, Dispatcher, Outgoing
 from swarm.runtime.retry import retry_request_id
 from swarm.texts import Text, WordText
-from swarm.workload.prefix import BLOCK_TOKENS, SharedRun, block_hashes
+from swarm.workload.edges import SharedRun
+from swarm.workload.prefix import BLOCK_TOKENS, block_hashes
 from swarm.workload.prompts import compose_messages, decide_compaction, synthetic_turn
 from swarm.workload.tokenizer import TokenIds, Tokenizer, WordTokenizer
 from swarm.workload.workload import AgentPlan, NodePlan

@@ -30,7 +30,7 @@ from typing import Literal, Protocol
 
 from swarm.sim.router_tree import TenantTree
 from swarm.token_ids import TokenIds, as_token_ids
-from swarm.workload.prefix import narrow_ids
+from swarm.workload.edges import narrow_ids
 
 RoutingPolicy = Literal["round_robin", "least_load", "cache_aware"]
 ROUTING_POLICIES: tuple[str, ...] = ("round_robin", "least_load", "cache_aware")

@@ -1,0 +1,238 @@
+"""A prefix tree's edge of token ids: arrays of the tree's own between stretches of shared
+arrays held by reference.
+
+Place in the map (docs/architecture.md, "Workload"): below the trees that keep every prompt
+they are given, the ideal-reuse index (``workload.prefix.PrefixIndex``) and the simulated
+cache-aware router's tree (``sim.router_tree.TenantTree``). A mid-life session's history of
+100k tokens is a few hundred runs of the corpus's ids (``texts.WordText``): held by reference,
+a run costs about 120 bytes; copied, 4 bytes a token for the rest of the run.
+
+- ``narrow_ids``: 64-bit ids by their low 32 bits, as such trees hold them;
+- ``RunReferences.tail``: a prompt's tokens from a place as an edge, each of its shared runs
+  (``SharedRun``, ``SHARED_FROM_TOKENS`` or longer) checked against the prompt and kept by
+  reference, the rest copied;
+- ``Pieces``: such an edge (``len``, its first token, its common length with a prompt, a cut,
+  growing at its end); ``edge_common``, ``edge_cut``, ``first_token`` and ``referenced`` take
+  either kind of edge.
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from collections.abc import Hashable, Sequence
+from typing import TypeAlias, Union, cast
+
+import numpy as np
+
+#: a tree's tokens: token ids, or a tuple of any hashable units
+Key: TypeAlias = Union["array[int]", tuple[Hashable, ...]]
+
+#: a stretch of a prompt's tokens a tree may keep by reference instead of copying:
+#: ``(at, ids, first, k)``, the prompt's tokens ``at`` to ``at + k - 1`` are ``ids[first :
+#: first + k]``, an array that outlives the prompt (a corpus's ids: ``texts.WordText``)
+SharedRun: TypeAlias = tuple[int, "array[int]", int, int]
+#: a shared run this long or longer is kept by reference (about 120 bytes), a shorter one copied
+SHARED_FROM_TOKENS = 256
+
+#: an item of a ``Pieces`` edge: the tree's own array (all of it), or ``(ids, first, end)``,
+#: a stretch of a shared array (narrowed as the prompts are: ``narrow_ids``)
+Item: TypeAlias = Union["array[int]", tuple["array[int]", int, int]]
+
+
+def common_length(key: Key, tokens: Key, pos: int, m: int, at: int = 0) -> int:
+    """How many of ``key``'s tokens from ``at`` (``m`` at most) equal ``tokens`` from ``pos``:
+    slices compared in C, halving the stretch that holds the first difference (a token at a
+    time, a 100k-token edge that differs near its end held the loop for tens of milliseconds)."""
+    if m <= 0 or key[at] != tokens[pos]:
+        return 0
+    if key[at : at + m] == tokens[pos : pos + m]:
+        return m
+    lo, hi = 1, m  # key[at : at + lo] matches; the first difference is before hi
+    while hi - lo > 16:
+        mid = (lo + hi) // 2
+        if key[at + lo : at + mid] == tokens[pos + lo : pos + mid]:
+            lo = mid
+        else:
+            hi = mid
+    while lo < hi and key[at + lo] == tokens[pos + lo]:
+        lo += 1
+    return lo
+
+
+class Pieces:
+    """An edge holding stretches of shared arrays by reference between arrays of its own. Each
+    array of its own belongs to this edge alone (a cut copies the one it falls in), so the last
+    one may grow in place."""
+
+    __slots__ = ("items", "length")
+
+    def __init__(self, items: tuple[Item, ...]) -> None:
+        self.items = items
+        self.length = sum(b - a for _, a, b in map(span, items))
+
+    def __len__(self) -> int:
+        """Its tokens, counted."""
+        return self.length
+
+    def first(self) -> int:
+        """Its first token (its parent's key for it)."""
+        src, a, _ = span(self.items[0])
+        return src[a]
+
+    def common(self, tokens: Key, pos: int, m: int) -> int:
+        """``common_length`` along the items."""
+        done = 0
+        for it in self.items:
+            if done >= m:
+                break
+            src, a, b = span(it)
+            n = min(b - a, m - done)
+            k = common_length(src, tokens, pos + done, n, a)
+            done += k
+            if k < n:
+                break
+        return done
+
+    def cut(self, i: int) -> tuple[Edge, Edge]:
+        """The edge's first ``i`` tokens and the rest (``0 < i < len``)."""
+        left: list[Item] = []
+        items = self.items
+        j = 0
+        while True:
+            it = items[j]
+            _, a, b = span(it)
+            n = b - a
+            if i < n:
+                break
+            left.append(it)
+            i -= n
+            j += 1
+        right: list[Item] = list(items[j + 1 :])
+        if i:
+            if isinstance(it, tuple):
+                src, a, b = it
+                left.append((src, a, a + i))
+                right.insert(0, (src, a + i, b))
+            else:
+                left.append(it[:i])
+                right.insert(0, it[i:])
+        else:
+            right.insert(0, it)
+        return make_edge(left), make_edge(right)
+
+    def grow(self, tail: Edge) -> None:
+        """Append ``tail``'s tokens (the edge of a leaf, lengthened by a prompt that extends it)."""
+        more: tuple[Item, ...] = tail.items if isinstance(tail, Pieces) else (cast(Item, tail),)
+        last, head = self.items[-1], more[0]
+        if not isinstance(last, tuple) and not isinstance(head, tuple):
+            last.extend(head)  # its own: grows in place
+            more = more[1:]
+        self.items = self.items + more
+        self.length += len(tail)
+
+
+#: an edge's tokens: an array or tuple of the tree's own, or ``Pieces``
+Edge: TypeAlias = Union["array[int]", tuple[Hashable, ...], Pieces]
+
+
+def make_edge(items: list[Item]) -> Edge:
+    """One array of the tree's own as itself; anything else as ``Pieces``."""
+    only = items[0]
+    if len(items) == 1 and not isinstance(only, tuple):
+        return only
+    return Pieces(tuple(items))
+
+
+def span(it: Item) -> tuple[array[int], int, int]:
+    """An item as ``(array, first, end)``."""
+    return it if isinstance(it, tuple) else (it, 0, len(it))
+
+
+def first_token(edge: Edge) -> Hashable:
+    """An edge's first token: its parent's key for it."""
+    return edge.first() if isinstance(edge, Pieces) else edge[0]
+
+
+def edge_common(edge: Edge, tokens: Key, pos: int) -> int:
+    """How many of ``edge``'s tokens equal ``tokens`` from ``pos`` on."""
+    m = min(len(edge), len(tokens) - pos)
+    if isinstance(edge, Pieces):
+        return edge.common(tokens, pos, m)
+    return common_length(edge, tokens, pos, m)
+
+
+def edge_cut(edge: Edge, i: int) -> tuple[Edge, Edge]:
+    """``edge``'s first ``i`` tokens and the rest (``0 < i < len``)."""
+    if isinstance(edge, Pieces):
+        return edge.cut(i)
+    return edge[:i], edge[i:]
+
+
+def referenced(edge: Edge) -> int:
+    """How many of an edge's tokens are stretches of shared arrays."""
+    if not isinstance(edge, Pieces):
+        return 0
+    return sum(it[2] - it[1] for it in edge.items if isinstance(it, tuple))
+
+
+def narrow_ids(ids: array) -> array:
+    """Token ids as a prefix tree that only matches them holds them (the ideal-reuse index; a
+    simulated router's tree): 64-bit ids by their low 32 bits (half the memory: such a tree
+    holds every token it was sent; two words' ids share their low 32 bits with odds of 2**-32,
+    and only a pair met where two prompts part would lengthen one shared prefix); narrower ids
+    as they are. The halves are taken by numpy: a strided memoryview's copy took 18 times as
+    long (765 against 41 us for 100k ids), 4 % of a simulation of long prompts."""
+    if ids.itemsize != 8:
+        return ids
+    low = 0 if sys.byteorder == "little" else 1  # which half of each 8 bytes is the low one
+    if len(ids) < 256:  # numpy's own cost is more than the copy's here
+        return array("I", memoryview(ids).cast("B").cast("I")[low::2].tobytes())
+    return array("I", np.frombuffer(ids, dtype=np.uint32)[low::2].tobytes())
+
+
+class RunReferences:
+    """A tree's shared arrays, each narrowed once (``narrow_ids``), and the edges it makes of
+    prompts' tails with their runs by reference."""
+
+    def __init__(self) -> None:
+        #: shared runs given whose ids were not the prompt's where they said (copied instead)
+        self.refused = 0
+        #: each shared array given (by ``id``), itself (which keeps the id its own) and narrowed
+        self._narrowed: dict[int, tuple[array, array]] = {}
+
+    def tail(self, tokens: array, pos: int, shared: Sequence[SharedRun]) -> Edge:
+        """``tokens[pos:]`` (narrowed ids) as an edge: each shared run with
+        ``SHARED_FROM_TOKENS`` or more of its tokens past ``pos`` as a reference into its array,
+        the rest copied. A run whose ids are not the prompt's there (or not inside it) is copied
+        and counted in ``refused``: a wrong run costs memory, never a wrong figure."""
+        items: list[Item] = []
+        at, n = pos, len(tokens)
+        for start, ids, first, k in shared:
+            end = start + k
+            if end - max(start, at) < SHARED_FROM_TOKENS:
+                continue
+            narrow = self._narrow(ids)
+            skip = max(at - start, 0)
+            a, b = first + skip, first + k
+            inside = start >= 0 and end <= n and first >= 0 and b <= len(narrow)
+            if not inside or narrow[a:b] != tokens[start + skip : end]:
+                self.refused += 1
+                continue
+            if start > at:
+                items.append(tokens[at:start])
+            items.append((narrow, a, b))
+            at = end
+        if not items:
+            return tokens[pos:]
+        if at < n:
+            items.append(tokens[at:])
+        return make_edge(items)
+
+    def _narrow(self, ids: array) -> array:
+        """``ids`` narrowed as prompts are, once per array (kept with it, so that its ``id``
+        stays its own)."""
+        held = self._narrowed.get(id(ids))
+        if held is None:
+            held = self._narrowed[id(ids)] = (ids, narrow_ids(ids))
+        return held[1]
