@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from swarm.record import RequestIdentity
-from swarm.texts import Text
+from swarm.texts import SharedRun, Text
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +52,9 @@ class EngineRequest:
     #: (``EngineClient.reads_token_ids``: a simulated twin, which then need not tokenise the
     #: text again); None: not given
     prompt_ids: array[int] | None = field(default=None, repr=False, compare=False)
+    #: where ``prompt_ids`` are stretches of the corpus's ids (``SharedRun``s, in order), given
+    #: with them: a simulated router's tree holds those by reference (``sim.router_tree``)
+    prompt_runs: tuple[SharedRun, ...] = field(default=(), repr=False, compare=False)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,13 @@ from typing import NamedTuple, TypeAlias
 
 from swarm.token_ids import TokenIds
 
-__all__ = ["Corpus", "Text", "WordText", "as_str", "join_runs"]
+__all__ = ["Corpus", "SharedRun", "Text", "WordText", "as_str", "join_runs"]
+
+#: where a prompt's tokens are a stretch of an array that outlives the prompt (a corpus's ids):
+#: ``(at, ids, first, k)``, the prompt's tokens ``at`` to ``at + k - 1`` are ``ids[first :
+#: first + k]`` (``WordText.shared_runs``); a tree that keeps prompts may hold such a stretch by
+#: reference (``workload.edges``)
+SharedRun: TypeAlias = tuple[int, TokenIds, int, int]
 
 
 class Corpus(NamedTuple):
@@ -113,10 +119,10 @@ class WordText:
         for first, k in self._runs:
             out.frombytes(view[first * size : (first + k) * size])
 
-    def shared_runs(self, at: int) -> Iterator[tuple[int, TokenIds, int, int]]:
+    def shared_runs(self, at: int) -> Iterator[SharedRun]:
         """Where its words are the corpus's, in a prompt whose tokens it extends from ``at``
         (``extend_ids``): for each run, its place in the prompt, the corpus's ids, its first
-        word there and its length (``workload.prefix.SharedRun``)."""
+        word there and its length (``SharedRun``)."""
         at += len(self._lead)
         ids = self._corpus.ids
         for first, k in self._runs:

@@ -11,7 +11,7 @@ from array import array
 from swarm.sim.router_tree import TenantTree, _Node
 from swarm.sim.routing import CacheAware
 from swarm.token_ids import word_ids
-from swarm.workload.edges import narrow_ids
+from swarm.workload.edges import SHARED_FROM_TOKENS, Edge, Pieces, narrow_ids, referenced, span
 
 
 def ids(*runs: tuple[str, int]) -> array:
@@ -31,6 +31,13 @@ def held_per_tenant(tree: TenantTree) -> list[int]:
     return held
 
 
+def laid_out(edge: Edge) -> tuple[int, ...]:
+    """An edge's tokens in order, its runs by reference read out."""
+    if not isinstance(edge, Pieces):
+        return tuple(edge)  # type: ignore[arg-type]
+    return tuple(t for item in edge.items for src, a, b in (span(item),) for t in src[a:b])
+
+
 def paths_of(tree: TenantTree, tenant: int) -> set[tuple[int, ...]]:
     """Every root-to-leaf path of ``tenant``'s nodes."""
     found: set[tuple[int, ...]] = set()
@@ -38,7 +45,7 @@ def paths_of(tree: TenantTree, tenant: int) -> set[tuple[int, ...]]:
     def walk(node: _Node, prefix: tuple[int, ...]) -> None:
         below = [c for c in node.children.values() if tenant in c.tenants]
         for child in below:
-            walk(child, prefix + tuple(child.key))
+            walk(child, prefix + laid_out(child.key))
         if not below and prefix:
             found.add(prefix)
 
@@ -206,3 +213,90 @@ def test_eviction_climbs_to_a_parent_that_becomes_the_replicas_leaf() -> None:
     assert tree.tokens == held_per_tenant(tree) == [0, 20]
     assert tree.nodes == 1 and paths_of(tree, 1) == {tuple(narrow_ids(ids(("b", 20))))}
     assert tree.prefix_match(a) == (0, 0)  # the root holds every replica
+
+
+def corpus_prompts(seed: int, prompts: int) -> list[tuple[array, list[tuple[int, array, int, int]]]]:
+    """Prompts of a swarm's shape laid out from a shared corpus's runs (long, short, read on
+    past a parent's end) and short pieces of their own, each with where its runs are: most
+    extend an earlier prompt whole, the rest part from it anywhere, inside a run or not."""
+    rng = random.Random(seed)
+    corpus = array("q", (rng.getrandbits(63) for _ in range(6_000)))
+    words = array("q", (rng.getrandbits(63) for _ in range(5)))  # few: copied stretches collide
+    seen: list[list[tuple[int, int] | array]] = []
+    out = []
+    for _ in range(prompts):
+        base = list(rng.choice(seen)) if seen and rng.random() < 0.85 else []
+        if base and rng.random() < 0.4:  # parts from it: a run or a piece cut short
+            keep = rng.randrange(len(base))
+            last = base[keep]
+            cut = rng.randint(1, (last[1] if isinstance(last, tuple) else len(last)))
+            base = [*base[:keep], (last[0], cut) if isinstance(last, tuple) else last[:cut]]
+        elif base and isinstance(base[-1], tuple) and rng.random() < 0.3:  # its last run read on
+            first, k = base[-1]
+            base[-1] = (first, min(k + rng.randint(1, 500), len(corpus) - first))
+        for _ in range(rng.randint(1, 3)):
+            if rng.random() < 0.6:
+                k = rng.choice([SHARED_FROM_TOKENS - 1, SHARED_FROM_TOKENS, 400, 900, 7])
+                base.append((rng.randrange(len(corpus) - k), k))
+            else:
+                base.append(array("q", (rng.choice(words) for _ in range(rng.randint(1, 30)))))
+        seen.append(base)
+        tokens, runs = array("q"), []
+        for piece in base:
+            if isinstance(piece, tuple):
+                first, k = piece
+                runs.append((len(tokens), corpus, first, k))
+                tokens += corpus[first : first + k]
+            else:
+                tokens += piece
+        out.append((tokens, runs))
+    return out
+
+
+def test_a_tree_given_the_prompts_corpus_runs_routes_as_one_given_them_whole() -> None:
+    """A prompt's long runs of the corpus are held by reference (a mid-life session's 100k-token
+    history is a few hundred of them): routed, matched and evicted alike, the router that is
+    given them chooses the same replicas, holds the same paths, counts and nodes as one given
+    the prompts whole, and holds few of the tokens in arrays of its own."""
+    now = [0.0]
+    for seed in range(6):
+        now[0] = 0.0
+        flat, by_runs = (CacheAware(4, max_tree_tokens=6_000, clock_s=lambda: now[0]) for _ in range(2))
+        rng = random.Random(seed)
+        for tokens, runs in corpus_prompts(300 + seed, prompts=60):
+            loads = [rng.randrange(3) for _ in range(4)]
+            assert by_runs.choose(tokens, loads, runs) == flat.choose(tokens, loads)
+            now[0] += rng.uniform(0, 9)  # evictions every 60 s
+        a, b = flat.tree, by_runs.tree
+        assert (b.tokens, b.nodes, b.evicted_tokens) == (a.tokens, a.nodes, a.evicted_tokens)
+        assert a.evicted_tokens > 0
+        for tenant in range(4):
+            assert paths_of(b, tenant) == paths_of(a, tenant)
+        assert b.tokens == held_per_tenant(b) and ancestors_hold(b)
+        keys = [node.key for node in walk_nodes(b)]
+        own, held = sum(len(k) - referenced(k) for k in keys), sum(len(k) for k in keys)
+        assert b.runs_refused == 0 and own < held / 3
+
+
+def test_a_run_that_is_not_the_prompts_is_copied_and_counted_in_the_tree() -> None:
+    """A run whose ids are not the prompt's where it says (its first word off by one, past the
+    prompt's end) is copied: the tree matches as if it were given the prompt alone."""
+    rng = random.Random(8)
+    corpus = array("q", (rng.getrandbits(63) for _ in range(2_000)))
+    tokens = corpus[0:600]
+    for runs in ([(0, corpus, 1, 600)], [(0, corpus, 0, 700)]):
+        tree = TenantTree(2)
+        tree.insert(narrow_ids(tokens), 0, runs)
+        assert tree.runs_refused == 1
+        assert [referenced(node.key) for node in walk_nodes(tree)] == [0]
+        assert tree.prefix_match(narrow_ids(corpus[0:700])) == (600, 0)
+
+
+def walk_nodes(tree: TenantTree) -> list[_Node]:
+    """Every node below the root."""
+    found, stack = [], list(tree.root.children.values())
+    while stack:
+        node = stack.pop()
+        found.append(node)
+        stack.extend(node.children.values())
+    return found

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import random
 import subprocess
 import sys
@@ -440,6 +441,69 @@ def test_the_ids_an_agent_gives_its_twin_are_its_prompts_words(tmp_path: Path) -
     columns = ["request_id", "status", "prompt_tokens", "cached_tokens", "chunk_ns"]
     ids, text = (sorted(pq.read_table(Path(runs[n]) / "requests", columns=columns).to_pylist(), key=str) for n in ("ids", "text"))
     assert len(ids) > 50 and ids == text
+
+
+#: ``swarm simulate`` that notes what its cache-aware router's tree holds at the end (into
+#: the file named by ``SWARM_TREE_NOTE``), its routing given each prompt's corpus runs, or
+#: not (``SWARM_NO_RUNS``)
+_TREE_NOTED = """
+import atexit, json, os, sys
+import swarm.sim.router_tree as rt
+import swarm.sim.twin_client as twin
+from swarm.workload.edges import referenced
+trees = []
+plain = rt.TenantTree.__init__
+def noted(self, *args, **kwargs):
+    plain(self, *args, **kwargs)
+    trees.append(self)
+rt.TenantTree.__init__ = noted
+if os.environ.get("SWARM_NO_RUNS"):
+    route = twin.TwinFleet.route
+    twin.TwinFleet.route = lambda self, prompt, runs=(): route(self, prompt)
+def note():
+    keys, stack = [], [n for t in trees for n in t.root.children.values()]
+    while stack:
+        node = stack.pop()
+        keys.append(node.key)
+        stack.extend(node.children.values())
+    with open(os.environ["SWARM_TREE_NOTE"], "w") as out:
+        json.dump({"refused": sum(t.runs_refused for t in trees), "held": sum(len(k) for k in keys),
+                   "referenced": sum(referenced(k) for k in keys)}, out)
+atexit.register(note)
+from swarm.cli import main
+sys.argv = ["swarm", *sys.argv[1:]]
+main()
+"""
+
+
+def test_a_simulated_routers_tree_holds_the_corpus_runs_it_is_given_and_routes_the_same(tmp_path: Path) -> None:
+    """The agent gives a twin fleet, with a prompt's ids, where they are its long texts' corpus
+    runs (``EngineRequest.prompt_runs``): the cache-aware router's tree holds those by
+    reference, every run given is the prompt's there, and the fleet routes and serves every
+    request as it does when the tree is given the prompts alone (the emulated showdown: mid-life
+    Claude Code sessions and trees of thought)."""
+    import pyarrow.parquet as pq
+
+    args = ["simulate", "--agents", "16", "--duration", "20", "--fleet", "3", "--routing", "cache_aware"]
+    rows, notes = {}, {}
+    for name in ("runs", "whole"):
+        env = {**os.environ, "SWARM_TREE_NOTE": str(tmp_path / f"{name}.json")}
+        if name == "whole":
+            env["SWARM_NO_RUNS"] = "1"
+        done = subprocess.run(
+            [sys.executable, "-c", _TREE_NOTED, *args, "--json", "--no-progress", "--output", str(tmp_path / name)],
+            capture_output=True, text=True, timeout=300, env=env,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        run_dir = Path(json.loads(done.stdout)["run_dir"])
+        columns = ["request_id", "status", "replica", "cached_tokens", "chunk_ns"]
+        rows[name] = sorted(pq.read_table(run_dir / "requests", columns=columns).to_pylist(), key=str)
+        notes[name] = json.loads((tmp_path / f"{name}.json").read_text())
+    assert len(rows["runs"]) > 50 and rows["runs"] == rows["whole"]
+    assert len({r["replica"] for r in rows["runs"]}) == 6  # both twins' fleets, every replica
+    runs, whole = notes["runs"], notes["whole"]
+    assert runs["held"] == whole["held"] and whole["referenced"] == 0
+    assert runs["refused"] == 0 and runs["referenced"] > runs["held"] / 2
 
 
 def test_a_spec_with_a_url_or_a_bad_emulator_flag_is_refused_naming_it(tmp_path: Path) -> None:

@@ -34,8 +34,7 @@ from swarm.record import RequestIdentity, Status
 from swarm.request import ChatMessage, EngineRequest
 from swarm.runtime.dispatcher import DISPATCH_SPIN_NS, Dispatcher, Outgoing
 from swarm.runtime.retry import retry_request_id
-from swarm.texts import Text, WordText
-from swarm.workload.edges import SharedRun
+from swarm.texts import SharedRun, Text, WordText
 from swarm.workload.prefix import BLOCK_TOKENS, block_hashes
 from swarm.workload.prompts import compose_messages, decide_compaction, synthetic_turn
 from swarm.workload.tokenizer import TokenIds, Tokenizer, WordTokenizer
@@ -711,5 +710,6 @@ class AgentRun:
             block_hashes=hashes,
             keep_text=env.record_text or env.context == "live",
             prompt_ids=given,
+            prompt_runs=tuple(shared) if given is not None else (),
         )
         return Outgoing(request, kept, body, shared if ahead else ())

@@ -54,8 +54,8 @@ from swarm.runtime.precise_wake import PreciseWake
 from swarm.runtime.retry import is_retryable, retry_delay_s
 from swarm.runtime.slot_gate import SlotGate
 from swarm.runtime.stop import StopConditions
+from swarm.texts import SharedRun
 from swarm.trace.sink import TraceSink, TraceWriteError
-from swarm.workload.edges import SharedRun
 from swarm.workload.prefix import PrefixIndex
 
 if TYPE_CHECKING:

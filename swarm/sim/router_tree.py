@@ -5,9 +5,11 @@ SGLang's router (sglang-router 0.3.2, ``src/policies/tree.rs``) keeps a single r
 all its workers ("tenants"): a node holds a run of the request's text, the tenants that sent a
 prompt through the whole of it, each with a last-use stamp (an epoch: one global counter,
 taken once by each insert and each match), and the tenant that made it (``last_tenant``). Here
-a node's run is token ids (each by its low 32 bits: ``workload.prefix.narrow_ids``).
+a node's run is token ids (each by its low 32 bits: ``workload.edges.narrow_ids``), its long
+stretches of the corpus's ids held by reference where the prompt's sender says where they are
+(``workload.edges``: a mid-life session's 100k-token history is a few hundred such runs).
 
-- ``insert(ids, tenant)``: the path of ``ids``, a node split where it leaves one (the upper part
+- ``insert(ids, tenant, shared)``: the path of ``ids``, a node split where it leaves one (the upper part
   takes the node's tenants and maker); the tenant joins each node on the path it did not hold
   with stamp 0 (``tokens[tenant]``, the router's ``tenant_char_count``, grows by that node's
   tokens); only the node where ``ids`` end (a new leaf, whose maker is this tenant, or a
@@ -36,16 +38,19 @@ from __future__ import annotations
 import heapq
 import itertools
 from array import array
+from collections.abc import Hashable, Sequence
 
-from swarm.token_ids import TokenIds, common_prefix
+from swarm.texts import SharedRun
+from swarm.token_ids import TokenIds
+from swarm.workload.edges import Edge, RunReferences, edge_common, edge_cut, first_token
 
 
 class _Node:
     __slots__ = ("children", "key", "maker", "parent", "tenants")
 
-    def __init__(self, key: TokenIds, parent: _Node | None, tenants: dict[int, int], maker: int | None) -> None:
+    def __init__(self, key: Edge, parent: _Node | None, tenants: dict[int, int], maker: int | None) -> None:
         self.key = key
-        self.children: dict[int, _Node] = {}
+        self.children: dict[Hashable, _Node] = {}
         self.parent = parent
         #: replica index -> the epoch it last used this node (0: it only passed through)
         self.tenants = tenants
@@ -67,31 +72,42 @@ class TenantTree:
         self.nodes = 0
         self.evicted_tokens = 0
         self._epoch = 0
+        #: the shared arrays prompts' runs are in, narrowed, and the edges made of them
+        self._runs = RunReferences()
+
+    @property
+    def runs_refused(self) -> int:
+        """Shared runs given whose ids were not the prompt's where they said (copied instead)."""
+        return self._runs.refused
 
     def _next_epoch(self) -> int:
         epoch = self._epoch
         self._epoch += 1
         return epoch
 
-    def insert(self, ids: TokenIds, tenant: int) -> None:
-        """Add ``ids`` as a path held by ``tenant``; the node where they end stamped now."""
+    def insert(self, ids: TokenIds, tenant: int, runs: Sequence[SharedRun] = ()) -> None:
+        """Add ``ids`` as a path held by ``tenant``; the node where they end stamped now.
+        ``runs``: where ``ids`` are stretches of arrays that outlive them, in order (each
+        checked; an array given must not change while the tree lives): a new node holds its
+        long ones by reference."""
         tokens = self.tokens
         node = self.root
         pos, end = 0, len(ids)
         while pos < end:
             child = node.children.get(ids[pos])
             if child is None:
-                node.children[ids[pos]] = _Node(ids[pos:], node, {tenant: self._next_epoch()}, tenant)
+                key = self._runs.tail(ids, pos, runs) if runs else ids[pos:]
+                node.children[ids[pos]] = _Node(key, node, {tenant: self._next_epoch()}, tenant)
                 self.nodes += 1
                 tokens[tenant] += end - pos
                 return
-            shared = common_prefix(child.key, ids, pos)
+            shared = edge_common(child.key, ids, pos)
             if shared < len(child.key):  # leaves the run: split it, the tail below
-                middle = _Node(child.key[:shared], node, dict(child.tenants), child.maker)
+                head, child.key = edge_cut(child.key, shared)
+                middle = _Node(head, node, dict(child.tenants), child.maker)
                 node.children[ids[pos]] = middle
-                child.key = child.key[shared:]
                 child.parent = middle
-                middle.children[child.key[0]] = child
+                middle.children[first_token(child.key)] = child
                 self.nodes += 1
                 child = middle
             if tenant not in child.tenants:
@@ -108,7 +124,7 @@ class TenantTree:
             child = node.children.get(ids[pos])
             if child is None:
                 break
-            shared = common_prefix(child.key, ids, pos)
+            shared = edge_common(child.key, ids, pos)
             pos += shared
             node = child
             if shared < len(child.key):
@@ -149,7 +165,7 @@ class TenantTree:
             parent = node.parent
             assert parent is not None
             if not node.children and not node.tenants:
-                del parent.children[node.key[0]]
+                del parent.children[first_token(node.key)]
                 node.parent = None
                 self.nodes -= 1
             if parent is not self.root and self._leaf_of(parent, tenant):

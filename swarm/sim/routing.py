@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Literal, Protocol
 
 from swarm.sim.router_tree import TenantTree
+from swarm.texts import SharedRun
 from swarm.token_ids import TokenIds, as_token_ids
 from swarm.workload.edges import narrow_ids
 
@@ -46,7 +47,10 @@ EVICTION_INTERVAL_S = 60.0
 
 
 class Router(Protocol):
-    def choose(self, prompt: TokenIds, loads: Sequence[int]) -> int: ...
+    """Names the replica for ``prompt`` given the replicas' ``loads``; ``runs``: where the
+    prompt's ids are stretches of the corpus's (a tree of prompts holds those by reference)."""
+
+    def choose(self, prompt: TokenIds, loads: Sequence[int], runs: Sequence[SharedRun] = ()) -> int: ...
 
 
 class RoundRobin:
@@ -54,7 +58,7 @@ class RoundRobin:
         self.replicas = replicas
         self._next = 0
 
-    def choose(self, prompt: TokenIds, loads: Sequence[int]) -> int:
+    def choose(self, prompt: TokenIds, loads: Sequence[int], runs: Sequence[SharedRun] = ()) -> int:
         chosen = self._next
         self._next = (self._next + 1) % self.replicas
         return chosen
@@ -64,7 +68,7 @@ class LeastLoad:
     def __init__(self, replicas: int) -> None:
         self.replicas = replicas
 
-    def choose(self, prompt: TokenIds, loads: Sequence[int]) -> int:
+    def choose(self, prompt: TokenIds, loads: Sequence[int], runs: Sequence[SharedRun] = ()) -> int:
         return min(range(self.replicas), key=loads.__getitem__)
 
 
@@ -93,7 +97,7 @@ class CacheAware:
         self._clock_s = clock_s if eviction_interval_s > 0 else None
         self._next_eviction_s = self._clock_s() + eviction_interval_s if self._clock_s is not None else 0.0
 
-    def choose(self, prompt: TokenIds, loads: Sequence[int]) -> int:
+    def choose(self, prompt: TokenIds, loads: Sequence[int], runs: Sequence[SharedRun] = ()) -> int:
         if self._clock_s is not None:
             self._evict_when_due(self._clock_s())
         tree = self.tree
@@ -106,7 +110,7 @@ class CacheAware:
                 chosen = named
         if chosen < 0:  # imbalanced, or too little matched: the least loaded
             chosen = min(range(self.replicas), key=loads.__getitem__)
-        tree.insert(ids, chosen)
+        tree.insert(ids, chosen, runs)
         return chosen
 
     def _evict_when_due(self, now_s: float) -> None:

@@ -22,7 +22,7 @@ import asyncio
 import dataclasses
 import secrets
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,7 +35,7 @@ from swarm.record import RequestRecord, Status
 from swarm.request import EngineRequest, Timeouts
 from swarm.sim.routing import Router, make_router
 from swarm.sim.virtual_loop import VirtualClock
-from swarm.texts import as_str
+from swarm.texts import SharedRun, as_str
 from swarm.token_ids import TokenIds
 
 #: ``replica_from`` of a simulated record: the simulator knows which twin served it
@@ -82,8 +82,9 @@ class TwinFleet:
             return request.prompt_ids
         return self.tokens.parts([as_str(m.content) for m in request.messages])
 
-    def route(self, prompt: TokenIds) -> int:
-        return 0 if len(self.models) == 1 else self.router.choose(prompt, self.loads)
+    def route(self, prompt: TokenIds, runs: Sequence[SharedRun] = ()) -> int:
+        """The replica for ``prompt`` (``runs``: where its ids are the corpus's)."""
+        return 0 if len(self.models) == 1 else self.router.choose(prompt, self.loads, runs)
 
 
 class TwinClient:
@@ -130,7 +131,7 @@ class TwinClient:
         sent_wall = self._wall0 + t0
         fleet = self.fleet
         prompt = fleet.prompt_of(request)
-        replica = fleet.route(prompt)
+        replica = fleet.route(prompt, request.prompt_runs if prompt is request.prompt_ids else ())
         status, http_status, error = Status.OK, 200, None
         gen: Generation | None = None
         try:

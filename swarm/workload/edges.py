@@ -9,7 +9,7 @@ a run costs about 120 bytes; copied, 4 bytes a token for the rest of the run.
 
 - ``narrow_ids``: 64-bit ids by their low 32 bits, as such trees hold them;
 - ``RunReferences.tail``: a prompt's tokens from a place as an edge, each of its shared runs
-  (``SharedRun``, ``SHARED_FROM_TOKENS`` or longer) checked against the prompt and kept by
+  (``texts.SharedRun``, ``SHARED_FROM_TOKENS`` or longer) checked against the prompt and kept by
   reference, the rest copied;
 - ``Pieces``: such an edge (``len``, its first token, its common length with a prompt, a cut,
   growing at its end); ``edge_common``, ``edge_cut``, ``first_token`` and ``referenced`` take
@@ -25,13 +25,11 @@ from typing import TypeAlias, Union, cast
 
 import numpy as np
 
+from swarm.texts import SharedRun
+
 #: a tree's tokens: token ids, or a tuple of any hashable units
 Key: TypeAlias = Union["array[int]", tuple[Hashable, ...]]
 
-#: a stretch of a prompt's tokens a tree may keep by reference instead of copying:
-#: ``(at, ids, first, k)``, the prompt's tokens ``at`` to ``at + k - 1`` are ``ids[first :
-#: first + k]``, an array that outlives the prompt (a corpus's ids: ``texts.WordText``)
-SharedRun: TypeAlias = tuple[int, "array[int]", int, int]
 #: a shared run this long or longer is kept by reference (about 120 bytes), a shorter one copied
 SHARED_FROM_TOKENS = 256
 

@@ -19,12 +19,12 @@ from array import array
 from collections.abc import Hashable, Sequence
 from typing import cast
 
+from swarm.texts import SharedRun
 from swarm.workload.edges import (
     Edge,
     Item,
     Pieces,
     RunReferences,
-    SharedRun,
     edge_common,
     edge_cut,
     first_token,
