@@ -53,7 +53,8 @@ class EngineRequest:
     #: text again); None: not given
     prompt_ids: array[int] | None = field(default=None, repr=False, compare=False)
     #: where ``prompt_ids`` are stretches of the corpus's ids (``SharedRun``s, in order), given
-    #: with them: a simulated router's tree holds those by reference (``sim.router_tree``)
+    #: with them to a client that reads them (``EngineClient.reads_prompt_runs``: a simulated
+    #: fleet whose router's tree holds them by reference, ``sim.router_tree``); () otherwise
     prompt_runs: tuple[SharedRun, ...] = field(default=(), repr=False, compare=False)
 
 

@@ -77,6 +77,7 @@ class FakeClient:
     target = "t"
     profile: Any = None
     reads_token_ids = False
+    reads_prompt_runs = False
 
     def __init__(self, clock: VirtualClock, answer_ms: float = 0.0, status: Status = Status.OK) -> None:
         self.clock = clock

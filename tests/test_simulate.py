@@ -476,13 +476,18 @@ main()
 """
 
 
-def test_a_simulated_routers_tree_holds_the_corpus_runs_it_is_given_and_routes_the_same(tmp_path: Path) -> None:
+def test_a_simulated_routers_tree_holds_the_corpus_runs_it_is_given_and_routes_alike(tmp_path: Path) -> None:
     """The agent gives a twin fleet, with a prompt's ids, where they are its long texts' corpus
     runs (``EngineRequest.prompt_runs``): the cache-aware router's tree holds those by
     reference, every run given is the prompt's there, and the fleet routes and serves every
     request as it does when the tree is given the prompts alone (the emulated showdown: mid-life
-    Claude Code sessions and trees of thought)."""
+    Claude Code sessions and trees of thought). A fleet whose router keeps no prompts, or one
+    twin, is given none."""
     import pyarrow.parquet as pq
+
+    fleets = [TwinFleet(EmulatorConfig(), n, policy) for n, policy in ((1, "cache_aware"), (3, "round_robin"))]
+    assert [f.keeps_prompts for f in fleets] == [False, False]
+    assert TwinFleet(EmulatorConfig(), 3, "cache_aware").keeps_prompts
 
     args = ["simulate", "--agents", "16", "--duration", "20", "--fleet", "3", "--routing", "cache_aware"]
     rows, notes = {}, {}
@@ -490,10 +495,10 @@ def test_a_simulated_routers_tree_holds_the_corpus_runs_it_is_given_and_routes_t
         env = {**os.environ, "SWARM_TREE_NOTE": str(tmp_path / f"{name}.json")}
         if name == "whole":
             env["SWARM_NO_RUNS"] = "1"
+        command = [sys.executable, "-c", _TREE_NOTED, *args, "--json", "--no-progress"]
         done = subprocess.run(
-            [sys.executable, "-c", _TREE_NOTED, *args, "--json", "--no-progress", "--output", str(tmp_path / name)],
-            capture_output=True, text=True, timeout=300, env=env,
-        )  # fmt: skip
+            [*command, "--output", str(tmp_path / name)], capture_output=True, text=True, timeout=300, env=env
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         run_dir = Path(json.loads(done.stdout)["run_dir"])
         columns = ["request_id", "status", "replica", "cached_tokens", "chunk_ns"]

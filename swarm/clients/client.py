@@ -75,6 +75,9 @@ class EngineClient(Protocol):
     #: whether ``send`` reads a request's ``prompt_ids`` (word ids the sender holds) in place
     #: of tokenising its text: a sender gives them only then (a client over HTTP sends text)
     reads_token_ids: bool
+    #: whether ``send`` reads a request's ``prompt_runs`` (where its ids are corpus runs): a
+    #: sender gives them only then (a simulated fleet behind the cache-aware router)
+    reads_prompt_runs: bool
 
     def encode(self, request: EngineRequest) -> bytes:
         """The request's body, built ahead of its send (``send`` takes it as ``payload``)."""
@@ -324,6 +327,7 @@ class HttpEngineClient:
         self.target = target or profile.name
         self.model = model
         self.reads_token_ids = False
+        self.reads_prompt_runs = False
         self.timeouts = timeouts or Timeouts()
         self.generate_cumulative = generate_cumulative
         #: wall clock for sent_ns; on a cluster worker it is shifted onto the driver's clock

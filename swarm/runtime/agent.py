@@ -710,6 +710,6 @@ class AgentRun:
             block_hashes=hashes,
             keep_text=env.record_text or env.context == "live",
             prompt_ids=given,
-            prompt_runs=tuple(shared) if given is not None else (),
+            prompt_runs=tuple(shared) if given is not None and d.client.reads_prompt_runs else (),
         )
         return Outgoing(request, kept, body, shared if ahead else ())

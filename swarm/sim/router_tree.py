@@ -9,8 +9,9 @@ a node's run is token ids (each by its low 32 bits: ``workload.edges.narrow_ids`
 stretches of the corpus's ids held by reference where the prompt's sender says where they are
 (``workload.edges``: a mid-life session's 100k-token history is a few hundred such runs).
 
-- ``insert(ids, tenant, shared)``: the path of ``ids``, a node split where it leaves one (the upper part
-  takes the node's tenants and maker); the tenant joins each node on the path it did not hold
+- ``insert(ids, tenant, runs)``: the path of ``ids`` (its long ``runs`` of the corpus held by
+  reference in a new node), a node split where it leaves one (the upper part takes the node's
+  tenants and maker); the tenant joins each node on the path it did not hold
   with stamp 0 (``tokens[tenant]``, the router's ``tenant_char_count``, grows by that node's
   tokens); only the node where ``ids`` end (a new leaf, whose maker is this tenant, or a
   node it reached, whose maker stays) is stamped with a new epoch.
@@ -86,9 +87,10 @@ class TenantTree:
         return epoch
 
     def insert(self, ids: TokenIds, tenant: int, runs: Sequence[SharedRun] = ()) -> None:
-        """Add ``ids`` as a path held by ``tenant``; the node where they end stamped now.
-        ``runs``: where ``ids`` are stretches of arrays that outlive them, in order (each
-        checked; an array given must not change while the tree lives): a new node holds its
+        """Add ``ids`` (narrowed: ``narrow_ids``) as a path held by ``tenant``; the node where
+        they end stamped now. ``runs``: where ``ids`` are stretches of arrays that outlive them,
+        in order (each checked against ``ids`` narrowed, so 64-bit ids would have every run
+        refused; an array given must not change while the tree lives): a new node holds its
         long ones by reference."""
         tokens = self.tokens
         node = self.root

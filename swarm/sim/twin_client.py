@@ -33,7 +33,7 @@ from swarm.emulator.tokens import PromptTokenizer
 from swarm.engines.registry import get_engine
 from swarm.record import RequestRecord, Status
 from swarm.request import EngineRequest, Timeouts
-from swarm.sim.routing import Router, make_router
+from swarm.sim.routing import CacheAware, Router, make_router
 from swarm.sim.virtual_loop import VirtualClock
 from swarm.texts import SharedRun, as_str
 from swarm.token_ids import TokenIds
@@ -63,6 +63,9 @@ class TwinFleet:
             model.stretch_steps = STRETCH_STEPS
         self.names = [f"sim://{config.engine}/{i}" for i in range(replicas)] if replicas > 1 else [f"sim://{config.engine}"]
         self.router: Router = make_router(routing, replicas, clock_s)
+        #: whether the router keeps the prompts it routes (a tree that holds corpus runs by
+        #: reference: ``EngineRequest.prompt_runs``)
+        self.keeps_prompts = replicas > 1 and isinstance(self.router, CacheAware)
         #: requests sent to each replica and not yet ended (what a router counts as its load)
         self.loads = [0] * replicas
         self.tokens = PromptTokenizer(config.tokenizer)
@@ -111,6 +114,8 @@ class TwinClient:
         self.timeouts = timeouts
         #: a request's ``prompt_ids`` are read when the twins count words (``TwinFleet.prompt_of``)
         self.reads_token_ids = fleet.tokens.words
+        #: a request's ``prompt_runs`` are read with its ids where the router keeps prompts
+        self.reads_prompt_runs = self.reads_token_ids and fleet.keeps_prompts
         self._wall0 = wall_minus_perf_ns
         self.profile = get_engine(engine)
         self._absent_is_zero = self.profile.cached_absent_means_zero

@@ -1,11 +1,12 @@
 """A prefix tree's edge of token ids: arrays of the tree's own between stretches of shared
 arrays held by reference.
 
-Place in the map (docs/architecture.md, "Workload"): below the trees that keep every prompt
-they are given, the ideal-reuse index (``workload.prefix.PrefixIndex``) and the simulated
-cache-aware router's tree (``sim.router_tree.TenantTree``). A mid-life session's history of
-100k tokens is a few hundred runs of the corpus's ids (``texts.WordText``): held by reference,
-a run costs about 120 bytes; copied, 4 bytes a token for the rest of the run.
+Place in the map (docs/architecture.md, "Workload"): below the trees that keep the prompts
+they are given, the ideal-reuse index (``workload.prefix.PrefixIndex``, every prompt) and the
+simulated cache-aware router's tree (``sim.router_tree.TenantTree``, until it evicts them).
+A mid-life session's history of 100k tokens is a few hundred runs of the corpus's ids
+(``texts.WordText``): held by reference, a run costs about 120 bytes; copied, 4 bytes a token
+for the rest of the run.
 
 - ``narrow_ids``: 64-bit ids by their low 32 bits, as such trees hold them;
 - ``RunReferences.tail``: a prompt's tokens from a place as an edge, each of its shared runs

@@ -76,7 +76,7 @@ class PrefixIndex:
     """Every prompt seen so far, as a compressed trie over tokens (no eviction): a prompt that
     extends one seen before, past its end, lengthens that leaf's edge (a chain of calls is one
     edge per session, not a node per call). A prompt's stretches of a shared array (its
-    ``SharedRun``s, ``SHARED_FROM_TOKENS`` or longer) are held by reference
+    ``SharedRun``s, ``workload.edges.SHARED_FROM_TOKENS`` or longer) are held by reference
     (``workload.edges.Pieces``), the rest copied."""
 
     def __init__(self) -> None:
@@ -115,7 +115,11 @@ class PrefixIndex:
         while pos < n:
             child = node.children.get(tokens[pos])
             if child is None:
-                tail = self._runs.tail(tokens, pos, shared) if shared and type(tokens) is array else tokens[pos:]
+                tail: Edge
+                if shared and type(tokens) is array:
+                    tail = self._runs.tail(tokens, pos, shared)
+                else:
+                    tail = tokens[pos:]
                 if node.children or node is self._root:
                     node.children[tokens[pos]] = _Node(tail)
                 elif isinstance(node.key, Pieces):
