@@ -16,6 +16,7 @@ from typing import Any
 
 from swarm.record import RequestIdentity
 from swarm.texts import SharedRun, Text
+from swarm.token_ids import LaidOutIds
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +51,9 @@ class EngineRequest:
     #: the prompt's tokens as the sender holds them, the ids of its messages' whitespace words
     #: in order (``swarm.token_ids``), given only to a client that reads them
     #: (``EngineClient.reads_token_ids``: a simulated twin, which then need not tokenise the
-    #: text again); None: not given
-    prompt_ids: array[int] | None = field(default=None, repr=False, compare=False)
+    #: text again), as one array or laid out (``LaidOutIds``: an agent's, which a twin makes
+    #: into one array only when it admits the request); None: not given
+    prompt_ids: array[int] | LaidOutIds | None = field(default=None, repr=False, compare=False)
     #: where ``prompt_ids`` are stretches of the corpus's ids (``SharedRun``s, in order), given
     #: with them to a client that reads them (``EngineClient.reads_prompt_runs``: a simulated
     #: fleet whose router's tree holds them by reference, ``sim.router_tree``); () otherwise

@@ -119,6 +119,15 @@ class WordText:
         for first, k in self._runs:
             out.frombytes(view[first * size : (first + k) * size])
 
+    def id_pieces(self) -> Iterator[tuple[TokenIds, int, int]]:
+        """Its ids as ``(ids, first, end)`` stretches of its lead's array and the corpus's, in
+        order (``token_ids.LaidOutIds``): ``extend_ids`` without the copy."""
+        if self._lead:
+            yield self._lead, 0, len(self._lead)
+        ids = self._corpus.ids
+        for first, k in self._runs:
+            yield ids, first, first + k
+
     def shared_runs(self, at: int) -> Iterator[SharedRun]:
         """Where its words are the corpus's, in a prompt whose tokens it extends from ``at``
         (``extend_ids``): for each run, its place in the prompt, the corpus's ids, its first

@@ -56,11 +56,53 @@ def word_ids(words: Iterable[str]) -> TokenIds:
         return array("q", map(_WORD_IDS.__getitem__, words))
 
 
-def as_token_ids(tokens: Sequence[object]) -> TokenIds:
-    """``tokens`` (words, or integer ids) as ids: an array as it is, words by their ids,
-    integers as they are."""
+class LaidOutIds:
+    """A prompt's token ids as the stretches of arrays they are laid out from (``(ids, first,
+    end)``: ``ids[first:end]``, each an ``array('q')`` that outlives the prompt: its parts'
+    ids, a corpus's), made into one array only where they are read whole (``ids()``). A
+    simulated twin's queue holds thousands of prompts it has not read yet; as arrays, a
+    fleet's queues held most of a large simulation's memory."""
+
+    __slots__ = ("_length", "pieces")
+
+    def __init__(self, pieces: Sequence[tuple[TokenIds, int, int]]) -> None:
+        """``pieces``: ``(ids, first, end)`` with ``0 <= first <= end <= len(ids)``, each ``ids``
+        an ``array('q')`` that does not change (the caller's promise)."""
+        self.pieces = tuple(pieces)
+        self._length = sum(b - a for _, a, b in self.pieces)
+
+    def __len__(self) -> int:
+        return self._length
+
+    def ids(self) -> TokenIds:
+        """The ids, in one new array (each piece's bytes copied)."""
+        out: TokenIds = array("q")
+        for src, a, b in self.pieces:
+            out.frombytes(memoryview(src).cast("B")[a * 8 : b * 8])
+        return out
+
+    def last(self, k: int) -> TokenIds:
+        """The last ``k`` ids (all of them, if fewer)."""
+        out: TokenIds = array("q")
+        for src, a, b in reversed(self.pieces):
+            if len(out) >= k:
+                break
+            take = min(k - len(out), b - a)
+            out[0:0] = src[b - take : b]
+        return out
+
+
+#: a prompt's ids, as one array or laid out
+PromptIds: TypeAlias = "array[int] | LaidOutIds"
+
+
+def as_token_ids(tokens: Sequence[object] | LaidOutIds) -> TokenIds:
+    """``tokens`` (words, or integer ids) as ids: an array as it is, a ``LaidOutIds`` made
+    into one, words by their ids, integers as they are."""
     if isinstance(tokens, array):
         return tokens
+    if isinstance(tokens, LaidOutIds):
+        return tokens.ids()
     if tokens and isinstance(tokens[0], str):
         return word_ids(tokens)  # type: ignore[arg-type]
     return array("q", tokens)  # type: ignore[arg-type]

@@ -4,6 +4,7 @@ the same twin run in real time (``swarm emulate`` over HTTP) and in virtual time
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import os
@@ -11,6 +12,7 @@ import random
 import subprocess
 import sys
 import threading
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +163,59 @@ def test_the_twin_client_records_what_the_twin_did_on_the_virtual_clock() -> Non
     assert no_first.status is Status.TIMEOUT and no_first.e2e_ns == 30_000_000
     assert no_first.error == "no first token within 0.03 s"
     assert after.ok and not model.running and not model.waiting  # the timed-out request left the batch
+
+
+def test_a_laid_out_prompt_waits_unread_and_is_served_as_its_ids() -> None:
+    """A prompt given as the arrays it is laid out from (``LaidOutIds``, as an agent gives a
+    twin) is not made into one array while it waits in the twin's queue, and is served as the
+    same ids given whole: the same chunk times, hits and output, a repeat hitting it alike."""
+    from swarm.token_ids import LaidOutIds
+
+    corpus = array("q", random.Random(3).choices(range(1, 1 << 40), k=400))
+    own = array("q", [7, 8, 9])
+    laid_out = [
+        LaidOutIds([(corpus, 0, 120), (own, 0, 3), (corpus, 300, 330)]),
+        LaidOutIds([(corpus, 0, 120), (own, 1, 3), (corpus, 200, 260)]),
+        LaidOutIds([(corpus, 0, 120), (own, 0, 3), (corpus, 300, 330), (own, 0, 2)]),
+    ]
+    config = EmulatorConfig(
+        step_base_ms=10, prefill_ms_per_token=1.0, decode_ms_per_seq=0.0, max_running_requests=1
+    )
+
+    def served(whole: bool) -> tuple[list[Any], list[bool]]:
+        clock = VirtualClock(start_ns=0)
+
+        async def main() -> tuple[list[Any], list[bool]]:
+            fleet = TwinFleet(config)
+            fleet.start()
+            client = TwinClient(
+                fleet, clock, target="t", engine="sglang", dialect="openai-chat", model="m",
+                timeouts=Timeouts(), wall_minus_perf_ns=0,
+            )  # fmt: skip
+            sends = []
+            for prompt in laid_out:
+                given = prompt.ids() if whole else prompt
+                request = dataclasses.replace(_request(len(prompt)), prompt_ids=given)
+                sends.append(asyncio.ensure_future(client.send(request)))
+            await asyncio.sleep(0.001)  # the first admitted, the others waiting
+            unread = [gen._prompt is None for gen in fleet.models[0].waiting]
+            records = await asyncio.gather(*sends)
+            await fleet.stop()
+            return list(records), unread
+
+        return run_virtual(main(), clock)  # type: ignore[no-any-return]
+
+    laid, unread = served(whole=False)
+    whole, _ = served(whole=True)
+    assert unread == [True, True]
+    fields = ("status", "ttft_ns", "e2e_ns", "prompt_tokens", "cached_tokens", "completion_tokens")
+    assert [[getattr(r, f) for f in fields] + [tuple(r.chunk_ns)] for r in laid] == [
+        [getattr(r, f) for f in fields] + [tuple(r.chunk_ns)] for r in whole
+    ]
+    assert [r.prompt_tokens for r in laid] == [153, 182, 155] and laid[2].cached_tokens == 153
+    for prompt in laid_out:
+        ids = prompt.ids()
+        assert len(prompt) == len(ids) and prompt.last(5) == ids[-5:] and prompt.last(999) == ids
 
 
 def test_a_silence_a_rounding_short_of_the_idle_limit_times_the_request_out() -> None:

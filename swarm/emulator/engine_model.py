@@ -57,7 +57,7 @@ from swarm.emulator.scheduler import QueueHeld, Scheduler, StepPlan
 from swarm.emulator.slot_cache import SlotCache
 from swarm.emulator.step_model import DecodeStretch, plan_stretch, step_ms
 from swarm.emulator.tokens import OUTPUT_IDS, OUTPUT_WORDS, output_ids, output_start
-from swarm.token_ids import TokenIds, as_token_ids
+from swarm.token_ids import LaidOutIds, PromptIds, TokenIds, as_token_ids
 
 log = logging.getLogger(__name__)
 
@@ -72,13 +72,18 @@ class PromptTooLong(ValueError):
 class Generation:
     """One request inside the engine. Iterate ``tokens()`` to receive generated words. Its
     ``prompt`` and ``output`` are token ids (``swarm.token_ids``); the words it generates are
-    those of ``OUTPUT_WORDS`` from the place its prompt picks (``tokens.output_start``)."""
+    those of ``OUTPUT_WORDS`` from the place its prompt picks (``tokens.output_start``). A
+    prompt given laid out (``LaidOutIds``: a simulated agent's) is made into one array when the
+    model reads it (its admission, its end), not held while it waits in the queue nor while it
+    runs (``let_go_of_prompt``)."""
 
     __slots__ = (
         "_event",
+        "_laid_out",
         "_lock_handle",
         "_model",
         "_pending",
+        "_prompt",
         "_start",
         "admit_hit",
         "admitted_s",
@@ -94,13 +99,19 @@ class Generation:
         "output",
         "preemptions",
         "prefill_left",
-        "prompt",
+        "prompt_tokens",
         "times",
     )
 
-    def __init__(self, model: EngineModel, prompt: TokenIds, max_new: int, arrived_s: float):
+    def __init__(self, model: EngineModel, prompt: PromptIds, max_new: int, arrived_s: float):
         self._model = model
-        self.prompt = prompt
+        self._prompt: TokenIds | None
+        self._laid_out: LaidOutIds | None
+        if isinstance(prompt, LaidOutIds):
+            self._prompt, self._laid_out = None, prompt
+        else:
+            self._prompt, self._laid_out = prompt, None
+        self.prompt_tokens = len(prompt)
         self.max_new = max_new
         self.cached_tokens = 0
         #: the ids of the tokens generated so far
@@ -130,8 +141,20 @@ class Generation:
         self.times: array[float] | None = None
 
     @property
-    def prompt_tokens(self) -> int:
-        return len(self.prompt)
+    def prompt(self) -> TokenIds:
+        """The prompt's ids (a laid-out prompt made into one array at a read, kept until
+        ``let_go_of_prompt``)."""
+        ids = self._prompt
+        if ids is None:
+            assert self._laid_out is not None
+            ids = self._prompt = self._laid_out.ids()
+        return ids
+
+    def let_go_of_prompt(self) -> None:
+        """Drop the array a laid-out prompt was made into (made again at its next read): once
+        admitted, a request's prompt is read again only at its end or a preemption."""
+        if self._laid_out is not None:
+            self._prompt = None
 
     def output_words(self) -> list[str]:
         """The words generated so far."""
@@ -411,10 +434,12 @@ class EngineModel:
 
     # -- requests ------------------------------------------------------------------------------
 
-    def submit(self, tokens: Sequence[object], max_new: int | None, now_s: float | None = None) -> Generation:
-        """A request of the prompt ``tokens`` (ids, or words) arrives (at ``now_s``, default the
-        event loop's clock now)."""
-        prompt = as_token_ids(tokens)
+    def submit(
+        self, tokens: Sequence[object] | LaidOutIds, max_new: int | None, now_s: float | None = None
+    ) -> Generation:
+        """A request of the prompt ``tokens`` (ids, laid out or not, or words) arrives (at
+        ``now_s``, default the event loop's clock now)."""
+        prompt = tokens if isinstance(tokens, LaidOutIds) else as_token_ids(tokens)
         if len(prompt) > self.config.max_prompt_tokens:
             raise PromptTooLong(
                 f"prompt has {len(prompt)} tokens, more than the maximum {self.config.max_prompt_tokens}"
@@ -459,6 +484,7 @@ class EngineModel:
             else:
                 self.cache.insert(sequence)
                 gen._lock_handle = self.cache.lock(sequence)
+            gen.let_go_of_prompt()
             return
         gen.cached_tokens = self._cached_for(gen.prompt) if cached is None else cached
         if isinstance(self.cache, BlockCache):  # sliding parts: from the hit's window on
@@ -468,11 +494,12 @@ class EngineModel:
                 self.cache.insert(gen.prompt)
             gen._lock_handle = self.cache.lock(gen.prompt)
         self._admitted(gen, now_s)
+        gen.let_go_of_prompt()
 
     def _admitted(self, gen: Generation, now_s: float) -> None:
         gen.admitted_s = now_s
         st = self.stats
-        st.prompt_tokens_total += len(gen.prompt)
+        st.prompt_tokens_total += gen.prompt_tokens
         st.cached_tokens_total += gen.cached_tokens
         st.queue.observe(now_s - gen.arrived_s)
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from swarm.errors import InputError
-from swarm.token_ids import TokenIds, word_ids
+from swarm.token_ids import LaidOutIds, PromptIds, TokenIds, word_ids
 
 _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "ch", "st")
 _VOWELS = ("a", "e", "i", "o", "u", "ai", "ou")
@@ -93,10 +93,11 @@ OUTPUT_WORDS: tuple[str, ...] = tuple(random.Random("swarm:emulator:output").cho
 OUTPUT_IDS: TokenIds = word_ids(OUTPUT_WORDS)
 
 
-def output_start(prompt: TokenIds) -> int:
+def output_start(prompt: PromptIds) -> int:
     """Where in ``OUTPUT_WORDS`` the answer to ``prompt`` starts: a deterministic function of
     its last 64 token ids and its length."""
-    return (zlib.crc32(prompt[-64:].tobytes()) ^ (len(prompt) << 20)) % len(OUTPUT_WORDS)
+    last = prompt.last(64) if isinstance(prompt, LaidOutIds) else prompt[-64:]
+    return (zlib.crc32(last.tobytes()) ^ (len(prompt) << 20)) % len(OUTPUT_WORDS)
 
 
 def output_ids(start: int, first: int, count: int) -> TokenIds:

@@ -35,6 +35,7 @@ from swarm.request import ChatMessage, EngineRequest
 from swarm.runtime.dispatcher import DISPATCH_SPIN_NS, Dispatcher, Outgoing
 from swarm.runtime.retry import retry_request_id
 from swarm.texts import SharedRun, Text, WordText
+from swarm.token_ids import LaidOutIds
 from swarm.workload.prefix import BLOCK_TOKENS, block_hashes
 from swarm.workload.prompts import compose_messages, decide_compaction, synthetic_turn
 from swarm.workload.tokenizer import TokenIds, Tokenizer, WordTokenizer
@@ -402,6 +403,25 @@ class AgentRun:
             tokens += part
         return tokens
 
+    def _laid_out(self, messages: tuple[ChatMessage, ...], tokens: TokenIds) -> LaidOutIds | TokenIds:
+        """``tokens`` (``_prompt_tokens`` of ``messages``, word tokens) as the arrays they were
+        laid out from (the parts' ids it holds, the corpus's), for a twin that reads them only
+        when it admits the request: in flight, a prompt then costs a few bytes a part, not 8 a
+        token. ``tokens`` itself where a part's ids are not held or the pieces do not add up."""
+        cache = self._part_tokens
+        pieces: list[tuple[TokenIds, int, int]] = []
+        for m in messages:
+            content = m.content
+            if type(content) is WordText and m.role != "system":  # ``_sliced``
+                pieces.extend(content.id_pieces())
+                continue
+            part = cache.get(content)
+            if part is None:
+                return tokens
+            pieces.append((part, 0, len(part)))
+        laid_out = LaidOutIds(pieces)
+        return laid_out if len(laid_out) == len(tokens) else tokens
+
     def _shared_runs(self, messages: tuple[ChatMessage, ...], n_tokens: int) -> list[SharedRun]:
         """Where a prompt's tokens (``_prompt_tokens`` of ``messages``, ``n_tokens`` of them)
         are the corpus's (its long texts'), for the ideal-reuse index to hold by reference
@@ -674,8 +694,10 @@ class AgentRun:
         shared = self._shared_runs(messages, prompt_tokens_est)
         ideal = 0 if ahead else d.index.observe(tokens, shared)
         kept = tokens if ahead else None  # the Dispatcher takes them out at the send
-        # a twin reads the ids in place of the text (it would hold its own copy in flight)
-        given = tokens if d.client.reads_token_ids and isinstance(env.tokenizer, WordTokenizer) else None
+        # a twin reads the ids in place of the text (it would hold its own copy in flight), laid
+        # out: made into one array when the twin admits the request, not while it waits
+        reads_ids = d.client.reads_token_ids and isinstance(env.tokenizer, WordTokenizer)
+        given = self._laid_out(messages, tokens) if reads_ids else None
         del tokens  # else not held while the request is in flight (thousands of agents)
         parents = tuple(p for p in self.template.context_parents(node) if self.state.get(p) == ALIVE)
         # the body's fields (messages, max_tokens, stream) as ``_body`` encodes them ahead

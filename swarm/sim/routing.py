@@ -30,7 +30,7 @@ from typing import Literal, Protocol
 
 from swarm.sim.router_tree import TenantTree
 from swarm.texts import SharedRun
-from swarm.token_ids import TokenIds, as_token_ids
+from swarm.token_ids import PromptIds, as_token_ids
 from swarm.workload.edges import narrow_ids
 
 RoutingPolicy = Literal["round_robin", "least_load", "cache_aware"]
@@ -50,7 +50,7 @@ class Router(Protocol):
     """Names the replica for ``prompt`` given the replicas' ``loads``; ``runs``: where the
     prompt's ids are stretches of the corpus's (a tree of prompts holds those by reference)."""
 
-    def choose(self, prompt: TokenIds, loads: Sequence[int], runs: Sequence[SharedRun] = ()) -> int: ...
+    def choose(self, prompt: PromptIds, loads: Sequence[int], runs: Sequence[SharedRun] = ()) -> int: ...
 
 
 class RoundRobin:
@@ -58,7 +58,7 @@ class RoundRobin:
         self.replicas = replicas
         self._next = 0
 
-    def choose(self, prompt: TokenIds, loads: Sequence[int], runs: Sequence[SharedRun] = ()) -> int:
+    def choose(self, prompt: PromptIds, loads: Sequence[int], runs: Sequence[SharedRun] = ()) -> int:
         chosen = self._next
         self._next = (self._next + 1) % self.replicas
         return chosen
@@ -68,7 +68,7 @@ class LeastLoad:
     def __init__(self, replicas: int) -> None:
         self.replicas = replicas
 
-    def choose(self, prompt: TokenIds, loads: Sequence[int], runs: Sequence[SharedRun] = ()) -> int:
+    def choose(self, prompt: PromptIds, loads: Sequence[int], runs: Sequence[SharedRun] = ()) -> int:
         return min(range(self.replicas), key=loads.__getitem__)
 
 
@@ -97,7 +97,7 @@ class CacheAware:
         self._clock_s = clock_s if eviction_interval_s > 0 else None
         self._next_eviction_s = self._clock_s() + eviction_interval_s if self._clock_s is not None else 0.0
 
-    def choose(self, prompt: TokenIds, loads: Sequence[int], runs: Sequence[SharedRun] = ()) -> int:
+    def choose(self, prompt: PromptIds, loads: Sequence[int], runs: Sequence[SharedRun] = ()) -> int:
         if self._clock_s is not None:
             self._evict_when_due(self._clock_s())
         tree = self.tree

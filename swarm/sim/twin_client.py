@@ -36,7 +36,7 @@ from swarm.request import EngineRequest, Timeouts
 from swarm.sim.routing import CacheAware, Router, make_router
 from swarm.sim.virtual_loop import VirtualClock
 from swarm.texts import SharedRun, as_str
-from swarm.token_ids import TokenIds
+from swarm.token_ids import PromptIds
 
 #: ``replica_from`` of a simulated record: the simulator knows which twin served it
 REPLICA_FROM_SIMULATED = "simulated"
@@ -78,14 +78,15 @@ class TwinFleet:
         for model in self.models:
             await model.stop()
 
-    def prompt_of(self, request: EngineRequest) -> TokenIds:
+    def prompt_of(self, request: EngineRequest) -> PromptIds:
         """The prompt's tokens, as the emulator counts a chat request's messages: the word ids
-        the sender gave (``prompt_ids``; the twin's tokens are words), else its text tokenised."""
+        the sender gave (``prompt_ids``, laid out or not; the twin's tokens are words), else its
+        text tokenised."""
         if request.prompt_ids is not None and self.tokens.words:
             return request.prompt_ids
         return self.tokens.parts([as_str(m.content) for m in request.messages])
 
-    def route(self, prompt: TokenIds, runs: Sequence[SharedRun] = ()) -> int:
+    def route(self, prompt: PromptIds, runs: Sequence[SharedRun] = ()) -> int:
         """The replica for ``prompt`` (``runs``: where its ids are the corpus's)."""
         return 0 if len(self.models) == 1 else self.router.choose(prompt, self.loads, runs)
 
