@@ -90,3 +90,28 @@ def test_agent_run_collector_defers_full_passes_and_restores_the_collector() -> 
     finally:
         gc.callbacks.remove(on_gc)
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+def test_a_long_full_pass_puts_the_next_further_off() -> None:
+    """A full pass is due a minute after the last one ended, or, after a long pass, when the
+    pass is 5 % of the time since (a simulation's heap of tens of millions of objects: passes
+    of seconds once a minute were 38 % of its time); a short pass keeps the minute."""
+    from swarm.runtime.gc_policy import FULL_COLLECTION_SHARE, AgentRunCollector
+
+    now = [0.0]
+    lengths = iter([0.2, 10.0, 1.0, 0.5])
+
+    def collect() -> None:
+        now[0] += next(lengths)
+
+    collector = AgentRunCollector(full_every_s=60.0, clock_s=lambda: now[0], collect=collect)
+    ran = []
+    for _ in range(400):  # the sampler's calls, a second apart
+        now[0] += 1.0
+        if collector.full_collection_if_due():
+            ran.append(round(now[0], 1))
+    assert FULL_COLLECTION_SHARE == 0.05
+    # a 0.2 s pass, the next a minute after its end; a 10 s pass, the next 200 s after its end;
+    # a 1 s pass, the next a minute on again
+    assert ran == [60.2, 130.2, 331.2, 391.7]
+    assert collector.full_collections == 4

@@ -458,13 +458,11 @@ class Dispatcher:
     async def _sampler(self, timed: bool) -> None:
         """The in-flight level into the live stats; for an untimed schedule, the collector's
         full collections."""
-        last_full = time.monotonic()
         while True:
             self.stats.in_flight = self.in_flight
             await asyncio.sleep(SAMPLE_EVERY_S)
-            if not timed and time.monotonic() - last_full >= self._collector.full_every_s:
-                last_full = time.monotonic()
-                self._collector.full_collection()
+            if not timed:
+                self._collector.full_collection_if_due()
 
     def _helper_done(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and (exc := task.exception()) is not None:
