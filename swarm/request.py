@@ -3,7 +3,8 @@
 Place in the map (docs/architecture.md, "Shared value types"): below the EngineClient and beside
 ``swarm.record``. Agents, the replay and the cluster build ``EngineRequest``s of
 ``ChatMessage``s and hand ``Timeouts`` to a client; ``swarm.clients`` reads them. This module
-imports only the standard library and ``swarm.record``, so a request source can build requests
+imports only the standard library, ``swarm.record``, ``swarm.texts`` and ``swarm.token_ids``
+(themselves standard library only), so a request source can build requests
 without importing the client package (aiohttp, the HTTP/1.1 client, the dialects).
 """
 

@@ -78,7 +78,12 @@ class LaidOutIds:
         """The ids, in one new array (each piece's bytes copied)."""
         out: TokenIds = array("q")
         for src, a, b in self.pieces:
+            if src.typecode != "q":
+                raise TypeError(f"a laid-out prompt's piece is an array('{src.typecode}'), not of 64-bit ids")
             out.frombytes(memoryview(src).cast("B")[a * 8 : b * 8])
+        if len(out) != self._length:
+            held = len(out)
+            raise ValueError(f"a laid-out prompt's pieces hold {held} ids, not the {self._length} they say")
         return out
 
     def last(self, k: int) -> TokenIds:

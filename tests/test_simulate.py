@@ -197,8 +197,9 @@ def test_a_laid_out_prompt_waits_unread_and_is_served_as_its_ids() -> None:
                 given = prompt.ids() if whole else prompt
                 request = dataclasses.replace(_request(len(prompt)), prompt_ids=given)
                 sends.append(asyncio.ensure_future(client.send(request)))
-            await asyncio.sleep(0.001)  # the first admitted, the others waiting
-            unread = [gen._prompt is None for gen in fleet.models[0].waiting]
+            await asyncio.sleep(0.001)  # the first admitted (and its array let go), the others waiting
+            model = fleet.models[0]
+            unread = [gen._prompt is None for gen in (*model.running, *model.waiting)]
             records = await asyncio.gather(*sends)
             await fleet.stop()
             return list(records), unread
@@ -207,7 +208,7 @@ def test_a_laid_out_prompt_waits_unread_and_is_served_as_its_ids() -> None:
 
     laid, unread = served(whole=False)
     whole, _ = served(whole=True)
-    assert unread == [True, True]
+    assert unread == [True, True, True]
     fields = ("status", "ttft_ns", "e2e_ns", "prompt_tokens", "cached_tokens", "completion_tokens")
     assert [[getattr(r, f) for f in fields] + [tuple(r.chunk_ns)] for r in laid] == [
         [getattr(r, f) for f in fields] + [tuple(r.chunk_ns)] for r in whole
@@ -216,6 +217,10 @@ def test_a_laid_out_prompt_waits_unread_and_is_served_as_its_ids() -> None:
     for prompt in laid_out:
         ids = prompt.ids()
         assert len(prompt) == len(ids) and prompt.last(5) == ids[-5:] and prompt.last(999) == ids
+    with pytest.raises(TypeError, match="64-bit"):
+        LaidOutIds([(array("I", [1, 2]), 0, 2)]).ids()
+    with pytest.raises(ValueError, match="hold 3 ids, not the 5"):
+        LaidOutIds([(own, 0, 5)]).ids()
 
 
 def test_a_silence_a_rounding_short_of_the_idle_limit_times_the_request_out() -> None:

@@ -74,8 +74,10 @@ class Generation:
     ``prompt`` and ``output`` are token ids (``swarm.token_ids``); the words it generates are
     those of ``OUTPUT_WORDS`` from the place its prompt picks (``tokens.output_start``). A
     prompt given laid out (``LaidOutIds``: a simulated agent's) is made into one array when the
-    model reads it (its admission, its end), not held while it waits in the queue nor while it
-    runs (``let_go_of_prompt``)."""
+    model reads it (its admission, its end, a preemption) and let go after each
+    (``let_go_of_prompt``): not held while it runs, nor while it waits, but for a queue's head
+    the scheduler has checked and the waiting prompts SGLang's longest-prefix-first order reads
+    (128 or fewer)."""
 
     __slots__ = (
         "_event",
@@ -412,6 +414,7 @@ class EngineModel:
         gen._lock_handle = []
         sequence = gen.prompt + gen.output
         self._store_computed(sequence[: gen.computed] if gen.computed is not None else sequence)
+        gen.let_go_of_prompt()
         self.stats.preemptions += 1
 
     def _store_computed(self, sequence: TokenIds) -> None:
@@ -480,7 +483,7 @@ class EngineModel:
         if gen.admitted_s is not None:  # back after a preemption: its sequence so far is its own
             sequence = gen.prompt + gen.output
             if isinstance(self.cache, BlockCache):
-                gen._lock_handle = self.cache.admit(sequence, cached or 0, replay_tokens=len(gen.prompt))
+                gen._lock_handle = self.cache.admit(sequence, cached or 0, replay_tokens=gen.prompt_tokens)
             else:
                 self.cache.insert(sequence)
                 gen._lock_handle = self.cache.lock(sequence)
@@ -509,6 +512,7 @@ class EngineModel:
         if gen.output:
             # the last token sampled was never computed: no engine caches it (docs/emulator.md)
             self._store_computed(gen.prompt + gen.output[:-1])
+        gen.let_go_of_prompt()
         st = self.stats
         st.requests_finished += 1
         st.generation_tokens_total += len(gen.output)
