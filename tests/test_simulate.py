@@ -237,8 +237,8 @@ def test_a_silence_a_rounding_short_of_the_idle_limit_times_the_request_out() ->
         first_token_s = 0.0
         times = array("d", [0.613898975])
 
-        def sync(self) -> None:
-            pass
+        def last_token_s(self) -> float:
+            return self.times[-1]
 
     async def main() -> str | None:
         watch: list[Any] = []
@@ -265,7 +265,9 @@ def test_a_silence_a_rounding_short_of_the_idle_limit_times_the_request_out() ->
         signal.signal(signal.SIGALRM, before)
 
 
-def _stretched_and_stepped(config: EmulatorConfig, stretch_steps: int) -> tuple[list[Any], Any, int]:
+def _stretched_and_stepped(
+    config: EmulatorConfig, stretch_steps: int, idle_s: float | None = None
+) -> tuple[list[Any], Any, int]:
     """Ten requests against one twin: arrivals staggered (some in the middle of a stretch),
     outputs of different lengths, one past its total timeout mid-stream (its reader goes), and
     four late ones that the reserve, fallen by then, lets in beside it; the records, the twin,
@@ -283,7 +285,7 @@ def _stretched_and_stepped(config: EmulatorConfig, stretch_steps: int) -> tuple[
         fleet.start()
         client = TwinClient(
             fleet, clock, target="t", engine="sglang", dialect="openai-chat", model="m",
-            timeouts=Timeouts(total_s=3.0), wall_minus_perf_ns=0,
+            timeouts=Timeouts(total_s=3.0, idle_s=idle_s), wall_minus_perf_ns=0,
         )  # fmt: skip
         sends = [
             (0.0, 40, 90, "a"), (0.013, 60, 30, "b"), (0.2, 40, 120, "a"), (0.37, 30, 700, "c"), (0.5, 20, 5, "d"),
@@ -318,6 +320,18 @@ def test_decode_stretches_give_the_records_of_steps_run_one_at_a_time(kv_capacit
     assert by_stretch.stats.step_model_s == pytest.approx(by_step.stats.step_model_s, rel=1e-12)
     assert by_stretch.stats.step_token_model_s == pytest.approx(by_step.stats.step_token_model_s, rel=1e-9)
     assert jumps_stretched < jumps_stepped / 3
+
+
+def test_a_stretch_under_way_counts_its_ended_steps_against_the_idle_limit() -> None:
+    """The idle deadline, checked in the middle of a decode stretch (a limit of 0.1 s, stretches
+    of 64 steps of about 6 ms), sees the tokens of the stretch's steps ended by then, as it does
+    stepping one step at a time: no stream stalls, and the records are the same."""
+    config = EmulatorConfig(step_base_ms=5, prefill_ms_per_token=0.1, decode_ms_per_seq=0.3, kv_capacity_tokens=100_000)
+    stepped, _, _ = _stretched_and_stepped(config, 1, idle_s=0.1)
+    stretched, _, _ = _stretched_and_stepped(config, 64, idle_s=0.1)
+    assert all(r.error is None or "stalled" not in r.error for r in stretched)
+    fields = ("status", "error", "ttft_ns", "e2e_ns", "chunk_ns", "cached_tokens", "completion_tokens")
+    assert [[getattr(r, f) for f in fields] for r in stretched] == [[getattr(r, f) for f in fields] for r in stepped]
 
 
 def _recency(cache: Any) -> list[Any]:

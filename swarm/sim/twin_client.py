@@ -262,12 +262,11 @@ class _Deadlines:
         """Past the first token, the time since the last one against the idle limit; checked
         again when it could next run out."""
         assert self._idle_s is not None
-        self._gen.sync()  # the tokens of a decode stretch's steps ended by now
-        times = self._gen.times
-        if not times:  # no token yet: the first-token deadline's to judge
+        last_s = self._gen.last_token_s()  # a decode stretch's steps ended by now counted
+        if last_s is None:  # no token yet: the first-token deadline's to judge
             self._later(self._idle_s, self._idle)
             return
-        silent_s = self._loop.time() - times[-1]
+        silent_s = self._loop.time() - last_s
         # within a nanosecond (the virtual clock's grain) is run out: a silence a rounding short
         # of the limit re-armed a 1e-17 s timer that never moved the clock, for ever
         if silent_s >= self._idle_s - IDLE_GRAIN_S:
