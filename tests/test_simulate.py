@@ -265,6 +265,43 @@ def test_a_silence_a_rounding_short_of_the_idle_limit_times_the_request_out() ->
         signal.signal(signal.SIGALRM, before)
 
 
+@pytest.mark.parametrize("start_ns", [613_898_975, 72_099_863_748, 455_458_830_965])
+def test_a_first_token_deadline_met_by_idle_checks_times_out_at_its_own_instant(start_ns: int) -> None:
+    """A request with no first token, checked for silence every 60 s (nothing to judge yet), is
+    timed out at its first-token deadline to the nanosecond: the idle check set at 60 s for
+    120 s, a rounding off the deadline, is run in the same turn of the loop, as two timers due
+    within a nanosecond are, and does not move the clock a nanosecond past it."""
+    from swarm.sim.twin_client import _Deadlines
+
+    class _Gen:  # a request that never emits
+        finished = False
+        first_token_s = None
+
+        def last_token_s(self) -> None:
+            return None
+
+    clock = VirtualClock(start_ns=0)
+
+    async def main() -> tuple[str | None, int]:
+        await asyncio.sleep(start_ns / 1e9)
+        began = clock.now_ns
+        watch: list[Any] = []
+
+        async def watched() -> None:
+            watch.append(_Deadlines(_Gen(), Timeouts(first_token_s=120.0, idle_s=60.0)))  # type: ignore[arg-type]
+            await asyncio.sleep(3600)
+
+        try:
+            await asyncio.ensure_future(watched())
+        except asyncio.CancelledError:
+            pass
+        return watch[0].fired, clock.now_ns - began
+
+    fired, waited_ns = run_virtual(main(), clock)
+    assert fired == "no first token within 120 s"
+    assert waited_ns == 120_000_000_000
+
+
 def _stretched_and_stepped(
     config: EmulatorConfig, stretch_steps: int, idle_s: float | None = None
 ) -> tuple[list[Any], Any, int]:

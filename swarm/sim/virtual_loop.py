@@ -21,6 +21,10 @@ import itertools
 import selectors
 from typing import Any
 
+#: asyncio runs a timer when it is due within this of now (``BaseEventLoop._clock_resolution``):
+#: on the virtual loop a nanosecond, as its clock's
+CLOCK_RESOLUTION_S = 1e-9
+
 
 class VirtualClock:
     """Nanoseconds that move only when told, from 0 (the run's wall times are its start's wall
@@ -111,8 +115,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
     def __init__(self, clock: VirtualClock | None = None) -> None:
         self.clock = clock if clock is not None else VirtualClock()
         super().__init__(_VirtualSelector(self.clock))
-        # asyncio runs a timer when it is due within this of now; a nanosecond, as the clock's
-        self._clock_resolution = 1e-9
+        self._clock_resolution = CLOCK_RESOLUTION_S
         self._timers_set = itertools.count()
 
     def time(self) -> float:
@@ -125,7 +128,17 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         if when is None:
             raise TypeError("when cannot be None")
         self._check_closed()  # type: ignore[attr-defined]
-        timer = _TimerInOrder(when, callback, args, self, context, next(self._timers_set))
+        return self.call_at_place(when, next(self._timers_set), callback, *args, context=context)
+
+    def place(self) -> int:
+        """A place among timers of one due time, as a timer set now would take (for
+        ``call_at_place`` later): the order in which a caller's several deadlines were set,
+        kept by one timer that stands for each in turn."""
+        return next(self._timers_set)
+
+    def call_at_place(self, when: float, place: int, callback: Any, *args: Any, context: Any = None) -> asyncio.TimerHandle:
+        """``call_at`` with a timer at a place taken before (``place``)."""
+        timer = _TimerInOrder(when, callback, args, self, context, place)
         heapq.heappush(self._scheduled, timer)  # type: ignore[attr-defined]
         timer._scheduled = True  # type: ignore[attr-defined]
         return timer
