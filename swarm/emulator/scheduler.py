@@ -58,7 +58,7 @@ that the docs state.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence, Sized
+from collections.abc import Iterable, Iterator, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import Generic, Literal, Protocol, TypeVar
 
@@ -507,11 +507,12 @@ class Scheduler(Generic[R]):
             self.idle_since_last_step = False
         return budget
 
-    def _ordered(self, waiting: list[R], engine: Engine[R]) -> list[R]:
+    def _ordered(self, waiting: list[R], engine: Engine[R]) -> Iterable[R]:
+        """The queue in the order admission tries it, read while admission removes from it."""
         p = self.policy
         spare = p.arrival_order_spare(len(waiting))
         if spare is None or spare >= 0:
-            return list(waiting)
+            return _from_head(waiting)
         return sorted(waiting, key=lambda g: -engine.cached(g))  # stable: FCFS among equal matches
 
     def _make_room(self, running: list[R], waiting: list[R], plan: StepPlan[R], engine: Engine[R]) -> None:
@@ -559,3 +560,15 @@ class Scheduler(Generic[R]):
         if self.policy.preempt == "newest":
             return running[-1]
         return min(reversed(running), key=lambda g: (len(g.output), -g.prompt_tokens))
+
+
+def _from_head(waiting: list[R]) -> Iterator[R]:
+    """``waiting`` from its head, each yielded once whether or not the reader removes it before
+    the next: a copy of the whole queue at every step was 2 % of a simulation whose twins held
+    thousands waiting, where a step admits from its head."""
+    at = 0
+    while at < len(waiting):
+        gen = waiting[at]
+        yield gen
+        if at < len(waiting) and waiting[at] is gen:  # still there: the next is after it
+            at += 1

@@ -152,8 +152,14 @@ class TenantTree:
         while stack:
             node = stack.pop()
             stack.extend(node.children.values())
-            for tenant in over.intersection(node.tenants):
-                if self._leaf_of(node, tenant):
+            mine = over.intersection(node.tenants)
+            if not mine:
+                continue
+            # the tenants of its children, once (a check of each child for each tenant was 4 %
+            # of a simulation of 64 replicas' trees)
+            below = set().union(*(child.tenants for child in node.children.values())) if node.children else ()
+            for tenant in mine:
+                if tenant not in below:  # a leaf of it (``_leaf_of``)
                     queue.append((node.tenants[tenant], tenant, next(order), node))
         heapq.heapify(queue)
         freed = 0
