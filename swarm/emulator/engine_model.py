@@ -176,7 +176,7 @@ class Generation:
         times = self.times
         if times is None:
             self._pending.append(OUTPUT_WORDS[at])
-            self._wake()
+            self._wake_reader()
         else:  # a reader of the end only (no stream to hand words to): woken at the finish
             times.append(now_s)  # (``EngineModel._release``)
 
@@ -210,7 +210,7 @@ class Generation:
             if not self.finished:
                 self.cancel()
 
-    def _wake(self) -> None:
+    def _wake_reader(self) -> None:
         """Wake the reader if it waits (a wake-up while none waits is lost: a reader checks
         what it waits for before it waits)."""
         waiter, self._waiter = self._waiter, None
@@ -218,6 +218,8 @@ class Generation:
             _settle(waiter)
 
     async def _woken(self) -> None:
+        """Wait for ``_wake_reader``: one reader a request (a second waiting at once would
+        take the first's place)."""
         waiter = self._waiter = asyncio.get_running_loop().create_future()
         try:
             await waiter
@@ -234,10 +236,11 @@ class Generation:
         model.reader_went(self)
 
     def last_token_s(self) -> float | None:
-        """The time of its last token by now, None before its first: a decode stretch hands
-        its tokens over at its end (``step_model``), and this counts its steps ended by now
-        without handing them over (a watchdog's check that did so copied into every running
-        request's arrays each time: 9 % of a simulation of 100,000 agents)."""
+        """The time of its last token by now, None before its first or where its times are
+        not kept (a stream's reader, ``times`` None): a decode stretch hands its tokens over at
+        its end (``step_model``), and this counts its steps ended by now without handing them
+        over (a watchdog's check that did so copied into every running request's arrays each
+        time: 9 % of a simulation of 100,000 agents)."""
         return self._model.last_token_s(self)
 
 
@@ -740,7 +743,7 @@ class EngineModel:
         its last step ended by now (not its last step, which ends as a step alone does), if
         past those handed over; else its last time kept."""
         stretch = self._stretch
-        if stretch is not None and gen.admitted_s is not None and any(g is gen for g in stretch.decoding):
+        if stretch is not None and gen.admitted_s is not None and gen in stretch.decoding:  # by identity
             now = asyncio.get_running_loop().time()
             upto = min(bisect.bisect_right(stretch.ends_s, now), len(stretch.ends_s) - 1)
             if upto > stretch.applied:
@@ -843,4 +846,4 @@ class EngineModel:
     def _release(self, gen: Generation, now_s: float) -> None:
         gen.finished = True
         self._finish(gen, now_s)
-        gen._wake()
+        gen._wake_reader()

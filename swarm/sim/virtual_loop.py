@@ -125,9 +125,6 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         self, when: float, callback: Any, *args: Any, context: Any = None
     ) -> asyncio.TimerHandle:
         """``BaseEventLoop.call_at`` with a timer that keeps its place among equal due times."""
-        if when is None:
-            raise TypeError("when cannot be None")
-        self._check_closed()  # type: ignore[attr-defined]
         return self.call_at_place(when, next(self._timers_set), callback, *args, context=context)
 
     def place(self) -> int:
@@ -136,8 +133,13 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         kept by one timer that stands for each in turn."""
         return next(self._timers_set)
 
-    def call_at_place(self, when: float, place: int, callback: Any, *args: Any, context: Any = None) -> asyncio.TimerHandle:
+    def call_at_place(
+        self, when: float, place: int, callback: Any, *args: Any, context: Any = None
+    ) -> asyncio.TimerHandle:
         """``call_at`` with a timer at a place taken before (``place``)."""
+        if when is None:
+            raise TypeError("when cannot be None")
+        self._check_closed()  # type: ignore[attr-defined]
         timer = _TimerInOrder(when, callback, args, self, context, place)
         heapq.heappush(self._scheduled, timer)  # type: ignore[attr-defined]
         timer._scheduled = True  # type: ignore[attr-defined]
