@@ -74,7 +74,7 @@ def simulate(arrivals: list[Arrival], **config: Any) -> Sim:
         if not model.running and not model.waiting:
             now = pending[0].at_s
             continue
-        before = [len(g.output) for g in sim.gens]
+        before = [g.n_out for g in sim.gens]
         plan, step_s = model.begin_step(now)
         for i, g in enumerate(sim.gens):
             sim.prefilled[i] = sim.prefilled.get(i, 0) + plan.chunks.get(id(g), 0)
@@ -84,13 +84,13 @@ def simulate(arrivals: list[Arrival], **config: Any) -> Sim:
         assert model.kv_used <= model.config.kv_capacity_tokens or len(model.running) <= 1
         sim.peak_running = max(sim.peak_running, plan.batch)
         for i, g in enumerate(sim.gens):
-            sim.token_s.setdefault(i, []).extend([now] * (len(g.output) - before[i]))
+            sim.token_s.setdefault(i, []).extend([now] * (g.n_out - before[i]))
     sim.preemptions = model.stats.preemptions
     sim.host_loaded_tokens = model.stats.host_loaded_tokens
     sim.end_s = now
     st = model.stats
     sim.model_itl_s = st.step_token_model_s / st.step_tokens if st.step_tokens else 0.0
-    assert all(g.finished and len(g.output) == g.max_new for g in sim.gens)  # every request ran whole
+    assert all(g.finished and g.n_out == g.max_new for g in sim.gens)  # every request ran whole
     return sim
 
 
@@ -163,7 +163,7 @@ def test_sglang_reserves_a_share_of_running_outputs_and_retracts_when_decoding_r
 
 def _gen(model: EngineModel, prompt: int, output: int) -> Generation:
     gen = Generation(model, tokens("t", prompt), 100, 0.0)
-    gen.output = tokens("o", output)
+    gen.n_out = output
     gen.kv_tokens = prompt + output
     return gen
 
@@ -219,7 +219,7 @@ def test_a_queue_held_ahead_is_the_one_each_step_would_hold(block_tokens: int, c
     for _ in range(40):
         running = [_gen(model, rng.randint(10, 300), rng.randint(0, 40)) for _ in range(rng.randint(1, 8))]
         for g in running:
-            g.max_new = len(g.output) + rng.randint(30, 200)
+            g.max_new = g.n_out + rng.randint(30, 200)
         head = Generation(model, tokens("h", rng.randint(50, 400)), rng.randint(10, 300), 0.0)
         engine = _FixedHit(rng.randint(0, 40))
         scheduler = Scheduler[Generation](policy, kv_capacity_tokens=0)
@@ -240,7 +240,7 @@ def test_a_queue_held_ahead_is_the_one_each_step_would_hold(block_tokens: int, c
                 admits_at = step
                 break
             for g in plan.decoding:
-                g.output.append(0)
+                g.n_out += 1
                 g.kv_tokens += 1
         counts.append((steps if admits_at is None else admits_at, steps))
         assert (held.steps if held is not None else 0) == counts[-1][0]
@@ -414,7 +414,7 @@ def test_the_admission_checks_sums_are_the_sums_of_each_requests_kv() -> None:
 
     @dataclass
     class Req:
-        output: list[str]
+        n_out: int
         max_new: int
         kv_tokens: int
         prefill_left: int
@@ -431,7 +431,7 @@ def test_the_admission_checks_sums_are_the_sums_of_each_requests_kv() -> None:
         for ratio in (0.0, 0.31, 0.7, 1.0):
             scheduler.ratio = ratio
             running = [
-                Req(["w"] * rng.randint(0, 300), rng.randint(1, 400), rng.randint(0, 5000), rng.choice((0, 0, 37)),
+                Req(rng.randint(0, 300), rng.randint(1, 400), rng.randint(0, 5000), rng.choice((0, 0, 37)),
                     rng.randint(1, 4000))
                 for _ in range(rng.randint(0, 40))
             ]  # fmt: skip

@@ -211,7 +211,7 @@ def test_a_long_output_keeps_only_its_window_out_of_the_cache() -> None:
         )
     )  # type: ignore[arg-type]
     gen = Generation(model, tokens("p", 463), 4000, 0.0)
-    gen.output = tokens("o", 2000)
+    gen.n_out = 2000
     model.running.append(gen)
     model._fit_cache_to_pool()
     # 463 + 2000 tokens: 20 blocks, 3 of them the prompt's full ones: 17 full-attention blocks

@@ -26,8 +26,8 @@ def error_body(message: str, code: int = 400, kind: str = "BadRequestError") -> 
 def usage(config: EmulatorConfig, gen: Generation) -> dict[str, Any]:
     u: dict[str, Any] = {
         "prompt_tokens": gen.prompt_tokens,
-        "completion_tokens": len(gen.output),
-        "total_tokens": gen.prompt_tokens + len(gen.output),
+        "completion_tokens": gen.n_out,
+        "total_tokens": gen.prompt_tokens + gen.n_out,
     }
     if engine_behaviour(config).reports_cached_tokens(config, gen.cached_tokens):
         u["prompt_tokens_details"] = {"cached_tokens": gen.cached_tokens}
@@ -37,9 +37,9 @@ def usage(config: EmulatorConfig, gen: Generation) -> dict[str, Any]:
 def generate_meta(gen: Generation, rid: str, finished: bool, e2e_s: float) -> dict[str, Any]:
     return {
         "id": rid,
-        "finish_reason": {"type": "length", "length": len(gen.output)} if finished else None,
+        "finish_reason": {"type": "length", "length": gen.n_out} if finished else None,
         "prompt_tokens": gen.prompt_tokens,
-        "completion_tokens": len(gen.output),
+        "completion_tokens": gen.n_out,
         "cached_tokens": gen.cached_tokens,
         "e2e_latency": e2e_s,
     }

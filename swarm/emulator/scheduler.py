@@ -58,7 +58,7 @@ that the docs state.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Sequence, Sized
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Literal, Protocol, TypeVar
 
@@ -78,10 +78,8 @@ class Request(Protocol):
     #: after a preemption: the tokens of its sequence it had computed (None: never preempted)
     computed: int | None
 
-    @property
-    def output(self) -> Sized:
-        """The tokens generated so far (the scheduler reads how many)."""
-        ...
+    #: how many tokens it has generated so far
+    n_out: int
 
     @property
     def prompt_tokens(self) -> int: ...
@@ -252,10 +250,10 @@ class Scheduler(Generic[R]):
     def kv(self, gen: R, extra: int = 0) -> int:
         """KV a running request holds with ``extra`` tokens more: its own blocks, and its
         sliding-window groups' (``swa``)."""
-        return self.blocks(gen.kv_tokens + extra) + self.swa(gen.prompt_tokens + len(gen.output) + extra)
+        return self.blocks(gen.kv_tokens + extra) + self.swa(gen.prompt_tokens + gen.n_out + extra)
 
     def _to_come(self, gen: R) -> int:
-        left = max(gen.max_new - len(gen.output), 0)
+        left = max(gen.max_new - gen.n_out, 0)
         clip = self.policy.reserve_clip_tokens
         return left if clip is None else min(left, clip)
 
@@ -266,7 +264,7 @@ class Scheduler(Generic[R]):
     def held(self, gen: R) -> int:
         """KV a running request holds for the admission check: its tokens, the one this step
         may add, and its reserve."""
-        return self.blocks(gen.kv_tokens + 1 + self.reserve(gen)) + self.swa(gen.prompt_tokens + len(gen.output) + 1)
+        return self.blocks(gen.kv_tokens + 1 + self.reserve(gen)) + self.swa(gen.prompt_tokens + gen.n_out + 1)
 
     def held_total(self, running: Sequence[R]) -> int:
         """Σ ``held`` over ``running``: what the admission check counts as taken. Without
@@ -280,9 +278,9 @@ class Scheduler(Generic[R]):
         clip = p.reserve_clip_tokens if p.reserve_clip_tokens is not None else math.inf
         ceil = math.ceil
         if b == 1:
-            return sum(g.kv_tokens + 1 + ceil(ratio * min(max(g.max_new - len(g.output), 0), clip)) for g in running)
+            return sum(g.kv_tokens + 1 + ceil(ratio * min(max(g.max_new - g.n_out, 0), clip)) for g in running)
         return b * sum(
-            -(-(g.kv_tokens + 1 + ceil(ratio * min(max(g.max_new - len(g.output), 0), clip))) // b) for g in running
+            -(-(g.kv_tokens + 1 + ceil(ratio * min(max(g.max_new - g.n_out, 0), clip))) // b) for g in running
         )
 
     def grown_total(self, running: Sequence[R]) -> int:
@@ -311,7 +309,7 @@ class Scheduler(Generic[R]):
         for g in running:
             if g.prefill_left > 0:
                 return 0
-            k = min(k, g.max_new - len(g.output))
+            k = min(k, g.max_new - g.n_out)
         if len(running) > 1 and not (p.reserve_floor >= 1 and p.reserve_ratio >= 1):
             b = p.block_tokens  # the j-th step counts each request's KV with its j-th token
             while k > 1 and b * sum(-(-(g.kv_tokens + k) // b) for g in running) > self.capacity:
@@ -374,7 +372,7 @@ class Scheduler(Generic[R]):
         p = self.policy
         if gen.computed is not None:  # back after a preemption: at most what it had computed
             hit = min(hit, gen.computed)
-        sequence = gen.prompt_tokens + len(gen.output)
+        sequence = gen.prompt_tokens + gen.n_out
         own = sequence - hit + engine.unshared(gen, hit)
         need = self.blocks(own + 1 + math.ceil(p.admit_reserve * self._to_come(gen))) + self.swa(sequence + 1, hit)
         return hit, own, need
@@ -387,7 +385,7 @@ class Scheduler(Generic[R]):
         p = self.policy
         n = len(running)
         kv = np.fromiter((g.kv_tokens for g in running), np.int64, n)
-        left = np.fromiter((g.max_new - len(g.output) for g in running), np.int64, n)
+        left = np.fromiter((g.max_new - g.n_out for g in running), np.int64, n)
         ratios, ratio = [], self.ratio
         for _ in range(steps):
             ratios.append(ratio)
@@ -482,7 +480,7 @@ class Scheduler(Generic[R]):
             if most is not None and len(plan.admitted) >= most:
                 break
             hit, own, need = self.admission_need(gen, engine.cached(gen), engine)
-            new = gen.prompt_tokens + len(gen.output) - hit
+            new = gen.prompt_tokens + gen.n_out - hit
             if running:
                 if held is None:
                     held = admitted_need + (self.held_total(running) if before else 0)
@@ -527,8 +525,8 @@ class Scheduler(Generic[R]):
             need -= self.kv(victim, victim in grow)
             running.remove(victim)
             # what it computed: a decoding request has not computed its last token sampled
-            decoding = victim.prefill_left == 0 and bool(victim.output)
-            victim.computed = victim.prompt_tokens + len(victim.output) - victim.prefill_left - decoding
+            decoding = victim.prefill_left == 0 and victim.n_out > 0
+            victim.computed = victim.prompt_tokens + victim.n_out - victim.prefill_left - decoding
             victim.prefill_left = victim.kv_tokens = 0
             victim.preemptions += 1
             engine.release(victim)
@@ -547,7 +545,7 @@ class Scheduler(Generic[R]):
         steps = self.policy.retract_decode_steps
         if steps is None or not running:
             return self.policy.reserve_ratio
-        decoded = sum(len(g.output) for g in running) + steps * len(running)
+        decoded = sum(g.n_out for g in running) + steps * len(running)
         return min(1.0, decoded / max(sum(g.max_new for g in running), 1))
 
     def idle(self) -> None:
@@ -559,7 +557,7 @@ class Scheduler(Generic[R]):
     def _victim(self, running: list[R]) -> R:
         if self.policy.preempt == "newest":
             return running[-1]
-        return min(reversed(running), key=lambda g: (len(g.output), -g.prompt_tokens))
+        return min(reversed(running), key=lambda g: (g.n_out, -g.prompt_tokens))
 
 
 def _from_head(waiting: list[R]) -> Iterator[R]:

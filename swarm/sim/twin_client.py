@@ -158,7 +158,7 @@ class TwinClient:
             replica_from=REPLICA_FROM_SIMULATED, status=status, http_status=http_status, error=error,
             finish_reason="length" if status is Status.OK else None, max_tokens=request.max_tokens,
             prompt_tokens=len(prompt) if answered else None,
-            completion_tokens=len(gen.output) if answered and gen is not None else None,
+            completion_tokens=gen.n_out if answered and gen is not None else None,
             cached_tokens=self._cached(gen) if answered else None, prompt_tokens_est=request.prompt_tokens_est,
             ideal_cached_tokens_est=request.ideal_cached_tokens_est, block_hashes=request.block_hashes,
             prompt_parts=tuple(as_str(m.content) for m in request.messages) if request.keep_text else None,
