@@ -215,8 +215,13 @@ class Generation:
         step-loop timing only; its emissions are in ``times`` when ``times`` was set to a list
         before it began). A reader that goes (cancelled) cancels the request."""
         try:
-            while not self.finished:
-                await self._woken()
+            while not self.finished:  # ``_woken``, inlined: one coroutine less held a request waiting
+                waiter = self._waiter = asyncio.get_running_loop().create_future()
+                try:
+                    await waiter
+                finally:
+                    if self._waiter is waiter:
+                        self._waiter = None
         finally:
             if not self.finished:
                 self.cancel()

@@ -23,7 +23,6 @@ import dataclasses
 import secrets
 from array import array
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -225,6 +224,8 @@ class TwinClient:
 
 #: how close to the idle limit a silence counts as reaching it (the virtual clock's nanosecond)
 IDLE_GRAIN_S = 1e-9
+#: ``_Deadlines``' checks: the first token's, the whole request's, the silence's
+_FIRST, _TOTAL, _IDLE = 0, 1, 2
 
 
 class _Deadlines:
@@ -243,28 +244,28 @@ class _Deadlines:
         assert task is not None
         if not isinstance(loop, VirtualTimeLoop):
             raise RuntimeError("a twin's client runs on the virtual clock's loop (VirtualTimeLoop)")
-        self._task, self._gen, self._loop = task, gen, loop
+        self._task, self._gen, self._loop, self._timeouts = task, gen, loop, timeouts
         self.fired: str | None = None
-        self._idle_s = timeouts.idle_s
-        #: the checks set and not yet run: (due time, place, check, its arguments)
-        self._due: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
+        #: the checks set and not yet run: (due time, place, which: ``_FIRST``, ``_TOTAL`` or
+        #: ``_IDLE``), small ints where a bound method each was three objects more a request
+        self._due: list[tuple[float, int, int]] = []
         self._handle: asyncio.TimerHandle | None = None
         if timeouts.first_token_s is not None:
-            self._later(timeouts.first_token_s, self._first, timeouts.first_token_s)
+            self._later(timeouts.first_token_s, _FIRST)
         if timeouts.total_s is not None:
-            self._later(timeouts.total_s, self._fire, f"request not finished within {timeouts.total_s:g} s")
-        if self._idle_s is not None:
-            self._later(self._idle_s, self._idle)
+            self._later(timeouts.total_s, _TOTAL)
+        if timeouts.idle_s is not None:
+            self._later(timeouts.idle_s, _IDLE)
         self._arm()
 
-    def _later(self, delay_s: float, check: Callable[..., None], *args: Any) -> None:
-        self._due.append((self._loop.time() + delay_s, self._loop.place(), check, args))
+    def _later(self, delay_s: float, check: int) -> None:
+        self._due.append((self._loop.time() + delay_s, self._loop.place(), check))
 
     def _arm(self) -> None:
         """One timer for the first check due (by time, then place)."""
         if not self._due or self.fired is not None:
             return
-        when, place = min(self._due)[:2]
+        when, place, _ = min(self._due)
         self._handle = self._loop.call_at_place(when, place, self._run)
 
     def _run(self) -> None:
@@ -276,33 +277,40 @@ class _Deadlines:
             if entry[0] >= due_before_s:
                 break
             self._due.remove(entry)
-            entry[2](*entry[3])  # may set the next check (``_idle``)
+            self._check(entry[2])  # may set the next check (an idle one)
         self._arm()
+
+    def _check(self, which: int) -> None:
+        timeouts = self._timeouts
+        if which == _IDLE:
+            self._idle()
+        elif which == _FIRST:
+            if self._gen.first_token_s is None:
+                self._fire(f"no first token within {timeouts.first_token_s:g} s")
+        else:
+            self._fire(f"request not finished within {timeouts.total_s:g} s")
 
     def _fire(self, reason: str) -> None:
         if self.fired is None and not self._gen.finished:
             self.fired = reason
             self._task.cancel()
 
-    def _first(self, limit_s: float) -> None:
-        if self._gen.first_token_s is None:
-            self._fire(f"no first token within {limit_s:g} s")
-
     def _idle(self) -> None:
         """Past the first token, the time since the last one against the idle limit; checked
         again when it could next run out."""
-        assert self._idle_s is not None
+        idle_s = self._timeouts.idle_s
+        assert idle_s is not None
         last_s = self._gen.last_token_s()  # a decode stretch's steps ended by now counted
         if last_s is None:  # no token yet: the first-token deadline's to judge
-            self._later(self._idle_s, self._idle)
+            self._later(idle_s, _IDLE)
             return
         silent_s = self._loop.time() - last_s
         # within a nanosecond (the virtual clock's grain) is run out: a silence a rounding short
         # of the limit re-armed a 1e-17 s timer that never moved the clock, for ever
-        if silent_s >= self._idle_s - IDLE_GRAIN_S:
-            self._fire(f"stream stalled: no data for {self._idle_s:g} s after the first token")
+        if silent_s >= idle_s - IDLE_GRAIN_S:
+            self._fire(f"stream stalled: no data for {idle_s:g} s after the first token")
         else:
-            self._later(self._idle_s - silent_s, self._idle)
+            self._later(idle_s - silent_s, _IDLE)
 
     def absorb(self) -> None:
         """The cancel was ours: answered, so the task goes on (Python 3.11+)."""
