@@ -120,8 +120,10 @@ def test_cache_aware_follows_a_prefix_until_the_loads_part() -> None:
 # --- the twin client --------------------------------------------------------------------------------
 
 
-def _request(words: int, max_tokens: int = 4, text: str = "w") -> EngineRequest:
-    return EngineRequest(messages=(ChatMessage("user", " ".join([text] * words)),), max_tokens=max_tokens)
+def _request(words: int, max_tokens: int = 4, text: str = "w", keep_text: bool = False) -> EngineRequest:
+    return EngineRequest(
+        messages=(ChatMessage("user", " ".join([text] * words)),), max_tokens=max_tokens, keep_text=keep_text
+    )
 
 
 def test_the_twin_client_records_what_the_twin_did_on_the_virtual_clock() -> None:
@@ -305,7 +307,8 @@ def test_a_first_token_deadline_met_by_idle_checks_times_out_at_its_own_instant(
 
 
 def _stretched_and_stepped(
-    config: EmulatorConfig, stretch_steps: int, idle_s: float | None = None
+    config: EmulatorConfig, stretch_steps: int, idle_s: float | None = None, total_s: float = 3.0,
+    keep_text: bool = False,
 ) -> tuple[list[Any], Any, int]:
     """Ten requests against one twin: arrivals staggered (some in the middle of a stretch),
     outputs of different lengths, one past its total timeout mid-stream (its reader goes), and
@@ -315,7 +318,7 @@ def _stretched_and_stepped(
 
     async def one(client: TwinClient, delay_s: float, words: int, max_tokens: int, text: str) -> Any:
         await asyncio.sleep(delay_s)
-        return await client.send(_request(words, max_tokens, text))
+        return await client.send(_request(words, max_tokens, text, keep_text))
 
     async def main() -> tuple[list[Any], Any]:
         fleet = TwinFleet(config)
@@ -324,7 +327,7 @@ def _stretched_and_stepped(
         fleet.start()
         client = TwinClient(
             fleet, clock, target="t", engine="sglang", dialect="openai-chat", model="m",
-            timeouts=Timeouts(total_s=3.0, idle_s=idle_s), wall_minus_perf_ns=0,
+            timeouts=Timeouts(total_s=total_s, idle_s=idle_s), wall_minus_perf_ns=0,
         )  # fmt: skip
         sends = [
             (0.0, 40, 90, "a"), (0.013, 60, 30, "b"), (0.2, 40, 120, "a"), (0.37, 30, 700, "c"), (0.5, 20, 5, "d"),
@@ -359,6 +362,19 @@ def test_decode_stretches_give_the_records_of_steps_run_one_at_a_time(kv_capacit
     assert by_stretch.stats.step_model_s == pytest.approx(by_step.stats.step_model_s, rel=1e-12)
     assert by_stretch.stats.step_token_model_s == pytest.approx(by_step.stats.step_token_model_s, rel=1e-9)
     assert jumps_stretched < jumps_stepped / 3
+
+
+@pytest.mark.parametrize("total_s", [1.662, 2.5, 3.0])
+def test_a_request_gone_in_a_stretch_records_the_text_it_had_as_step_by_step(total_s: float) -> None:
+    """The text of a request whose deadline passes in the middle of a decode stretch (before the
+    step under way is known, or in it) is what it had by then stepping one step at a time: the
+    stretch's steps ended by then counted, though not yet handed over."""
+    config = EmulatorConfig(step_base_ms=5, prefill_ms_per_token=0.1, decode_ms_per_seq=0.3, kv_capacity_tokens=100_000)
+    stepped = _stretched_and_stepped(config, 1, total_s=total_s, keep_text=True)[0]
+    stretched = _stretched_and_stepped(config, 64, total_s=total_s, keep_text=True)[0]
+    gone = [r for r in stepped if r.status is Status.TIMEOUT]
+    assert gone and all(r.output_text for r in gone)  # went mid-answer
+    assert [(r.status, r.output_text) for r in stretched] == [(r.status, r.output_text) for r in stepped]
 
 
 def test_a_stretch_under_way_counts_its_ended_steps_against_the_idle_limit() -> None:

@@ -123,7 +123,7 @@ def test_a_shared_prefix_is_hit_from_the_third_request_on() -> None:
 def test_a_running_request_holds_its_window_in_the_sliding_groups() -> None:
     sim = simulate([Arrival(0.0, tokens("p", 970), 4)], **GEMMA3, kv_capacity_tokens=200 * 128)
     gen = sim.gens[0]
-    assert gen.output and not sim.preemptions
+    assert gen.n_out and not sim.preemptions
     # 8 full-attention blocks; in each of 5 sliding groups the blocks from (970 - 511) // 128 = 3
     model_used = (8 + 5 * (8 - 3)) * 128
     from swarm.emulator.scheduler import Scheduler

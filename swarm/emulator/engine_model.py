@@ -173,9 +173,10 @@ class Generation:
             self._prompt = None
 
     def output_words(self) -> list[str]:
-        """The words generated so far."""
+        """The words generated so far (a decode stretch's steps ended by now counted, as
+        ``last_token_s`` counts them: the text of a request that went in one)."""
         n, start = len(OUTPUT_WORDS), self._start
-        return [OUTPUT_WORDS[(start + i) % n] for i in range(self.n_out)]
+        return [OUTPUT_WORDS[(start + i) % n] for i in range(self.n_out + self._model.stretch_ended(self))]
 
     def _emit(self, now_s: float) -> None:
         at = (self._start + self.n_out) % len(OUTPUT_IDS)
@@ -757,16 +758,24 @@ class EngineModel:
         else:
             held.firsts.append((step, first))
 
-    def last_token_s(self, gen: Generation) -> float | None:
-        """``Generation.last_token_s``: where ``gen`` decodes in a stretch under way, the end of
-        its last step ended by now (not its last step, which ends as a step alone does), if
-        past those handed over; else its last time kept."""
+    def stretch_ended(self, gen: Generation) -> int:
+        """Where ``gen`` decodes in a stretch under way, its steps ended by now and not handed
+        over (not its last step, which ends as a step alone does); else 0."""
         stretch = self._stretch
-        if stretch is not None and gen.admitted_s is not None and gen in stretch.decoding:  # by identity
-            now = asyncio.get_running_loop().time()
-            upto = min(bisect.bisect_right(stretch.ends_s, now), len(stretch.ends_s) - 1)
-            if upto > stretch.applied:
-                return stretch.ends_s[upto - 1]
+        if stretch is None or gen.admitted_s is None or gen not in stretch.decoding:  # by identity
+            return 0
+        now = asyncio.get_running_loop().time()
+        upto = min(bisect.bisect_right(stretch.ends_s, now), len(stretch.ends_s) - 1)
+        return max(upto - stretch.applied, 0)
+
+    def last_token_s(self, gen: Generation) -> float | None:
+        """``Generation.last_token_s``: the end of the last of ``gen``'s steps ended in a stretch
+        under way (``stretch_ended``), if any; else its last time kept."""
+        ended = self.stretch_ended(gen)
+        if ended:
+            stretch = self._stretch
+            assert stretch is not None
+            return stretch.ends_s[stretch.applied + ended - 1]
         times = gen.times
         return times[-1] if times else None
 
@@ -777,9 +786,10 @@ class EngineModel:
         steps before ``last`` (none finishes in them: ``Scheduler.decode_stretch``), then the
         last step ends as ``end_step`` ends one, in one pass over the requests where a pass to
         hand the tokens over and another to end the step were 12 % of a simulation of 100,000
-        agents. Nothing reads the tokens between the two: a stream's reader makes no stretch,
-        a watchdog reads the stretch's times (``last_token_s``), and a request that went in the
-        last step is released with its tokens handed over, as before. The model's figures add
+        agents. What reads them between the two counts them from the stretch
+        (``stretch_ended``: the watchdog's ``last_token_s``, the text of a request that went),
+        a stream's reader makes no stretch, and a request that went in the last step is
+        released with its tokens handed over, as before. The model's figures add
         in the order the two passes added them (``step_token_model_s``: each request's gap to
         the next to last step's end, then the last step's to each that emits). Not
         ``ends_last``: the steps before ``last`` only (the model stopped in it)."""
@@ -789,7 +799,7 @@ class EngineModel:
             if ends_last:
                 self.end_step(StepPlan(decoding=decoding), now)
             return
-        ends = array("d", stretch.ends_s[stretch.applied : last])  # one conversion, then a copy each
+        ends = stretch.ends_s[stretch.applied : last]  # an array('d'): a copy into each request's
         model_end = stretch.model_ends_s[last - 1]
         st = self.stats
         self._count_steps(stretch.lengths_s[stretch.applied : last])

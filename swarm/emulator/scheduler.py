@@ -264,7 +264,8 @@ class Scheduler(Generic[R]):
     def held(self, gen: R) -> int:
         """KV a running request holds for the admission check: its tokens, the one this step
         may add, and its reserve."""
-        return self.blocks(gen.kv_tokens + 1 + self.reserve(gen)) + self.swa(gen.prompt_tokens + gen.n_out + 1)
+        sequence = gen.prompt_tokens + gen.n_out
+        return self.blocks(gen.kv_tokens + 1 + self.reserve(gen)) + self.swa(sequence + 1)
 
     def held_total(self, running: Sequence[R]) -> int:
         """Σ ``held`` over ``running``: what the admission check counts as taken. Without
@@ -278,9 +279,12 @@ class Scheduler(Generic[R]):
         clip = p.reserve_clip_tokens if p.reserve_clip_tokens is not None else math.inf
         ceil = math.ceil
         if b == 1:
-            return sum(g.kv_tokens + 1 + ceil(ratio * min(max(g.max_new - g.n_out, 0), clip)) for g in running)
+            return sum(
+                g.kv_tokens + 1 + ceil(ratio * min(max(g.max_new - g.n_out, 0), clip)) for g in running
+            )
         return b * sum(
-            -(-(g.kv_tokens + 1 + ceil(ratio * min(max(g.max_new - g.n_out, 0), clip))) // b) for g in running
+            -(-(g.kv_tokens + 1 + ceil(ratio * min(max(g.max_new - g.n_out, 0), clip))) // b)
+            for g in running
         )
 
     def grown_total(self, running: Sequence[R]) -> int:

@@ -18,9 +18,10 @@ from it); ``plan_stretch`` gives each one's length and end by the same arithmeti
 alone, and the loop sleeps once, to the last end, instead of once a step. Its readers wait for
 their request's end (``Generation.times``), so nobody sees a token late. An arrival, or a request
 whose reader went, wakes it (unless the queue stays one no step of it admits from:
-``EngineModel.reader_went``): the steps ended by then are applied, the one under way ends as a step
-alone would (a request cancelled in it emits nothing), and the loop plans again from its end, as
-it would have stepping one step at a time.
+``EngineModel.reader_went``): the one under way ends as a step alone would (a request cancelled in
+it emits nothing), its requests taking the tokens of the steps before it then (what reads them
+sooner counts them from the stretch: ``EngineModel.stretch_ended``), and the loop plans again
+from its end, as it would have stepping one step at a time.
 """
 
 from __future__ import annotations

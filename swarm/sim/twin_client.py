@@ -287,7 +287,7 @@ class _Deadlines:
         elif which == _FIRST:
             if self._gen.first_token_s is None:
                 self._fire(f"no first token within {timeouts.first_token_s:g} s")
-        else:
+        elif which == _TOTAL:
             self._fire(f"request not finished within {timeouts.total_s:g} s")
 
     def _fire(self, reason: str) -> None:
