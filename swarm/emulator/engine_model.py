@@ -671,7 +671,9 @@ class EngineModel:
         as ``_step_loop`` keeps it."""
         loop = asyncio.get_running_loop()
         decoding = list(self.running)
-        context = sum(g.prompt_tokens + g.n_out for g in decoding)
+        context = 0  # the batch's context, summed where a step's length reads it
+        if self.config.decode_ms_per_context_token:
+            context = sum(g.prompt_tokens + g.n_out for g in decoding)
         stretch = self._stretch = plan_stretch(self.config, decoding, context, steps, anchor, self.model_clock_s)
         self._held = held
         if held is not None and held.queue.head is not None:
