@@ -110,7 +110,7 @@ class RequestRecord:
     cached_tokens: int | None = None
     prompt_tokens_est: int | None = None
     ideal_cached_tokens_est: int | None = None
-    block_hashes: tuple[int, ...] = ()
+    block_hashes: Sequence[int] = ()
     prompt_parts: tuple[str, ...] | None = None
     prompt_roles: tuple[str, ...] | None = None
     output_text: str | None = None

@@ -11,7 +11,7 @@ without importing the client package (aiohttp, the HTTP/1.1 client, the dialects
 from __future__ import annotations
 
 from array import array
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +44,8 @@ class EngineRequest:
     #: time this request waited for a free slot under the in-flight cap, before ``send``
     slot_wait_ns: int = 0
     ideal_cached_tokens_est: int | None = None
-    block_hashes: tuple[int, ...] = ()
+    #: the prompt's 64-token block hashes (an agent's: ``array("Q")``, 8 bytes a block)
+    block_hashes: Sequence[int] = ()
     extra_body: Mapping[str, Any] | None = None
     #: Keep the prompt parts and the output text in the record (``--record-text``, or an agent
     #: that feeds real outputs to its children).

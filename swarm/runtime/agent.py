@@ -26,7 +26,7 @@ import asyncio
 import functools
 import logging
 from array import array
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +36,7 @@ from swarm.runtime.dispatcher import DISPATCH_SPIN_NS, Dispatcher, Outgoing
 from swarm.runtime.retry import retry_request_id
 from swarm.texts import SharedRun, Text, WordText
 from swarm.token_ids import LaidOutIds
-from swarm.workload.prefix import BLOCK_TOKENS, block_hashes
+from swarm.workload.prefix import BLOCK_TOKENS, BlockHashes, block_hashes
 from swarm.workload.prompts import compose_messages, decide_compaction, synthetic_turn
 from swarm.workload.tokenizer import TokenIds, Tokenizer, WordTokenizer
 from swarm.workload.workload import AgentPlan, NodePlan
@@ -48,7 +48,7 @@ DEAD = frozenset({"cut", "failed", "pruned", "skipped"})
 
 #: a prompt built ahead: messages, tokens, block hashes, and its encoded body (None: encoded
 #: at the send)
-_Built = tuple[tuple[ChatMessage, ...], TokenIds, tuple[int, ...], bytes | None]
+_Built = tuple[tuple[ChatMessage, ...], TokenIds, BlockHashes, bytes | None]
 _NO_IDENTITY = RequestIdentity()
 
 
@@ -124,7 +124,7 @@ class AgentRun:
         self._warmups: dict[str, _Built] = {}
         #: a built prompt's messages, tokens and block hashes, kept for the nodes that extend it
         #: (``_known_blocks``), and how many of those are still to be built
-        self._blocks: dict[str, tuple[tuple[ChatMessage, ...], int, tuple[int, ...]]] = {}
+        self._blocks: dict[str, tuple[tuple[ChatMessage, ...], int, BlockHashes]] = {}
         self._extenders_left: dict[str, int] = {}
         # token ids of each prompt part, computed once; arrays, which the garbage collector
         # does not walk, so thousands of agents' prompts cost nothing in its collections (a
@@ -243,7 +243,7 @@ class AgentRun:
             )
             tokens = self._prompt_tokens(messages)
             yield
-            hashes: tuple[int, ...] = ()
+            hashes: BlockHashes = array("Q")
             end = 0
             while end < len(tokens):  # a 150k-token prompt's hashes took 6-10 ms whole
                 end = min(len(tokens), (len(hashes) + HASH_BLOCKS_PER_STEP) * BLOCK_TOKENS)
@@ -636,7 +636,7 @@ class AgentRun:
         memos = (self._blocks.get(p) for p in self.template.context_parents(node))
         return max((memo[1] for memo in memos if memo is not None), default=0)
 
-    def _known_blocks(self, node: str, messages: tuple[ChatMessage, ...]) -> tuple[int, ...]:
+    def _known_blocks(self, node: str, messages: tuple[ChatMessage, ...]) -> Sequence[int]:
         """The block hashes of ``node``'s prompt that a context parent's prompt already has: its
         whole blocks, when its messages begin ``node``'s (no compaction nor stripped reasoning
         between them). A 130k-token prompt then hashes its last turn, not all of it."""
@@ -650,7 +650,7 @@ class AgentRun:
         return ()
 
     def _remember_blocks(
-        self, node: str, messages: tuple[ChatMessage, ...], tokens: int, hashes: tuple[int, ...]
+        self, node: str, messages: tuple[ChatMessage, ...], tokens: int, hashes: BlockHashes
     ) -> None:
         """Keep a prompt's block hashes for the nodes that extend it, until the last of them
         is built (an agent holds those of its open turns only)."""

@@ -133,21 +133,24 @@ def _rows_to_batch(rows: list[tuple[Any, ...]], keep_text: bool) -> pa.RecordBat
     return pa.RecordBatch.from_arrays(arrays, schema=TRACE_SCHEMA)
 
 
-_INT64_LIST = pa.list_(pa.int64())
+#: list columns whose every value may be an ``array`` of this typecode, read in place
+_ARRAY_LISTS = {pa.list_(pa.int64()): ("q", np.int64), pa.list_(pa.uint64()): ("Q", np.uint64)}
 
 
 def _column(values: Any, kind: pa.DataType, n: int) -> pa.Array:
-    """One column of a batch: nulls for a column left out; a list of int64 whose every value is
-    an ``array('q')`` (a simulated record's ``chunk_ns``: a thousand times a request) from their
-    bytes joined, read in place, not as Python ints one by one; else Arrow's conversion."""
+    """One column of a batch: nulls for a column left out; a list of int64 (uint64) whose every
+    value is an ``array('q')`` (``array('Q')``): a simulated record's ``chunk_ns``, a thousand
+    times a request, and an agent's ``block_hashes``) from their bytes joined, read in place,
+    not as Python ints one by one; else Arrow's conversion."""
     if values is None:
         return pa.nulls(n, kind)
-    if kind == _INT64_LIST and n and all(type(v) is array and v.typecode == "q" for v in values):
+    typed = _ARRAY_LISTS.get(kind)
+    if typed is not None and n and all(type(v) is array and v.typecode == typed[0] for v in values):
         ends = np.cumsum(np.fromiter(map(len, values), dtype=np.int64, count=n))
         if ends[-1] < 2**31:  # a list array's offsets are 32-bit
             offsets = np.zeros(n + 1, dtype=np.int32)
             offsets[1:] = ends
-            return pa.ListArray.from_arrays(offsets, np.frombuffer(b"".join(values), dtype=np.int64))
+            return pa.ListArray.from_arrays(offsets, np.frombuffer(b"".join(values), dtype=typed[1]))
     return pa.array(values, type=kind)
 
 
