@@ -21,6 +21,7 @@ from swarm.runtime.replay_source import ReplaySource
 from swarm.runtime.specs import ReplaySpec, RunSpec, SendSpec
 from swarm.sim.spec import SimulationSpec
 from swarm.workload.catalog import Catalog
+from swarm.workload.textsynth import SIMULATED_WORD_TEXT_FROM_WORDS
 from swarm.workload.tokenizer import get_tokenizer
 from swarm.workload.workload import Workload, check_mix
 
@@ -85,7 +86,7 @@ def execute_simulation(
 
     _simulable(spec, simulation)
     check_mix(spec.workload, catalog, source)
-    workload = Workload(spec.workload, catalog)
+    workload = Workload(spec.workload, catalog, word_text_from=SIMULATED_WORD_TEXT_FROM_WORDS)
     return run_on_targets(
         AgentSource(workload, spec.limits(), spec.retry()),
         spec,

@@ -39,6 +39,10 @@ class Corpus(NamedTuple):
     ids: TokenIds
 
 
+#: the lead of a text without one: one empty array for all (a ``WordText``'s arrays are never changed)
+_NO_IDS: TokenIds = array("q")
+
+
 class WordText:
     """A text of words joined by single spaces: ``head`` (its first words, given whole; may be
     empty), then for each ``(first, k)`` of ``runs`` the corpus's words ``first`` to
@@ -158,7 +162,7 @@ class WordText:
             return ""
         first, k = runs[0]
         runs[0] = (first + cut, k - cut)
-        return WordText("", array("q"), tuple(runs), self._corpus)
+        return WordText("", _NO_IDS, tuple(runs), self._corpus)
 
 
 def join_runs(text: str, starts: array[int], runs: Iterable[tuple[int, int]]) -> str:

@@ -210,3 +210,37 @@ def test_a_word_text_is_the_text_of_its_words_without_holding_their_characters(l
         assert text != synth_text(random.Random(n + 1), n, lead=lead) and text != plain
         assert {text: 1}.get(synth_text(random.Random(n), n, lead=lead)) == 1
         assert pickle.loads(pickle.dumps(text)) == plain
+
+
+def test_a_simulated_workload_holds_the_same_texts_by_their_place_in_the_corpus() -> None:
+    """On a virtual clock (``SIMULATED_WORD_TEXT_FROM_WORDS``) a text cut from the corpus is a
+    ``WordText`` from 64 words, not from 256: the same characters and ids as over HTTP, the
+    same draws after it, so a simulated agent sends what a real-time one sends; a shorter text
+    is the same plain string either way."""
+    from swarm.texts import WordText
+    from swarm.workload.textsynth import SIMULATED_WORD_TEXT_FROM_WORDS, WORD_TEXT_FROM_WORDS
+
+    assert SIMULATED_WORD_TEXT_FROM_WORDS == 64 < WORD_TEXT_FROM_WORDS
+    for n in (63, 64, 100, 255, 256, 900):
+        for lead in ("", "[n1] lead :"):
+            real_rng, sim_rng = random.Random(n), random.Random(n)
+            real = synth_text(real_rng, n, lead=lead)
+            sim = synth_text(sim_rng, n, lead=lead, word_text_from=SIMULATED_WORD_TEXT_FROM_WORDS)
+            assert str(sim) == str(real)
+            assert isinstance(sim, WordText) == (n - len(lead.split()) >= 64)
+            assert isinstance(real, WordText) == (n - len(lead.split()) >= 256)
+            assert WordTokenizer().ids(sim) == WordTokenizer().ids(real)
+            assert real_rng.random() == sim_rng.random()
+    spec = WorkloadSpec(agents=6, mix=[MixEntry(profile="tree_of_thought"), MixEntry(profile="claude_code")])
+    real_w = Workload(spec)
+    sim_w = Workload(spec, word_text_from=SIMULATED_WORD_TEXT_FROM_WORDS)
+    kinds = set()
+    for i in range(6):
+        real_a, sim_a = real_w.agent(i), sim_w.agent(i)
+        assert (str(sim_a.task), str(sim_a.system_prompt)) == (str(real_a.task), str(real_a.system_prompt))
+        for node in real_a.topology.order[:12]:
+            r, s = real_a.node(node), sim_a.node(node)
+            for a, b in ((r.instruction, s.instruction), (r.standin, s.standin), (r.tool_result, s.tool_result)):
+                assert str(a) == str(b)
+                kinds.add((type(a).__name__, type(b).__name__))
+    assert ("str", "WordText") in kinds  # some text of 64-255 words, held apart on the virtual clock

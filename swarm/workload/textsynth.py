@@ -62,6 +62,11 @@ CORPUS_FROM_WORDS = 64
 #: words, the ids' places cost 6 KB an agent in ``python -m bench client-delay --quick``,
 #: 39.5 -> 45.4 KB; from 256, 39.9 -> 39.4 KB, within noise)
 WORD_TEXT_FROM_WORDS = 256
+#: the same on a virtual clock (``swarm simulate``), where no text is made into characters:
+#: every text cut from the corpus keeps its ids' place, a shorter Claude Code turn is then not
+#: held as characters and ids (docs/simulation.md, "Fewer bytes a session"; over HTTP, the
+#: characters are made and kept: 54 KB an agent at 64 words in ``client-delay --quick``)
+SIMULATED_WORD_TEXT_FROM_WORDS = CORPUS_FROM_WORDS
 #: the corpus's length in words (about 1.7 MB of text, drawn once per process from its own seed)
 CORPUS_WORDS = 1 << 18
 
@@ -111,10 +116,25 @@ def corpus_words(rng: random.Random, n: int) -> tuple[str, list[tuple[int, int]]
     return join_runs(text, starts, runs), runs
 
 
-def synth_text(rng: random.Random, n_tokens: int, tokenizer: Tokenizer | None = None, lead: str = "") -> Text:
+@functools.lru_cache(maxsize=4096)
+def _lead(lead: str) -> tuple[str, TokenIds]:
+    """A lead's words joined by single spaces and their ids, shared by every text it leads (a
+    node's tag leads its instruction in every agent); the arrays are never changed."""
+    head = lead.split()
+    return " ".join(head), word_ids(head)
+
+
+def synth_text(
+    rng: random.Random,
+    n_tokens: int,
+    tokenizer: Tokenizer | None = None,
+    lead: str = "",
+    word_text_from: int = WORD_TEXT_FROM_WORDS,
+) -> Text:
     """Text of ``n_tokens`` tokens (exact for words), starting with ``lead`` when given: with
-    word tokens and ``WORD_TEXT_FROM_WORDS`` words or more after the lead, a ``WordText``
-    (its characters made only when sent).
+    word tokens and ``word_text_from`` words or more after the lead (``WORD_TEXT_FROM_WORDS``;
+    ``SIMULATED_WORD_TEXT_FROM_WORDS`` on a virtual clock), a ``WordText`` (its characters made
+    only when sent).
 
     The lead counts towards the budget; it is how callers make texts differ from their first
     token (e.g. a node tag), so siblings share nothing beyond their parent's context.
@@ -122,9 +142,9 @@ def synth_text(rng: random.Random, n_tokens: int, tokenizer: Tokenizer | None = 
     tokenizer = tokenizer or WordTokenizer()
     head = lead.split()
     if isinstance(tokenizer, WordTokenizer):
-        if n_tokens - len(head) >= WORD_TEXT_FROM_WORDS:
-            runs = corpus_runs(rng, n_tokens - len(head))
-            return WordText(" ".join(head), word_ids(head), tuple(runs), word_corpus())
+        if n_tokens - len(head) >= max(word_text_from, CORPUS_FROM_WORDS):
+            head_text, lead_ids = _lead(lead)
+            return WordText(head_text, lead_ids, tuple(corpus_runs(rng, n_tokens - len(head))), word_corpus())
         if n_tokens - len(head) >= CORPUS_FROM_WORDS:
             cut, _ = corpus_words(rng, n_tokens - len(head))
             return " ".join([*head, cut])

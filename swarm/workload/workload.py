@@ -34,7 +34,7 @@ from swarm.texts import Text
 from swarm.workload.agent_profile import AgentProfile
 from swarm.workload.arrival import ArrivalSpec
 from swarm.workload.catalog import Catalog, default_catalog
-from swarm.workload.textsynth import corpus, synth_text, tool_catalogue
+from swarm.workload.textsynth import WORD_TEXT_FROM_WORDS, corpus, synth_text, tool_catalogue
 from swarm.workload.tokenizer import Tokenizer, WordTokenizer
 from swarm.workload.topology import TopologyTemplate
 
@@ -169,6 +169,8 @@ class AgentPlan:
     #: the system prompt of the agent's spawned sub-agents (the profile's
     #: ``subagent_system_prompt``); None: they carry the agent's own
     subagent_system_prompt: Text | None = None
+    #: a synthesised text of this many words or more is a ``WordText`` (``textsynth.synth_text``)
+    word_text_from: int = WORD_TEXT_FROM_WORDS
     #: a session started mid-life (``start_at: mid``): the nodes before its sampled start, in
     #: topological order; never sent, their turns in the prompts of what follows (empty: from
     #: its first call)
@@ -193,6 +195,11 @@ class AgentPlan:
             n = self._token_counts[text] = self.tokenizer.count(text)
         return n
 
+    def text(self, rng: random.Random, n_tokens: int, lead: str = "") -> Text:
+        """A synthesised text of the agent's (``textsynth.synth_text``, its tokenizer and
+        ``word_text_from``)."""
+        return synth_text(rng, n_tokens, self.tokenizer, lead=lead, word_text_from=self.word_text_from)
+
     def summary(self, node: str) -> Text:
         """The summary that replaces the history when ``node``'s prompt is compacted: its own
         RNG stream, so nodes keep their other samples."""
@@ -202,7 +209,7 @@ class AgentPlan:
             assert compaction is not None
             rng = random.Random(f"{self.seed}:agent:{self.agent_id}:node:{node}:summary")
             tokens = max(3, compaction.summary_tokens.sample_int(rng, 3))
-            text = synth_text(rng, tokens, self.tokenizer, lead=f"summary {self.agent_id} {node} :")
+            text = self.text(rng, tokens, lead=f"summary {self.agent_id} {node} :")
             self._summaries[node] = text
         return text
 
@@ -218,31 +225,22 @@ class AgentPlan:
         attrs = self.topology.graph.nodes[name]
         role = str(attrs["role"])
         prof = self.profile
-        instruction = synth_text(
-            rng, max(2, prof.instruction_tokens.sample_int(rng, 2)), self.tokenizer, lead=f"[{name}]"
-        )
+        instruction = self.text(rng, max(2, prof.instruction_tokens.sample_int(rng, 2)), lead=f"[{name}]")
         max_tokens = prof.output_for(role).sample_int(rng, 1)
         think = prof.think_time_s.sample(rng)
         tool_after = bool(attrs.get("tool_after"))
         tool_s = prof.tool_time_s.sample(rng) if tool_after else 0.0
         tool_result = (
-            synth_text(
-                rng, max(3, prof.tool_result_tokens.sample_int(rng, 3)), self.tokenizer, lead="tool result :"
-            )
+            self.text(rng, max(3, prof.tool_result_tokens.sample_int(rng, 3)), lead="tool result :")
             if tool_after
             else None
         )
-        standin = synth_text(rng, max_tokens, self.tokenizer)
+        standin = self.text(rng, max_tokens)
         score = rng.random()
         early_stop = rng.random() < prof.pruning.early_stop_p
         task = None
         if attrs.get("spawn"):  # drawn last: nodes without it keep their samples
-            task = synth_text(
-                rng,
-                max(2, prof.task_tokens.sample_int(rng, 2)),
-                self.tokenizer,
-                lead=f"task {self.agent_id} {name} :",
-            )
+            task = self.text(rng, max(2, prof.task_tokens.sample_int(rng, 2)), lead=f"task {self.agent_id} {name} :")
         return NodePlan(
             node=name,
             role=role,
@@ -264,11 +262,19 @@ class Workload:
     """The agents of a spec. ``agent(i)`` is a pure function of (spec, seed, i)."""
 
     def __init__(
-        self, spec: WorkloadSpec, catalog: Catalog | None = None, tokenizer: Tokenizer | None = None
+        self,
+        spec: WorkloadSpec,
+        catalog: Catalog | None = None,
+        tokenizer: Tokenizer | None = None,
+        word_text_from: int = WORD_TEXT_FROM_WORDS,
     ) -> None:
+        """``word_text_from``: a synthesised text of this many words or more is a ``WordText``
+        (``textsynth.synth_text``; ``SIMULATED_WORD_TEXT_FROM_WORDS`` on a virtual clock, the
+        same texts held in fewer bytes)."""
         from swarm.workload.tokenizer import get_tokenizer
 
         self.spec = spec
+        self.word_text_from = word_text_from
         self.catalog = catalog or default_catalog()
         self.tokenizer = tokenizer or get_tokenizer(spec.tokenizer)
         self.profiles = [self.catalog.profile(m.profile) for m in spec.mix]
@@ -351,7 +357,7 @@ class Workload:
             elif sp.style == "tool_catalogue":
                 text = tool_catalogue(rng, sp.tokens, sp.tools, self.tokenizer, lead=lead)
             else:
-                text = synth_text(rng, sp.tokens, self.tokenizer, lead=lead)
+                text = synth_text(rng, sp.tokens, self.tokenizer, lead=lead, word_text_from=self.word_text_from)
             self._system_prompts[key] = text
         return text
 
@@ -404,7 +410,8 @@ class Workload:
         profile = self.profiles[mix]
         sp_id = rng.randrange(self.spec.system_prompts)
         task = synth_text(
-            rng, max(2, profile.task_tokens.sample_int(rng, 2)), self.tokenizer, lead=f"task {agent_id} :"
+            rng, max(2, profile.task_tokens.sample_int(rng, 2)), self.tokenizer, lead=f"task {agent_id} :",
+            word_text_from=self.word_text_from,
         )
         system = self.system_prompt(profile, sp_id)
         subagent = self.system_prompt(profile, sp_id, subagent=True) if profile.subagent_system_prompt is not None else None
@@ -420,6 +427,7 @@ class Workload:
             seed=self.spec.seed,
             tokenizer=self.tokenizer,
             subagent_system_prompt=subagent,
+            word_text_from=self.word_text_from,
             history=self._history(agent_id, topology, self._start_at(mix)),
             _token_counts={p: self._system_prompt_count(p) for p in (system, subagent) if p is not None},
         )
