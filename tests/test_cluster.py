@@ -125,8 +125,9 @@ def test_ray_sends_the_same_traffic_as_one_process(
 
     records = send_agents(Workload(spec, catalog), target)
     local = sorted(
-        (r.identity.session_id, r.identity.node, r.identity.parent_nodes, r.block_hashes, r.prompt_tokens_est)
+        (i.session_id, i.node, i.parent_nodes, tuple(r.block_hashes), r.prompt_tokens_est)
         for r in records
+        for i in (r.identity,)
     )
     outcome, _ = run_on_ray(RayExecutor(workers=2), Workload(spec, catalog), emu.url, tmp_path / "ray")
     table = read_requests(tmp_path / "ray")

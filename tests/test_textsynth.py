@@ -240,7 +240,14 @@ def test_a_simulated_workload_holds_the_same_texts_by_their_place_in_the_corpus(
         assert (str(sim_a.task), str(sim_a.system_prompt)) == (str(real_a.task), str(real_a.system_prompt))
         for node in real_a.topology.order[:12]:
             r, s = real_a.node(node), sim_a.node(node)
-            for a, b in ((r.instruction, s.instruction), (r.standin, s.standin), (r.tool_result, s.tool_result)):
+            pairs = ((r.instruction, s.instruction), (r.standin, s.standin), (r.tool_result, s.tool_result))
+            for a, b in pairs:
                 assert str(a) == str(b)
                 kinds.add((type(a).__name__, type(b).__name__))
     assert ("str", "WordText") in kinds  # some text of 64-255 words, held apart on the virtual clock
+    import pickle
+
+    from swarm.runtime.agent_source import AgentSource
+
+    back = pickle.loads(pickle.dumps(AgentSource(sim_w)))  # as a worker would get it
+    assert back.workload.word_text_from == SIMULATED_WORD_TEXT_FROM_WORDS

@@ -561,7 +561,9 @@ class AgentRun:
         ``parent_tokens``, its context parents' longest, or its system prompt and task), its
         instruction, answer and tool result. Memoised counts: a few dict lookups."""
         t, plan = self.template, self.plan
-        extenders = sum(1 for c in t.graph.successors(node) if self._deps_of(c) == 1 and node in t.context_parents(c))
+        extenders = sum(
+            1 for c in t.graph.successors(node) if self._deps_of(c) == 1 and node in t.context_parents(c)
+        )
         if not extenders:
             return 0
         count = plan.token_count

@@ -32,8 +32,10 @@ def _rebuild(
     agent_ids: list[int],
     limits: SendLimits,
     retry: RetryPolicy,
+    word_text_from: int,
 ) -> AgentSource:
-    return AgentSource(Workload(spec, Catalog.preloaded(profiles, topologies)), limits, retry, agent_ids)
+    workload = Workload(spec, Catalog.preloaded(profiles, topologies), word_text_from=word_text_from)
+    return AgentSource(workload, limits, retry, agent_ids)
 
 
 class AgentSource:
@@ -55,7 +57,9 @@ class AgentSource:
 
     def __reduce__(self) -> tuple[Any, ...]:
         profiles, topologies = self.workload.catalog.loaded()
-        return (_rebuild, (self.workload.spec, profiles, topologies, self.agent_ids, self.limits, self.retry))
+        w = self.workload
+        parts = (w.spec, profiles, topologies, self.agent_ids, self.limits, self.retry, w.word_text_from)
+        return (_rebuild, parts)
 
     def session_count(self) -> int:
         return len(self.agent_ids)

@@ -83,8 +83,9 @@ def corpus() -> tuple[str, array]:
 
 @functools.cache
 def corpus_ids() -> TokenIds:
-    """The ids of the corpus's words (2 MB, made at the first text of ``WORD_TEXT_FROM_WORDS``
-    words or more: a swarm of short texts never holds them)."""
+    """The ids of the corpus's words (2 MB, made at the first ``WordText``, of
+    ``WORD_TEXT_FROM_WORDS`` words or more, ``SIMULATED_WORD_TEXT_FROM_WORDS`` on a virtual
+    clock: a swarm of short texts never holds them)."""
     text, _ = corpus()
     return word_ids(text.split())
 

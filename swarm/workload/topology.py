@@ -51,7 +51,8 @@ class RunIndex:
     dependencies (its parents, and its beam's decision if gated), the beam groups by name,
     the groups each node is a member of, each group's count of members (a node both candidate
     and scorer counted once), and the nodes each group's decision gates. Shared: a run copies
-    ``deps`` and ``members`` (what it counts down) and reads the rest."""
+    ``members`` (what it counts down), keeps the ``deps`` of the nodes it has answered for
+    beside the table (``AgentRun._deps_of``), and reads the rest."""
 
     deps: dict[str, int]
     groups: dict[str, BeamGroup]

@@ -240,7 +240,8 @@ class AgentPlan:
         early_stop = rng.random() < prof.pruning.early_stop_p
         task = None
         if attrs.get("spawn"):  # drawn last: nodes without it keep their samples
-            task = self.text(rng, max(2, prof.task_tokens.sample_int(rng, 2)), lead=f"task {self.agent_id} {name} :")
+            n_task = max(2, prof.task_tokens.sample_int(rng, 2))
+            task = self.text(rng, n_task, lead=f"task {self.agent_id} {name} :")
         return NodePlan(
             node=name,
             role=role,
@@ -338,6 +339,10 @@ class Workload:
                     entry[key] = Path(entry[key]).name
         return _digest({"spec": spec, "contents": self.content_digests()})
 
+    def _text(self, rng: random.Random, n_tokens: int, lead: str) -> Text:
+        """A synthesised text of the workload's (its tokenizer and ``word_text_from``)."""
+        return synth_text(rng, n_tokens, self.tokenizer, lead=lead, word_text_from=self.word_text_from)
+
     def system_prompt(self, profile: AgentProfile, index: int, subagent: bool = False) -> Text:
         """System prompt ``index`` of ``profile``'s pool (starts with its own tag), or with
         ``subagent`` of its sub-agents' pool (``subagent_system_prompt``)."""
@@ -357,7 +362,7 @@ class Workload:
             elif sp.style == "tool_catalogue":
                 text = tool_catalogue(rng, sp.tokens, sp.tools, self.tokenizer, lead=lead)
             else:
-                text = synth_text(rng, sp.tokens, self.tokenizer, lead=lead, word_text_from=self.word_text_from)
+                text = self._text(rng, sp.tokens, lead)
             self._system_prompts[key] = text
         return text
 
@@ -409,10 +414,7 @@ class Workload:
         mix, topology = self._mix_and_topology(agent_id, rng)
         profile = self.profiles[mix]
         sp_id = rng.randrange(self.spec.system_prompts)
-        task = synth_text(
-            rng, max(2, profile.task_tokens.sample_int(rng, 2)), self.tokenizer, lead=f"task {agent_id} :",
-            word_text_from=self.word_text_from,
-        )
+        task = self._text(rng, max(2, profile.task_tokens.sample_int(rng, 2)), f"task {agent_id} :")
         system = self.system_prompt(profile, sp_id)
         subagent = self.system_prompt(profile, sp_id, subagent=True) if profile.subagent_system_prompt is not None else None
         return AgentPlan(
