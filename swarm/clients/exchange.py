@@ -169,6 +169,11 @@ class StreamReading:
         key = self._key
         assert key is not None
         n = len(data)
+        whole = plain_events_in(data, 0, n, key)
+        if whole is not None:  # the usual read mid-stream: plain content events only
+            if self.stamp_delays is not None:
+                self._note_stamps(data)
+            return whole
         head: list[bytes] = []
         lo = 0
         while lo < n:  # events at the front that are not plain content
@@ -200,10 +205,14 @@ class StreamReading:
             elif self.decoder.feed(payload):
                 count += 1
         if self.stamp_delays is not None:
-            stamps = _SENT_STAMP.findall(data)
-            now = self.last_read_ns
-            self.stamp_delays += [now - int(m) for m in stamps]
+            self._note_stamps(data)
         return count + middle
+
+    def _note_stamps(self, data: bytes) -> None:
+        """The bench's delays: this read's time minus each event's send stamp (``--stamp-chunks``)."""
+        assert self.stamp_delays is not None
+        now = self.last_read_ns
+        self.stamp_delays += [now - int(m) for m in _SENT_STAMP.findall(data)]
 
     def finish(self) -> None:
         """The body ended: decode what the parser still holds; a stream needs its [DONE]."""
