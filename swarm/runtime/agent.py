@@ -456,8 +456,13 @@ class AgentRun:
         return runs if runs and at == n_tokens else []
 
     def _alive_ancestors(self, node: str, assume_alive: str | None = None) -> list[str]:
+        """``node``'s context ancestors whose turns its prompt carries: those reached from it
+        through alive context parents only (``assume_alive`` counted alive), in topological order."""
         t = self.template
         state = self.state
+        every = t.context_ancestors(node)
+        if all(map(ALIVE.__eq__, map(state.get, every))):  # the usual case: none was lost or pruned
+            return every
 
         def alive(p: str) -> bool:
             return p == assume_alive or state.get(p) == ALIVE
