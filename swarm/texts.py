@@ -51,15 +51,24 @@ class WordText:
     and to nothing else (a ``str`` of the same characters is not: their hashes differ). It
     pickles as a plain ``str``."""
 
-    __slots__ = ("_corpus", "_hash", "_head", "_lead", "_runs", "_text", "words")
+    # a simulated swarm holds a million of them: its runs are one flat tuple (``first, k, ...``:
+    # nearly every text is one run, and a tuple of pairs was 48 bytes more), and its hash is
+    # made when asked (a text is seldom a key: 36 bytes less, and 8 of its slot)
+    __slots__ = ("_corpus", "_head", "_lead", "_runs", "_text", "words")
 
-    def __init__(self, head: str, lead: TokenIds, runs: tuple[tuple[int, int], ...], corpus: Corpus) -> None:
+    def __init__(self, head: str, lead: TokenIds, runs: Iterable[tuple[int, int]], corpus: Corpus) -> None:
         """``lead`` is the ids of ``head``'s words (the caller's promise)."""
-        self._head, self._lead, self._runs, self._corpus = head, lead, runs, corpus
+        self._head, self._lead, self._corpus = head, lead, corpus
+        flat = runs[0] if type(runs) is tuple and len(runs) == 1 else tuple(x for run in runs for x in run)
+        self._runs = flat
         #: how many words (tokens, to the word tokenizer) it has
-        self.words: int = len(lead) + sum(k for _, k in runs)
-        self._hash = hash((head, runs))
+        self.words: int = len(lead) + sum(flat[1::2])
         self._text: str | None = None
+
+    def _pairs(self) -> Iterator[tuple[int, int]]:
+        """Its runs, each ``(first, k)``."""
+        runs = self._runs
+        return zip(runs[::2], runs[1::2], strict=True)
 
     def __str__(self) -> str:
         """Its characters, made at the first call and kept (a client over HTTP sends a history
@@ -67,15 +76,15 @@ class WordText:
         cost a join of its words per request)."""
         if self._text is None:
             text, starts, _ = self._corpus
-            runs = join_runs(text, starts, self._runs)
+            runs = join_runs(text, starts, self._pairs())
             self._text = f"{self._head} {runs}" if self._head and runs else self._head or runs
         return self._text
 
     def __len__(self) -> int:
         """Its length in characters, without making them."""
         starts = self._corpus.starts
-        chars = sum(starts[first + k] - starts[first] - 1 for first, k in self._runs)
-        pieces = len(self._runs) + (1 if self._head else 0)
+        chars = sum(starts[first + k] - starts[first] - 1 for first, k in self._pairs())
+        pieces = len(self._runs) // 2 + (1 if self._head else 0)
         return len(self._head) + chars + max(pieces - 1, 0)
 
     def __eq__(self, other: object) -> bool:
@@ -83,10 +92,10 @@ class WordText:
             return True
         if type(other) is not WordText:
             return NotImplemented
-        return self._hash == other._hash and self._head == other._head and self._runs == other._runs
+        return self._head == other._head and self._runs == other._runs
 
     def __hash__(self) -> int:
-        return self._hash
+        return hash((self._head, self._runs))
 
     def __format__(self, spec: str) -> str:
         return format(str(self), spec)
@@ -97,7 +106,7 @@ class WordText:
             preview = self._text[:40]
         else:
             text, starts, _ = self._corpus
-            first, k = self._runs[0] if self._runs else (0, 0)
+            first, k = self._runs[:2] if self._runs else (0, 0)
             run = text[starts[first] : starts[first + min(k, 8)] - 1] if k else ""
             preview = " ".join(p for p in (self._head, run) if p)[:40]
         return f"WordText({self.words} words: {preview!r}...)"
@@ -120,7 +129,7 @@ class WordText:
         ids = self._corpus.ids
         size = ids.itemsize
         view = memoryview(ids).cast("B")
-        for first, k in self._runs:
+        for first, k in self._pairs():
             out.frombytes(view[first * size : (first + k) * size])
 
     def id_pieces(self) -> Iterator[tuple[TokenIds, int, int]]:
@@ -129,7 +138,7 @@ class WordText:
         if self._lead:
             yield self._lead, 0, len(self._lead)
         ids = self._corpus.ids
-        for first, k in self._runs:
+        for first, k in self._pairs():
             yield ids, first, first + k
 
     def shared_runs(self, at: int) -> Iterator[SharedRun]:
@@ -138,7 +147,7 @@ class WordText:
         word there and its length (``SharedRun``)."""
         at += len(self._lead)
         ids = self._corpus.ids
-        for first, k in self._runs:
+        for first, k in self._pairs():
             yield at, ids, first, k
             at += k
 
@@ -153,9 +162,9 @@ class WordText:
         head_words = self._head.split(" ") if self._head else []
         if cut < len(head_words):
             rest = " ".join(head_words[cut:])
-            return WordText(rest, self._lead[cut:], self._runs, self._corpus)
+            return WordText(rest, self._lead[cut:], self._pairs(), self._corpus)
         cut -= len(head_words)
-        runs = list(self._runs)
+        runs = list(self._pairs())
         while runs and cut >= runs[0][1]:
             cut -= runs.pop(0)[1]
         if not runs:

@@ -37,7 +37,7 @@ from swarm.runtime.retry import retry_request_id
 from swarm.texts import SharedRun, Text, WordText
 from swarm.token_ids import LaidOutIds
 from swarm.workload.prefix import BLOCK_TOKENS, BlockHashes, block_hashes
-from swarm.workload.prompts import compose_messages, decide_compaction, synthetic_turn
+from swarm.workload.prompts import Turn, compose_messages, decide_compaction, synthetic_turn
 from swarm.workload.tokenizer import TokenIds, Tokenizer, WordTokenizer
 from swarm.workload.workload import AgentPlan, NodePlan
 
@@ -109,7 +109,7 @@ class AgentRun:
         t = plan.topology
         self.template = t
         self.state: dict[str, str] = {}
-        self.turns: dict[str, list[Text]] = {}
+        self.turns: dict[str, Turn] = {}
         index = t.run_index()  # shared by every run of the template; only deps change
         #: each node's dependencies not yet answered, for the nodes one has answered for; the
         #: rest as the template's table (``_deps_of``), shared: a copy of the whole table was
@@ -122,8 +122,6 @@ class AgentRun:
         #: each beam group's members not yet answered or dead (``_settle``): decided at 0
         self._unsettled: dict[str, int] = dict(index.members)
         self._decided: set[str] = set()
-        #: history nodes whose texts (and compaction decision) are built
-        self._built: set[str] = set()
         #: warm-up calls built ahead: messages, tokens, block hashes, body
         self._warmups: dict[str, _Built] = {}
         #: a built prompt's messages, tokens and block hashes, kept for the nodes that extend it
@@ -280,12 +278,11 @@ class AgentRun:
         compacts = plan.profile.compaction is not None
         for node in nodes:
             for n in (*t.context_ancestors(node), node):
-                if n in self._built:
-                    continue
+                if plan.has_node(n) and (not compacts or n in plan.compacted):
+                    continue  # built (its texts, and its compaction decision)
                 plan.node(n)
                 if compacts:  # its compaction decision, taken in order (each from those before it)
                     decide_compaction(plan, n, t.context_ancestors(n))
-                self._built.add(n)
                 yield
             messages = compose_messages(plan, node, [(a, synthetic_turn(plan, a)) for a in t.context_ancestors(node)])
             for message in messages:
@@ -506,7 +503,7 @@ class AgentRun:
             return
         turn = synthetic_turn(plan, node)
         if env.context == "live" and record.ok:
-            turn[1] = record.output_text or ""
+            turn = (turn[0], record.output_text or "", *turn[2:])
         if np_.tool_result is not None:
             await d.sleep_until(d.clock_ns() + int(np_.tool_s * 1e9))
         self.turns[node] = turn

@@ -17,11 +17,16 @@ from __future__ import annotations
 from swarm.request import ChatMessage
 from swarm.texts import Text, WordText
 from swarm.workload.agent_profile import ReasoningSpec
+from swarm.workload.tokenizer import WordTokenizer
 from swarm.workload.workload import AgentPlan
+
+#: a node's turn in later prompts: its instruction, its output, and its tool result when a tool
+#: ran after it (a tuple: a session holds one a node, 16 bytes less than a list's)
+Turn = tuple[Text, ...]
 
 
 def compose_messages(
-    plan: AgentPlan, node: str, turns: list[tuple[str, list[Text]]]
+    plan: AgentPlan, node: str, turns: list[tuple[str, Turn]]
 ) -> tuple[ChatMessage, ...]:
     """The chat messages of ``node``: system prompt, task, each ancestor's turn (instruction,
     output, and a tool result if any) in the order given, then the node's instruction.
@@ -86,7 +91,7 @@ def decide_compaction(plan: AgentPlan, node: str, ancestors: list[str]) -> None:
         plan.compaction_window = None
 
 
-def _turn_tokens(plan: AgentPlan, name: str, turn: list[Text], direct: bool) -> int:
+def _turn_tokens(plan: AgentPlan, name: str, turn: Turn, direct: bool) -> int:
     """The tokens node ``name``'s ``turn`` adds to a later prompt: its summary if it was
     compacted, its instruction, its output (less the reasoning where the profile strips it,
     from a ``direct`` context parent's turn or not) and its tool result."""
@@ -101,7 +106,7 @@ def _turn_tokens(plan: AgentPlan, name: str, turn: list[Text], direct: bool) -> 
 
 
 def _decide(
-    plan: AgentPlan, node: str, head: list[ChatMessage], turns: list[tuple[str, list[Text]]], own: ChatMessage
+    plan: AgentPlan, node: str, head: list[ChatMessage], turns: list[tuple[str, Turn]], own: ChatMessage
 ) -> None:
     """Compacted when the prompt of ``head``, ``turns`` (those since the latest compaction)
     and ``own`` passes the profile's threshold: the token counts of the messages
@@ -118,6 +123,8 @@ def _decide(
 def _visible_tokens(plan: AgentPlan, output: Text, reasoning_share: float) -> int:
     """``plan.token_count(visible_part(output, reasoning_share))``, memoised on the plan by
     ``output`` (a plan has one reasoning share)."""
+    if type(output) is WordText and type(plan.tokenizer) is WordTokenizer:  # not kept: its words less the cut
+        return output.words - min(output.words - 1, int(output.words * reasoning_share))
     n = plan.visible_token_counts.get(output)
     if n is None:
         n = plan.visible_token_counts[output] = plan.token_count(visible_part(output, reasoning_share))
@@ -134,7 +141,7 @@ def _head(plan: AgentPlan, node: str) -> list[ChatMessage]:
     return [ChatMessage("system", system), ChatMessage("user", task)]
 
 
-def _since_compaction(plan: AgentPlan, turns: list[tuple[str, list[Text]]]) -> list[tuple[str, list[Text]]]:
+def _since_compaction(plan: AgentPlan, turns: list[tuple[str, Turn]]) -> list[tuple[str, Turn]]:
     """The turns from the latest compacted one on (all when none was compacted). An ancestor
     whose decision is not known yet (read out of order) is decided from the turns before it."""
     for i in range(len(turns) - 1, -1, -1):
@@ -147,7 +154,7 @@ def _since_compaction(plan: AgentPlan, turns: list[tuple[str, list[Text]]]) -> l
     return turns
 
 
-def _history(plan: AgentPlan, node: str, turns: list[tuple[str, list[Text]]]) -> list[ChatMessage]:
+def _history(plan: AgentPlan, node: str, turns: list[tuple[str, Turn]]) -> list[ChatMessage]:
     """Each turn as messages; a compacted turn's summary before it; reasoning stripped as the
     profile says."""
     reasoning = plan.profile.reasoning
@@ -197,11 +204,10 @@ def spawn_of(plan: AgentPlan, node: str) -> str | None:
     return None
 
 
-def synthetic_turn(plan: AgentPlan, node: str) -> list[Text]:
+def synthetic_turn(plan: AgentPlan, node: str) -> Turn:
     """A node's turn with ``context: synthetic``: its instruction, its stand-in output, and its
     tool result when a tool runs after it."""
     np_ = plan.node(node)
-    turn = [np_.instruction, np_.standin]
     if np_.tool_result is not None:
-        turn.append(np_.tool_result)
-    return turn
+        return (np_.instruction, np_.standin, np_.tool_result)
+    return (np_.instruction, np_.standin)

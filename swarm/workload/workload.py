@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from swarm.cliflag import flag
 from swarm.errors import InputError
 from swarm.fields import START_RATIOS_DEFAULT, StartAt, StartRatios, TokenizerPath
-from swarm.texts import Text
+from swarm.texts import Text, WordText
 from swarm.workload.agent_profile import AgentProfile
 from swarm.workload.arrival import ArrivalSpec
 from swarm.workload.catalog import Catalog, default_catalog
@@ -189,7 +189,11 @@ class AgentPlan:
     compaction_window: tuple[str, int] | None = field(default=None, repr=False)
 
     def token_count(self, text: Text) -> int:
-        """Tokens of ``text`` by the plan's tokenizer (memoised: prompt parts recur)."""
+        """Tokens of ``text`` by the plan's tokenizer (memoised: prompt parts recur; a
+        ``WordText``'s count under word tokens is its ``words``, not kept: a simulated session's
+        memo of them was 1.2 KB an agent)."""
+        if type(text) is WordText and type(self.tokenizer) is WordTokenizer:
+            return text.words
         n = self._token_counts.get(text)
         if n is None:
             n = self._token_counts[text] = self.tokenizer.count(text)
@@ -212,6 +216,10 @@ class AgentPlan:
             text = self.text(rng, tokens, lead=f"summary {self.agent_id} {node} :")
             self._summaries[node] = text
         return text
+
+    def has_node(self, name: str) -> bool:
+        """Whether the plan of ``name`` is built."""
+        return name in self._nodes
 
     def node(self, name: str) -> NodePlan:
         """The plan of one node (built on first use; a pure function of seed, agent and node)."""
