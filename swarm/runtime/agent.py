@@ -103,6 +103,14 @@ class AgentEnv:
 class AgentRun:
     """Runs one AgentPlan; ``await run(start_perf_ns)`` returns when every branch has ended."""
 
+    # slots: a simulated swarm holds tens of thousands of runs (a dict of attributes each was
+    # 240 bytes of an agent)
+    __slots__ = (
+        "_blocks", "_decided", "_deps", "_deps_at_start", "_extenders_left", "_gated", "_groups",
+        "_idle", "_member_of", "_part_tokens", "_speculated", "_tasks", "_unsettled", "_warmups",
+        "cancelled", "env", "plan", "records", "state", "template", "turns",
+    )  # fmt: skip
+
     def __init__(self, plan: AgentPlan, env: AgentEnv) -> None:
         self.plan = plan
         self.env = env

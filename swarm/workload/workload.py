@@ -154,7 +154,7 @@ class NodePlan:
     task: Text | None = None  # a spawned sub-agent's own task (topology node ``spawn: true``)
 
 
-@dataclass
+@dataclass(slots=True)
 class AgentPlan:
     agent_id: int
     session_id: str
