@@ -80,26 +80,21 @@ class AgentRunCollector:
     rarer), and the full pass, which walks every coroutine, task and future in flight (130-190
     ms measured at 2,000 agents, ten times in ten seconds, each a stall of every stream), only
     once a minute, and rarer where a pass is long (``FULL_COLLECTION_SHARE``), called by the
-    Dispatcher's sampler (``full_collection_if_due``; ``clock_s``, ``collect`` and ``freeze``
-    are the process's monotonic clock, ``gc.collect`` and ``gc.freeze`` but in tests). What was
-    alive when the run began is frozen (left out of every pass), and so is what a full pass
-    leaves alive: the next pass walks only what grew old since. Everything frozen is put back
-    at the end (a cycle among frozen objects that died meanwhile is collected then); the
-    thresholds are restored too. Why freeze the survivors: the 100,000-agent simulation's full
-    passes, 2.8 s and 5.3 s in its first three minutes and longer as its heap grew, each found
-    no unreachable object at all."""
+    Dispatcher's sampler (``full_collection_if_due``; ``clock_s`` and ``collect`` are the
+    process's monotonic clock and ``gc.collect`` but in tests). What was alive when the run
+    began is frozen (left out of every pass) and put back at the end; the thresholds are
+    restored too."""
 
     def __init__(
         self,
         full_every_s: float = FULL_COLLECTION_EVERY_S,
         clock_s: Callable[[], float] = time.monotonic,
         collect: Callable[[], object] = gc.collect,
-        freeze: Callable[[], object] = gc.freeze,
     ) -> None:
         self.full_every_s = full_every_s
         self._thresholds = gc.get_threshold()
         self.full_collections = 0
-        self._clock_s, self._collect, self._freeze = clock_s, collect, freeze
+        self._clock_s, self._collect = clock_s, collect
         self._next_full_s = clock_s() + full_every_s
 
     def start(self) -> AgentRunCollector:
@@ -120,11 +115,10 @@ class AgentRunCollector:
         self.stop()
 
     def full_collection(self) -> None:
-        """One full pass now, its survivors then frozen; the next is due ``full_every_s`` after
-        its end, or its length over ``FULL_COLLECTION_SHARE`` if that is longer."""
+        """One full pass now; the next is due ``full_every_s`` after its end, or its length
+        over ``FULL_COLLECTION_SHARE`` if that is longer."""
         began = self._clock_s()
         self._collect()
-        self._freeze()
         ended = self._clock_s()
         self._next_full_s = ended + max(self.full_every_s, (ended - began) / FULL_COLLECTION_SHARE)
         self.full_collections += 1
