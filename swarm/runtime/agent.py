@@ -96,6 +96,9 @@ class AgentEnv:
     on_failure: str = "abort_branch"
     #: tokens of each system prompt, shared by all agents (a swarm has a few system prompts)
     system_prompt_tokens: dict[Text, TokenIds] = field(default_factory=dict)
+    #: the hashes of each system prompt's whole blocks: the first blocks of every prompt it
+    #: leads (a Claude Code session's first prompt hashed its 15,261-token system prompt again)
+    system_prompt_hashes: dict[Text, BlockHashes] = field(default_factory=dict)
     #: prompt tokens held now by prompts built ahead of their parent's answer (``_speculate``)
     speculated_tokens: int = 0
 
@@ -253,7 +256,7 @@ class AgentRun:
             )
             tokens = self._prompt_tokens(messages)
             yield
-            hashes: BlockHashes = array("Q")
+            hashes: BlockHashes = array("Q", self._system_blocks(messages))
             end = 0
             while end < len(tokens):  # a 150k-token prompt's hashes took 6-10 ms whole
                 end = min(len(tokens), (len(hashes) + HASH_BLOCKS_PER_STEP) * BLOCK_TOKENS)
@@ -668,7 +671,23 @@ class AgentRun:
             parent_messages, parent_tokens, hashes = memo
             if messages[: len(parent_messages)] == parent_messages:
                 return hashes[: parent_tokens // BLOCK_TOKENS]
-        return ()
+        return self._system_blocks(messages)
+
+    def _system_blocks(self, messages: tuple[ChatMessage, ...]) -> BlockHashes | tuple[()]:
+        """The block hashes of a prompt's whole blocks within its system prompt (its first
+        tokens: ``_prompt_tokens``), made once for the swarm; () without one."""
+        if not messages or messages[0].role != "system":
+            return ()
+        content = messages[0].content
+        env = self.env
+        hashes = env.system_prompt_hashes.get(content)
+        if hashes is None:
+            ids = env.system_prompt_tokens.get(content)
+            if ids is None:  # not composed yet: the prompt's own hashes will do
+                return ()
+            whole = len(ids) // BLOCK_TOKENS * BLOCK_TOKENS
+            hashes = env.system_prompt_hashes[content] = block_hashes(ids[:whole])
+        return hashes
 
     def _remember_blocks(
         self, node: str, messages: tuple[ChatMessage, ...], tokens: int, hashes: BlockHashes
