@@ -59,7 +59,10 @@ class WordText:
     def __init__(self, head: str, lead: TokenIds, runs: Iterable[tuple[int, int]], corpus: Corpus) -> None:
         """``lead`` is the ids of ``head``'s words (the caller's promise)."""
         self._head, self._lead, self._corpus = head, lead, corpus
-        flat = runs[0] if type(runs) is tuple and len(runs) == 1 else tuple(x for run in runs for x in run)
+        if type(runs) is tuple and len(runs) == 1:  # the usual text: one run
+            flat = tuple(runs[0])
+        else:
+            flat = tuple(x for run in runs for x in run)
         self._runs = flat
         #: how many words (tokens, to the word tokenizer) it has
         self.words: int = len(lead) + sum(flat[1::2])

@@ -165,7 +165,11 @@ class StreamReading:
         """A read of whole events, counted without splitting it into events: the events at
         either end that are not plain content (role, finish reason, usage, ``[DONE]``) are
         peeled off and decoded, the middle is checked and counted on the raw bytes. None when
-        the read is not made of single-line ``data:`` events (the caller parses it instead)."""
+        the read is not made of single-line ``data:`` events (the caller parses it instead).
+        A read that ``plain_events_in`` finds all plain as a whole (the usual read mid-stream) is
+        counted at once; its counts are the read's in sum, as the middle's always were, so an
+        event of two choices beside one of none would pass as two plain ones (swarm asks for
+        one choice: ``_all_plain_content``'s limit too)."""
         key = self._key
         assert key is not None
         n = len(data)

@@ -469,7 +469,7 @@ class AgentRun:
         t = self.template
         state = self.state
         every = t.context_ancestors(node)
-        if all(map(ALIVE.__eq__, map(state.get, every))):  # the usual case: none was lost or pruned
+        if list(map(state.get, every)).count(ALIVE) == len(every):  # the usual case: none lost or pruned
             return every
 
         def alive(p: str) -> bool:
@@ -611,7 +611,7 @@ class AgentRun:
             if env.speculated_tokens + len(tokens) > SPECULATED_TOKENS_BUDGET:
                 return
             yield
-            hashes = block_hashes(tokens)
+            hashes = block_hashes(tokens, known=self._system_blocks(messages))
             yield
             body = self._body(messages, self.plan.node(root).max_tokens)
             self._speculated[root] = ((), None, (messages, tokens, hashes, body))

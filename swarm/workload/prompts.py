@@ -121,10 +121,11 @@ def _decide(
 
 
 def _visible_tokens(plan: AgentPlan, output: Text, reasoning_share: float) -> int:
-    """``plan.token_count(visible_part(output, reasoning_share))``, memoised on the plan by
-    ``output`` (a plan has one reasoning share)."""
-    if type(output) is WordText and type(plan.tokenizer) is WordTokenizer:  # not kept: its words less the cut
-        return output.words - min(output.words - 1, int(output.words * reasoning_share))
+    """``plan.token_count(visible_part(output, reasoning_share))``: a ``WordText``'s under word
+    tokens counted from its words (nothing kept), another memoised on the plan by ``output`` (a
+    plan has one reasoning share)."""
+    if type(output) is WordText and type(plan.tokenizer) is WordTokenizer:
+        return output.words - _reasoning_cut(output.words, reasoning_share)
     n = plan.visible_token_counts.get(output)
     if n is None:
         n = plan.visible_token_counts[output] = plan.token_count(visible_part(output, reasoning_share))
@@ -185,11 +186,15 @@ def visible_part(output: Text, reasoning_share: float) -> Text:
     them (at least the last word, so the assistant turn is never empty); a ``WordText``'s
     without making its characters."""
     if isinstance(output, WordText):
-        cut = min(output.words - 1, int(output.words * reasoning_share))
-        return output.words_from(cut)
+        return output.words_from(_reasoning_cut(output.words, reasoning_share))
     words = output.split(" ")
-    cut = min(len(words) - 1, int(len(words) * reasoning_share))
+    cut = _reasoning_cut(len(words), reasoning_share)
     return " ".join(words[cut:]) if cut > 0 else output
+
+
+def _reasoning_cut(words: int, reasoning_share: float) -> int:
+    """How many leading words of an output of ``words`` are its reasoning (``visible_part``)."""
+    return min(words - 1, int(words * reasoning_share))
 
 
 def spawn_of(plan: AgentPlan, node: str) -> str | None:

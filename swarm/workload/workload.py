@@ -439,8 +439,17 @@ class Workload:
             subagent_system_prompt=subagent,
             word_text_from=self.word_text_from,
             history=self._history(agent_id, topology, self._start_at(mix)),
-            _token_counts={p: self._system_prompt_count(p) for p in (system, subagent) if p is not None},
+            _token_counts={
+                p: self._system_prompt_count(p)
+                for p in (system, subagent)
+                if p is not None and self._memo_counts(p)
+            },
         )
+
+    def _memo_counts(self, text: Text) -> bool:
+        """Whether a plan's memo of token counts would read ``text``'s (``AgentPlan.token_count``
+        counts a ``WordText`` under word tokens from its words)."""
+        return not (type(text) is WordText and type(self.tokenizer) is WordTokenizer)
 
     def _system_prompt_count(self, text: Text) -> int:
         """A system prompt's tokens, counted once for the swarm: each plan counted its own (a
