@@ -165,32 +165,29 @@ class StreamReading:
         """A read of whole events, counted without splitting it into events: the events at
         either end that are not plain content (role, finish reason, usage, ``[DONE]``) are
         peeled off and decoded, the middle is checked and counted on the raw bytes. None when
-        the read is not made of single-line ``data:`` events (the caller parses it instead).
-        A read that ``plain_events_in`` finds all plain as a whole (the usual read mid-stream) is
-        counted at once; its counts are the read's in sum, as the middle's always were, so an
-        event of two choices beside one of none would pass as two plain ones (swarm asks for
-        one choice: ``_all_plain_content``'s limit too)."""
+        the read is not made of single-line ``data:`` events (the caller parses it instead). A
+        read of one plain event (the usual read where events come apart) is checked once: the
+        front's check, which is the back's and the middle's too."""
         key = self._key
         assert key is not None
         n = len(data)
-        whole = plain_events_in(data, 0, n, key)
-        if whole is not None:  # the usual read mid-stream: plain content events only
-            if self.stamp_delays is not None:
-                self._note_stamps(data)
-            return whole
         head: list[bytes] = []
         lo = 0
+        first_end = -1  # the end of the first plain event, once found
         while lo < n:  # events at the front that are not plain content
             end = data.find(b"\n\n", lo)
             if not data.startswith(b"data: ", lo) or data.find(b"\n", lo, end) >= 0:
                 return None
             if plain_events_in(data, lo, end + 2, key) == 1:
+                first_end = end + 2
                 break
             head.append(data[lo + 6 : end])
             lo = end + 2
         tail: list[bytes] = []
         hi = n
         while hi > lo:  # and at the back
+            if hi == first_end:  # the plain event the front stopped at: checked
+                break
             start = data.rfind(b"\n\n", lo, hi - 2)
             start = lo if start < 0 else start + 2
             if not data.startswith(b"data: ", start) or data.find(b"\n", start, hi - 2) >= 0:
@@ -199,7 +196,12 @@ class StreamReading:
                 break
             tail.append(data[start + 6 : hi - 2])
             hi = start
-        middle = plain_events_in(data, lo, hi, key) if hi > lo else 0
+        if hi <= lo:
+            middle: int | None = 0
+        elif hi == first_end:  # one plain event between the ends
+            middle = 1
+        else:
+            middle = plain_events_in(data, lo, hi, key)
         if middle is None:
             return None
         count = 0
