@@ -17,7 +17,7 @@ from __future__ import annotations
 from swarm.request import ChatMessage
 from swarm.texts import Text, WordText
 from swarm.workload.agent_profile import ReasoningSpec
-from swarm.workload.tokenizer import WordTokenizer
+from swarm.workload.tokenizer import counted_by_words
 from swarm.workload.workload import AgentPlan
 
 #: a node's turn in later prompts: its instruction, its output, and its tool result when a tool
@@ -124,7 +124,7 @@ def _visible_tokens(plan: AgentPlan, output: Text, reasoning_share: float) -> in
     """``plan.token_count(visible_part(output, reasoning_share))``: a ``WordText``'s under word
     tokens counted from its words (nothing kept), another memoised on the plan by ``output`` (a
     plan has one reasoning share)."""
-    if type(output) is WordText and type(plan.tokenizer) is WordTokenizer:
+    if type(output) is WordText and counted_by_words(output, plan.tokenizer):
         return output.words - _reasoning_cut(output.words, reasoning_share)
     n = plan.visible_token_counts.get(output)
     if n is None:

@@ -118,5 +118,11 @@ class HFTokenizer:
         return len(self._tok.encode(str(text), add_special_tokens=False).ids)
 
 
+def counted_by_words(text: Text, tokenizer: Tokenizer) -> bool:
+    """Whether ``text``'s token count is its ``WordText.words`` (a ``WordText`` under word
+    tokens): read at once, where other counts are memoised."""
+    return type(text) is WordText and type(tokenizer) is WordTokenizer
+
+
 def get_tokenizer(path: str | None) -> Tokenizer:
     return WordTokenizer() if not path else HFTokenizer(path)

@@ -35,7 +35,7 @@ from swarm.workload.agent_profile import AgentProfile
 from swarm.workload.arrival import ArrivalSpec
 from swarm.workload.catalog import Catalog, default_catalog
 from swarm.workload.textsynth import WORD_TEXT_FROM_WORDS, corpus, synth_text, tool_catalogue
-from swarm.workload.tokenizer import Tokenizer, WordTokenizer
+from swarm.workload.tokenizer import Tokenizer, WordTokenizer, counted_by_words
 from swarm.workload.topology import TopologyTemplate
 
 #: First word of every task text (so it is part of the prefix sessions share).
@@ -192,7 +192,7 @@ class AgentPlan:
         """Tokens of ``text`` by the plan's tokenizer (memoised: prompt parts recur; a
         ``WordText``'s count under word tokens is its ``words``, not kept: a simulated session's
         memo of them was 1.2 KB an agent)."""
-        if type(text) is WordText and type(self.tokenizer) is WordTokenizer:
+        if type(text) is WordText and counted_by_words(text, self.tokenizer):
             return text.words
         n = self._token_counts.get(text)
         if n is None:
@@ -449,7 +449,7 @@ class Workload:
     def _memo_counts(self, text: Text) -> bool:
         """Whether a plan's memo of token counts would read ``text``'s (``AgentPlan.token_count``
         counts a ``WordText`` under word tokens from its words)."""
-        return not (type(text) is WordText and type(self.tokenizer) is WordTokenizer)
+        return not counted_by_words(text, self.tokenizer)
 
     def _system_prompt_count(self, text: Text) -> int:
         """A system prompt's tokens, counted once for the swarm: each plan counted its own (a
