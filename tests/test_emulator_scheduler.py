@@ -17,7 +17,8 @@ import pytest
 from pydantic import ValidationError
 
 from swarm.emulator.config import EmulatorConfig
-from swarm.emulator.engine_model import EngineModel, Generation, PromptTooLong
+from swarm.emulator.engine_model import EngineModel
+from swarm.emulator.generation import Generation, PromptTooLong
 from swarm.emulator.scheduler import Scheduler, SchedulerPolicy
 from swarm.token_ids import TokenIds, word_ids
 

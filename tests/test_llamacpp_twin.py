@@ -17,7 +17,8 @@ import pytest
 from test_emulator_scheduler import Arrival, simulate, tokens
 
 from swarm.emulator.config import EmulatorConfig
-from swarm.emulator.engine_model import EngineModel, PromptTooLong
+from swarm.emulator.engine_model import EngineModel
+from swarm.emulator.generation import PromptTooLong
 from swarm.emulator.http_server import EmulatorThread
 from swarm.emulator.slot_cache import SlotCache
 from swarm.sweep import curves as sc

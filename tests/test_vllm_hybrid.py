@@ -203,7 +203,7 @@ def test_a_hit_holds_no_sliding_parts_before_its_window() -> None:
 def test_a_long_output_keeps_only_its_window_out_of_the_cache() -> None:
     """A running request's output takes from the prefix cache its full-attention blocks and, in
     the sliding groups, only the blocks of its window."""
-    from swarm.emulator.engine_model import Generation
+    from swarm.emulator.generation import Generation
 
     model = EngineModel(
         EmulatorConfig(

@@ -2,17 +2,9 @@
 
 Place in the map (docs/architecture.md, "The emulator"): the part of ``swarm emulate`` that decides how
 many prompt tokens are cached and when each token comes out. The HTTP server turns the token
-stream into each engine's wire format.
-
-Cache. ``sglang`` uses a token-level radix cache (``RadixCache``), ``trtllm`` reuses full
-32-token blocks only (``BlockCache``); the engine's ``behaviour`` object picks the cache and
-rounds. A request's cached tokens are the cache match of its prompt, capped at
-``prompt_tokens - 1`` (an engine always computes at least the last prompt token; for blocks,
-the cap is rounded down to whole blocks). The prompt enters the cache
-when the request is admitted, and prompt + generated tokens when it finishes, so a child
-whose prompt repeats its parent's output hits those tokens too. (A real engine inserts the
-prompt after its prefill step; the difference only shows for identical prefixes that arrive
-within one step of each other.)
+stream into each engine's wire format. The caches and their accounting are ``EngineCaches``
+(``emulator.engine_caches``, whose docstring says what a request hits); a request is a
+``Generation`` (``emulator.generation``); this module runs the steps.
 
 Timing. ``batch`` runs one step loop, as continuous-batching engines do. What each step runs
 (which waiting requests it admits, how much of each prompt it prefills, whether the running
@@ -42,237 +34,17 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import collections
-import logging
-import time
-from array import array
 from collections.abc import AsyncGenerator, Sequence
 
-from swarm.emulator.behaviour import EngineBehaviour, engine_behaviour
-from swarm.emulator.block_cache import BlockCache, Hold
 from swarm.emulator.config import EmulatorConfig
-from swarm.emulator.engine_stats import EngineStats
-from swarm.emulator.radix_cache import RadixCache
-from swarm.emulator.scheduler import QueueHeld, Scheduler, StepPlan
-from swarm.emulator.slot_cache import SlotCache
+from swarm.emulator.engine_caches import EngineCaches
+from swarm.emulator.generation import Generation, PromptTooLong, loop_now, settle
+from swarm.emulator.scheduler import QueueHeld, StepPlan
 from swarm.emulator.step_model import DecodeStretch, plan_stretch, step_ms
-from swarm.emulator.tokens import OUTPUT_IDS, OUTPUT_WORDS, output_ids, output_start
-from swarm.token_ids import LaidOutIds, PromptIds, TokenIds, as_token_ids
-
-log = logging.getLogger(__name__)
+from swarm.token_ids import LaidOutIds, as_token_ids
 
 #: How far behind its modelled timeline the step loop may catch up (a late timer's wake-up).
 STEP_CATCHUP_S = 0.003
-
-
-class PromptTooLong(ValueError):
-    pass
-
-
-class Generation:
-    """One request inside the engine. Iterate ``tokens()`` to receive generated words. Its
-    ``prompt`` and ``output`` are token ids (``swarm.token_ids``); the words it generates are
-    those of ``OUTPUT_WORDS`` from the place its prompt picks (``tokens.output_start``). A
-    prompt given laid out (``LaidOutIds``: a simulated agent's) is made into one array when the
-    model reads it (its admission, its end, a preemption) and let go after each
-    (``let_go_of_prompt``): not held while it runs, nor while it waits, but for a queue's head
-    the scheduler has checked and the waiting prompts SGLang's longest-prefix-first order reads
-    (128 or fewer)."""
-
-    __slots__ = (
-        "_laid_out",
-        "_lock_handle",
-        "_model",
-        "_pending",
-        "_prompt",
-        "_start",
-        "_waiter",
-        "admit_hit",
-        "admitted_s",
-        "arrived_s",
-        "cached_tokens",
-        "cancelled",
-        "computed",
-        "finished",
-        "first_token_s",
-        "kv_tokens",
-        "last_model_s",
-        "max_new",
-        "n_out",
-        "preemptions",
-        "prefill_left",
-        "prompt_tokens",
-        "times",
-    )
-
-    def __init__(self, model: EngineModel, prompt: PromptIds, max_new: int, arrived_s: float):
-        self._model = model
-        self._prompt: TokenIds | None
-        self._laid_out: LaidOutIds | None
-        if isinstance(prompt, LaidOutIds):
-            self._prompt, self._laid_out = None, prompt
-        else:
-            self._prompt, self._laid_out = prompt, None
-        self.prompt_tokens = len(prompt)
-        self.max_new = max_new
-        self.cached_tokens = 0
-        #: how many tokens it has generated so far (their ids are ``output``, made when read)
-        self.n_out = 0
-        self._pending: list[str] = []
-        #: its reader's wake-up while it waits for tokens or the end, made when it waits (an
-        #: ``asyncio.Event`` a request took 860 bytes, and a fleet holds tens of thousands waiting)
-        self._waiter: asyncio.Future[None] | None = None
-        self.finished = False
-        self.cancelled = False
-        self.arrived_s = arrived_s
-        self.admitted_s: float | None = None
-        self.first_token_s: float | None = None
-        #: the model's clock (``EngineModel.model_clock_s``) at its last token
-        self.last_model_s = 0.0
-        #: the scheduler's bookkeeping (``emulator.scheduler``): KV held, prompt tokens still to
-        #: prefill, the cache hit at the last admission, times preempted
-        self.kv_tokens = 0
-        self.prefill_left = 0
-        self.admit_hit = 0
-        self.preemptions = 0
-        self.computed: int | None = None
-        self._lock_handle: object = None
-        #: where its answer starts in ``OUTPUT_WORDS``
-        self._start = output_start(prompt)
-        #: the time of each emission, for a reader that waits for the end (``finished``)
-        #: rather than for each token, as an ``array('d')`` (8 bytes a time; a decode
-        #: stretch's times go on as one copy); None: not kept
-        self.times: array[float] | None = None
-
-    @property
-    def prompt(self) -> TokenIds:
-        """The prompt's ids (a laid-out prompt made into one array at a read, kept until
-        ``let_go_of_prompt``)."""
-        ids = self._prompt
-        if ids is None:
-            assert self._laid_out is not None
-            ids = self._prompt = self._laid_out.ids()
-        return ids
-
-    @property
-    def output(self) -> TokenIds:
-        """The ids of the tokens generated so far, made at each read: a request's answer is
-        ``OUTPUT_IDS`` from its ``_start``, so it keeps only their count (``n_out``); an array
-        grown with each token was written at every step of every request running, and held
-        while it ran."""
-        return output_ids(self._start, 0, self.n_out)
-
-    def sequence(self) -> TokenIds:
-        """Its prompt and output so far, in one new array (the prompt's own where none yet)."""
-        return self.prompt + self.output if self.n_out else self.prompt
-
-    def let_go_of_prompt(self) -> None:
-        """Drop the array a laid-out prompt was made into (made again at its next read): once
-        admitted, a request's prompt is read again only at its end or a preemption."""
-        if self._laid_out is not None:
-            self._prompt = None
-
-    def output_words(self) -> list[str]:
-        """The words generated so far (a decode stretch's steps ended by now counted, as
-        ``last_token_s`` counts them: the text of a request that went in one)."""
-        n, start = len(OUTPUT_WORDS), self._start
-        return [OUTPUT_WORDS[(start + i) % n] for i in range(self.n_out + self._model.stretch_ended(self))]
-
-    def _emit(self, now_s: float) -> None:
-        at = (self._start + self.n_out) % len(OUTPUT_IDS)
-        self.n_out += 1
-        if self.first_token_s is None:
-            self.first_token_s = now_s
-        if self.n_out >= self.max_new:
-            self.finished = True
-        times = self.times
-        if times is None:
-            self._pending.append(OUTPUT_WORDS[at])
-            self._wake_reader()
-        else:  # a reader of the end only (no stream to hand words to): woken at the finish
-            times.append(now_s)  # (``EngineModel._release``)
-
-    async def tokens(self) -> AsyncGenerator[list[str], None]:
-        """Yield lists of newly generated words as they come out, until the request finishes."""
-        if self._model.config.timing != "batch":
-            async for words in self._model._timed_tokens(self):
-                yield words
-            return
-        try:
-            while True:
-                if not self._pending:
-                    if self.finished:
-                        return
-                    await self._woken()
-                words, self._pending = self._pending, []
-                if words:
-                    yield words
-        finally:
-            if not self.finished:
-                self.cancel()
-
-    async def finished_wait(self) -> None:
-        """Wait until the request has finished, waking once rather than at every token (the
-        step-loop timing only; its emissions are in ``times`` when ``times`` was set to a list
-        before it began). A reader that goes (cancelled) cancels the request."""
-        try:
-            while not self.finished:  # ``_woken``, inlined: one coroutine less held a request waiting
-                waiter = self._waiter = asyncio.get_running_loop().create_future()
-                try:
-                    await waiter
-                finally:
-                    if self._waiter is waiter:
-                        self._waiter = None
-        finally:
-            if not self.finished:
-                self.cancel()
-
-    def _wake_reader(self) -> None:
-        """Wake the reader if it waits (a wake-up while none waits is lost: a reader checks
-        what it waits for before it waits)."""
-        waiter, self._waiter = self._waiter, None
-        if waiter is not None:
-            _settle(waiter)
-
-    async def _woken(self) -> None:
-        """Wait for ``_wake_reader``: one reader a request (a second waiting at once would
-        take the first's place)."""
-        waiter = self._waiter = asyncio.get_running_loop().create_future()
-        try:
-            await waiter
-        finally:
-            if self._waiter is waiter:
-                self._waiter = None
-
-    def cancel(self) -> None:
-        """The reader went: the request leaves the queue, or the batch at its next step."""
-        self.cancelled = True
-        model = self._model
-        model.cancelled_waiting = True
-        model.cancelled_since_drop.append(self)
-        model.reader_went(self)
-
-    def last_token_s(self) -> float | None:
-        """The time of its last token by now, None before its first or where its times are
-        not kept (a stream's reader, ``times`` None): a decode stretch hands its tokens over at
-        its end (``step_model``), and this counts its steps ended by now without handing them
-        over (a watchdog's check that did so copied into every running request's arrays each
-        time: 9 % of a simulation of 100,000 agents)."""
-        return self._model.last_token_s(self)
-
-
-def _settle(wake: asyncio.Future[None]) -> None:
-    if not wake.done():
-        wake.set_result(None)
-
-
-def _loop_now() -> float:
-    """The running event loop's clock (``time.monotonic`` for asyncio's own loops; the virtual
-    clock under ``swarm simulate``), else the monotonic clock."""
-    try:
-        return asyncio.get_running_loop().time()
-    except RuntimeError:
-        return time.monotonic()
 
 
 class _HeldQueue:
@@ -289,45 +61,12 @@ class _HeldQueue:
         self.firsts: list[tuple[int, Generation]] = []
 
 
-class EngineModel:
+
+class EngineModel(EngineCaches):
     """Cache + scheduler of one emulated engine. Create inside the server's event loop."""
 
     def __init__(self, config: EmulatorConfig) -> None:
-        self.config = config
-        #: what differs between the emulated engines (cache kind, rounding of cached tokens)
-        self.behaviour: EngineBehaviour = engine_behaviour(config)
-        self.cache: RadixCache | BlockCache | SlotCache = self.behaviour.make_cache(config)
-        #: the host tier (``--host-cache-tokens``, HiCache): keeps what the device cache evicts
-        #: (llama.cpp's RAM prompt cache is its slot cache's own)
-        self.host: RadixCache | BlockCache | SlotCache | None = self.behaviour.make_host_cache(config)
-        if self.host is not None:
-            self.cache.on_evict = self.host.insert
-        #: tokens loaded from the host tier by the admissions of the step being planned
-        self._step_host_tokens = 0
-        self._page_tokens = self.behaviour.page_tokens(config)
-        self.stats = EngineStats()
-        #: the step's policy (the engine's scheduler, ``emulator.scheduler``)
-        self.scheduler: Scheduler[Generation] = Scheduler(
-            self.behaviour.scheduler_policy(config), config.kv_capacity_tokens
-        )
-        #: the time of the step being planned (admissions are dated by it)
-        self._step_now = 0.0
-        #: modelled time: Σ the modelled lengths of the steps run (``begin_step``)
-        self.model_clock_s = 0.0
-        #: finished requests' per-request metrics (TensorRT-LLM's ``/perf_metrics``), drained on read
-        self.perf_log: collections.deque[dict[str, object]] = collections.deque(
-            maxlen=self.behaviour.perf_metrics_kept or 1
-        )
-        self._finished_ids = 0
-        #: requests not yet admitted (preempted ones back at the front), and those admitted
-        self.waiting: list[Generation] = []
-        self.running: list[Generation] = []
-        #: a request stopped streaming (its client went): drop the cancelled from the queue
-        self.cancelled_waiting = False
-        #: the requests cancelled since ``_drop_cancelled`` last ran, and any preempted back into
-        #: the queue cancelled (``begin_step``): every cancelled request in ``waiting`` is here
-        #: until the next drop, which removes a few of them by identity
-        self.cancelled_since_drop: list[Generation] = []
+        super().__init__(config)
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         #: the most steps one wake-up of the step loop may run (``step_model``'s decode
@@ -354,124 +93,6 @@ class EngineModel:
                 pass
             self._loop_task = None
 
-    # -- cache accounting ----------------------------------------------------------------------
-
-    @property
-    def kv_used(self) -> int:
-        """KV tokens the running requests hold (whole blocks)."""
-        return self.scheduler.used(self.running)
-
-    def _cached_for(self, prompt: TokenIds) -> int:
-        """Cached tokens of ``prompt``: the device cache's match, or the host tier's if longer."""
-        matched = self.cache.match(prompt)
-        if self.host is not None:
-            matched = max(matched, self.host.match(prompt))
-        return self.behaviour.cached_tokens(matched, len(prompt), self._page_tokens)
-
-    def _from_host(self, sequence: TokenIds, hit: int) -> int:
-        """Of ``hit`` cached tokens, those beyond the device cache's match (loaded from the host)."""
-        if self.host is None:
-            return 0
-        device = self.behaviour.cached_tokens(self.cache.match(sequence), len(sequence), self._page_tokens)
-        return max(hit - device, 0)
-
-    # -- the scheduler's engine (``scheduler.Engine``) ------------------------------------------
-
-    def cached(self, gen: Generation) -> int:
-        """The cached tokens of ``gen``'s sequence so far (its prompt, and its output after a
-        preemption)."""
-        return self._cached_for(gen.sequence())
-
-    def peek_cached(self, gen: Generation) -> int | None:
-        """``cached(gen)`` without marking the cache's matched tokens used (the scheduler's check
-        planned ahead); None where a cache cannot match so (a slot cache, sliding windows)."""
-        caches = (self.cache,) if self.host is None else (self.cache, self.host)
-        sequence = gen.sequence()
-        matched = 0
-        for cache in caches:
-            peek = getattr(cache, "peek", None)
-            found = peek(sequence) if peek is not None else None
-            if found is None:
-                return None
-            matched = max(matched, found)
-        return self.behaviour.cached_tokens(matched, len(sequence), self._page_tokens)
-
-    def unshared(self, gen: Generation, hit: int) -> int:
-        """The cached tokens of ``gen`` in blocks no running request holds, where running requests
-        and cached blocks share one pool (``behaviour.shared_pool``); else 0."""
-        if not self.behaviour.shared_pool or not isinstance(self.cache, BlockCache):
-            return 0
-        return self.cache.unlocked_tokens(gen.sequence(), hit)
-
-    def admit(self, gen: Generation) -> None:
-        """The scheduler admitted ``gen`` in the step being planned (what it hits in the host
-        tier is loaded in this step)."""
-        loaded = self._from_host(gen.sequence(), gen.admit_hit)
-        restored = self.cache.loaded_tokens
-        self._admit(gen, self._step_now, gen.admit_hit)
-        loaded += self.cache.loaded_tokens - restored  # what a slot cache restored from its RAM
-        self._step_host_tokens += loaded
-        self.stats.host_loaded_tokens += loaded
-        self._fit_cache_to_pool()
-
-    def _trim_windows(self) -> None:
-        """Sliding-window layers: each running request lets go of the sliding parts out of its
-        window, as vLLM does at the request's next step (``block_cache``'s docstring)."""
-        cache = self.cache
-        if not isinstance(cache, BlockCache) or not cache.swa_groups:
-            return
-        for gen in self.running:
-            if isinstance(gen._lock_handle, Hold):  # the last token sampled is not computed yet
-                computed = gen.prompt_tokens + gen.n_out - gen.prefill_left - (1 if gen.n_out else 0)
-                cache.trim(gen._lock_handle, computed)
-
-    def _fit_cache_to_pool(self) -> None:
-        """One pool for running requests and cached blocks (``behaviour.shared_pool``, vLLM):
-        the prefix cache keeps ``cache_capacity_tokens`` less what running requests hold beyond
-        their prompts' full blocks (which the cache holds): their last partial block and their
-        output. Over it, cached blocks no request uses are evicted, least recently used first."""
-        capacity = self.config.cache_capacity_tokens
-        if not self.behaviour.shared_pool or capacity is None or not isinstance(self.cache, BlockCache):
-            return
-        cache = self.cache
-        block = cache.block_tokens
-        beyond = 0
-        for g in self.running:
-            sequence = g.prompt_tokens + g.n_out
-            first = g.prompt_tokens // block  # the first block past the prompt's full ones
-            beyond += self.scheduler.blocks(sequence) - first * block
-            if cache.swa_groups:  # the sliding groups hold those of them in the window
-                window_first = max(first, cache.swa_window_start(sequence))
-                beyond += cache.swa_groups * max(0, -(-sequence // block) - window_first) * block
-        cache.resize(max(capacity - beyond, block))
-
-    def release(self, gen: Generation) -> None:
-        """A preempted request's KV is freed; what it computed stays in the prefix cache."""
-        self.cache.unlock(gen._lock_handle)  # type: ignore[arg-type]
-        gen._lock_handle = []
-        sequence = gen.prompt + gen.output
-        self._store_computed(sequence[: gen.computed] if gen.computed is not None else sequence)
-        gen.let_go_of_prompt()
-        self.stats.preemptions += 1
-
-    def _store_computed(self, sequence: TokenIds) -> None:
-        """What a request computed enters the prefix cache as it lets go of its KV: with
-        sliding-window layers, the full-attention blocks only (the sliding tail vLLM hashes is
-        the prompt's, stored at admission)."""
-        if isinstance(self.cache, BlockCache):
-            self.cache.insert(sequence, swa_tail=False)
-        else:
-            self.cache.insert(sequence)
-
-    def flush_cache(self) -> bool:
-        """Drop the prefix cache; refused (False) while requests are in flight, as SGLang does."""
-        if self.running or self.waiting:
-            return False
-        self.cache.reset()
-        if self.host is not None:
-            self.host.reset()
-        return True
-
     # -- requests ------------------------------------------------------------------------------
 
     def submit(
@@ -495,7 +116,7 @@ class EngineModel:
                 f"prompt of {len(prompt)} tokens exceeds the {budget} tokens one step computes "
                 "(max_num_tokens) and chunked prefill is off"
             )
-        now = _loop_now() if now_s is None else now_s
+        now = loop_now() if now_s is None else now_s
         gen = Generation(self, prompt, max_new or self.config.default_max_tokens, now)
         self.stats.requests_total += 1
         if self.config.timing == "batch":
@@ -515,79 +136,6 @@ class EngineModel:
         else:
             self._admit(gen, now)
         return gen
-
-    def _admit(self, gen: Generation, now_s: float, cached: int | None = None) -> None:
-        if gen.admitted_s is not None:  # back after a preemption: its sequence so far is its own
-            sequence = gen.prompt + gen.output
-            if isinstance(self.cache, BlockCache):
-                gen._lock_handle = self.cache.admit(sequence, cached or 0, replay_tokens=gen.prompt_tokens)
-            else:
-                self.cache.insert(sequence)
-                gen._lock_handle = self.cache.lock(sequence)
-            gen.let_go_of_prompt()
-            return
-        gen.cached_tokens = self._cached_for(gen.prompt) if cached is None else cached
-        if isinstance(self.cache, BlockCache):  # sliding parts: from the hit's window on
-            gen._lock_handle = self.cache.admit(gen.prompt, gen.cached_tokens)
-        else:
-            if not self.cache.fills_on_lock:  # a slot takes the prompt when it is locked
-                self.cache.insert(gen.prompt)
-            gen._lock_handle = self.cache.lock(gen.prompt)
-        self._admitted(gen, now_s)
-        gen.let_go_of_prompt()
-
-    def _admitted(self, gen: Generation, now_s: float) -> None:
-        gen.admitted_s = now_s
-        st = self.stats
-        st.prompt_tokens_total += gen.prompt_tokens
-        st.cached_tokens_total += gen.cached_tokens
-        st.queue.observe(now_s - gen.arrived_s)
-
-    def _finish(self, gen: Generation, now_s: float) -> None:
-        self.cache.unlock(gen._lock_handle)  # type: ignore[arg-type]
-        gen._lock_handle = []
-        if gen.n_out:
-            # the last token sampled was never computed: no engine caches it (docs/emulator.md)
-            self._store_computed(gen.prompt + output_ids(gen._start, 0, gen.n_out - 1))
-        gen.let_go_of_prompt()
-        st = self.stats
-        st.requests_finished += 1
-        st.generation_tokens_total += gen.n_out
-        if self.behaviour.perf_metrics_kept:
-            self._log_perf(gen, now_s)
-        if gen.first_token_s is not None:
-            st.ttft.observe(gen.first_token_s - gen.arrived_s)
-            if gen.n_out > 1:
-                st.tpot.observe((now_s - gen.first_token_s) / (gen.n_out - 1))
-        st.e2e.observe(now_s - gen.arrived_s)
-
-    def _log_perf(self, gen: Generation, now_s: float) -> None:
-        """One finished request as TensorRT-LLM's ``/perf_metrics`` states it: its times
-        (seconds on the server's clock) and its KV blocks, those reused from the cache and those
-        it missed."""
-        block = self._page_tokens
-        reused = gen.cached_tokens // block
-        total = -(-(gen.prompt_tokens + gen.n_out) // block)
-        self._finished_ids += 1
-        self.perf_log.append({
-            "request_id": self._finished_ids,
-            "perf_metrics": {
-                "timing_metrics": {
-                    "arrival_time": gen.arrived_s, "first_scheduled_time": gen.admitted_s,
-                    "first_token_time": gen.first_token_s, "last_token_time": now_s,
-                },
-                "kv_cache_metrics": {
-                    "num_total_allocated_blocks": total, "num_new_allocated_blocks": total - reused,
-                    "num_reused_blocks": reused, "num_missed_blocks": -(-gen.prompt_tokens // block) - reused,
-                },
-            },
-        })  # fmt: skip
-
-    def drain_perf_metrics(self) -> list[dict[str, object]]:
-        """The finished requests' metrics since the last call (``/perf_metrics`` drains them)."""
-        out = list(self.perf_log)
-        self.perf_log.clear()
-        return out
 
     async def _timed_tokens(self, gen: Generation) -> AsyncGenerator[list[str], None]:
         """Token stream of the ``fixed`` and ``zero`` timings (no shared step loop)."""
@@ -711,7 +259,7 @@ class EngineModel:
         if when <= loop.time() + 1e-9:  # due: the loop would run its timer now too
             return
         wake: asyncio.Future[None] = loop.create_future()
-        timer = loop.call_at(when, _settle, wake)
+        timer = loop.call_at(when, settle, wake)
         if interruptible:
             self._stretch_wake = wake
         try:
@@ -723,7 +271,7 @@ class EngineModel:
     def interrupt(self) -> None:
         """An arrival or a cancel: a decode stretch under way ends with the step it is in."""
         if self._stretch_wake is not None:
-            _settle(self._stretch_wake)
+            settle(self._stretch_wake)
 
     def reader_went(self, gen: Generation) -> None:
         """``gen``'s reader went (``Generation.cancel``). A decode stretch under way ends with the step it is in,

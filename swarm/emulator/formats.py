@@ -13,8 +13,9 @@ from typing import Any
 
 from swarm.emulator.behaviour import engine_behaviour
 from swarm.emulator.config import EmulatorConfig
-from swarm.emulator.engine_model import EngineModel, Generation
+from swarm.emulator.engine_model import EngineModel
 from swarm.emulator.engine_stats import LATENCY_BUCKETS_S, EngineStats, Histogram
+from swarm.emulator.generation import Generation
 from swarm.engines import emulated
 from swarm.engines.engine import HistogramMeaning, MetricMeaning
 

@@ -33,9 +33,10 @@ from aiohttp import web
 from swarm import __version__
 from swarm.emulator.behaviour import COMMON_ROUTES, EngineBehaviour, engine_behaviour
 from swarm.emulator.config import EmulatorConfig
-from swarm.emulator.engine_model import EngineModel, Generation, PromptTooLong
+from swarm.emulator.engine_model import EngineModel
 from swarm.emulator.faults import FaultInjector
 from swarm.emulator.formats import error_body, prometheus_text, trtllm_iteration_stats
+from swarm.emulator.generation import Generation, PromptTooLong
 from swarm.emulator.injection import NATIVE_FAULTS, FaultySite, RequestFault, fault_for
 from swarm.emulator.responses import (
     CHAT,

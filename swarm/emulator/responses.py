@@ -25,8 +25,8 @@ from typing import Any
 from aiohttp import web
 
 from swarm.emulator.config import EmulatorConfig
-from swarm.emulator.engine_model import Generation
 from swarm.emulator.formats import generate_meta, usage
+from swarm.emulator.generation import Generation
 from swarm.emulator.injection import RequestFault
 from swarm.jsoncodec import dumps
 

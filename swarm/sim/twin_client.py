@@ -27,7 +27,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from swarm.emulator.config import EmulatorConfig
-from swarm.emulator.engine_model import EngineModel, Generation, PromptTooLong
+from swarm.emulator.engine_model import EngineModel
+from swarm.emulator.generation import Generation, PromptTooLong
 from swarm.emulator.tokens import PromptTokenizer
 from swarm.engines.registry import get_engine
 from swarm.record import RequestRecord, Status
