@@ -177,21 +177,23 @@ class Generation:
             if not self.finished:
                 self.cancel()
 
-    async def finished_wait(self) -> None:
-        """Wait until the request has finished, waking once rather than at every token (the
-        step-loop timing only; its emissions are in ``times`` when ``times`` was set to a list
-        before it began). A reader that goes (cancelled) cancels the request."""
-        try:
-            while not self.finished:  # ``_woken``, inlined: one coroutine less held a request waiting
-                waiter = self._waiter = asyncio.get_running_loop().create_future()
-                try:
-                    await waiter
-                finally:
-                    if self._waiter is waiter:
-                        self._waiter = None
-        finally:
-            if not self.finished:
-                self.cancel()
+    def end_waiter(self) -> asyncio.Future[None] | None:
+        """What a reader of its end awaits, again until this is None (finished): a future
+        settled at its end or at a wake-up before it (the step-loop timing only; its emissions
+        are in ``times`` when ``times`` was set before it began). Awaited by the reader itself,
+        not in a coroutine of the request's: one coroutine less held a request waiting (a
+        fleet holds tens of thousands). The reader ends with ``reader_left``."""
+        if self.finished:
+            return None
+        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        return waiter
+
+    def reader_left(self) -> None:
+        """The reader of its end stopped waiting: at its end, or going (cancelled), which
+        cancels the request."""
+        self._waiter = None
+        if not self.finished:
+            self.cancel()
 
     def _wake_reader(self) -> None:
         """Wake the reader if it waits (a wake-up while none waits is lost: a reader checks
