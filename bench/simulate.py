@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 from bench.common import Row
 
@@ -33,8 +35,16 @@ SIZES: tuple[tuple[int, int, int], ...] = (
 TARGET_SPEEDUP = 100.0
 
 
-def _one(agents: int, duration_s: int, fleet: int) -> list[Row]:
-    label = f"simulate {agents:,} agents, {duration_s} s sending" + (f", fleet of {fleet}" if fleet > 1 else "")
+def _label(agents: int, duration_s: int, fleet: int) -> str:
+    return f"simulate {agents:,} agents, {duration_s} s sending" + (f", fleet of {fleet}" if fleet > 1 else "")
+
+
+def _simulate(
+    agents: int, duration_s: int, fleet: int, budget_s: float | None = None
+) -> tuple[dict[str, Any], int, float, float] | str:
+    """One ``swarm simulate`` child: its JSON result, the agents it started, its wall time and
+    its own peak memory (MiB); or why it failed. With ``budget_s``, it is interrupted (SIGINT,
+    as Ctrl-C) once it has run that long, and the result is how far it got."""
     arrival = f"constant:{agents / duration_s:.6g}"  # every agent starts within the window
     with tempfile.TemporaryDirectory() as out, tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
         t0 = time.perf_counter()
@@ -43,15 +53,44 @@ def _one(agents: int, duration_s: int, fleet: int) -> list[Row]:
              "--duration", str(duration_s), "--arrival", arrival, "--fleet", str(fleet), "--no-progress", "--json", "--output", out],
             stdout=stdout, stderr=stderr, text=True,
         )  # fmt: skip
-        _, status, usage = os.wait4(child.pid, 0)  # this child's own peak memory
-        child.returncode = os.waitstatus_to_exitcode(status)
+        status, usage = _wait_within(child, budget_s)  # this child's own peak memory
         wall_s = time.perf_counter() - t0
         stdout.seek(0)
         stderr.seek(0)
-        if child.returncode != 0:
-            return [Row(f"{label} (FAILED: {stderr.read().strip()[-200:]})", None, "")]
-        result = json.loads(stdout.read())
+        code = os.waitstatus_to_exitcode(status)
+        interrupted = budget_s is not None and wall_s >= budget_s
+        if code != 0 and not interrupted:
+            return f"FAILED: {stderr.read().strip()[-200:]}"
+        try:
+            result = json.loads(stdout.read())
+        except json.JSONDecodeError:
+            return f"FAILED (exit {code}, no result): {stderr.read().strip()[-200:]}"
         started = _sessions_started(result["run_dir"])
+    return result, started, wall_s, usage.ru_maxrss / 1024
+
+
+def _wait_within(child: subprocess.Popen[str], budget_s: float | None) -> tuple[int, Any]:
+    """``os.wait4`` for ``child`` (its status and resource usage), sending it SIGINT once
+    ``budget_s`` has passed (None: no budget)."""
+    if budget_s is not None:
+        deadline = time.monotonic() + budget_s
+        while time.monotonic() < deadline:
+            pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+            if pid:
+                return status, usage
+            time.sleep(0.25)
+        child.send_signal(signal.SIGINT)
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    return status, usage
+
+
+def _one(agents: int, duration_s: int, fleet: int) -> list[Row]:
+    label = _label(agents, duration_s, fleet)
+    done = _simulate(agents, duration_s, fleet)
+    if isinstance(done, str):
+        return [Row(f"{label} ({done})", None, "")]
+    result, started, wall_s, peak_mib = done
     (account,) = result["simulation"]
     requests = account["requests"]
     rows = [
@@ -60,7 +99,7 @@ def _one(agents: int, duration_s: int, fleet: int) -> list[Row]:
         Row(f"{label}: agents started", started, "agents", target=f"= {agents:,}", met=started == agents),
         Row(f"{label}: clock events per wall s", account["events"] / account["wall_s"], "events/s"),
         Row(f"{label}: process wall time", wall_s, "s"),
-        Row(f"{label}: peak memory", usage.ru_maxrss / 1024, "MiB"),
+        Row(f"{label}: peak memory", peak_mib, "MiB"),
     ]  # fmt: skip
     if requests:
         rows.append(Row(f"{label}: requests per wall s", requests / account["wall_s"], "req/s"))
@@ -80,3 +119,40 @@ def run(sizes: tuple[tuple[int, int, int], ...] = SIZES) -> list[Row]:
     for agents, duration_s, fleet in sizes:
         rows += _one(agents, duration_s, fleet)
     return rows
+
+
+#: issue 30's second target: (agents, simulated seconds of sending, replicas), run within
+#: FLEET_BUDGET_S of wall time and FLEET_MEMORY_MIB of memory
+FLEET_TARGET: tuple[int, int, int] = (100_000, 600, 64)
+FLEET_BUDGET_S = 300.0
+FLEET_MEMORY_MIB = 2_048.0
+#: a smoke run of the same case (``--quick``)
+FLEET_QUICK: tuple[tuple[int, int, int], float] = ((2_000, 60, 64), 15.0)
+
+
+def run_fleet_target(size: tuple[int, int, int] = FLEET_TARGET, budget_s: float = FLEET_BUDGET_S) -> list[Row]:
+    """Issue 30's second target as it is stated: 100,000 agents of the emulated showdown on a
+    fleet of 64 sglang twins, started evenly over 10 simulated minutes, given the target's
+    5 minutes of wall time (then interrupted, as Ctrl-C does, if not done): how many of the
+    simulated seconds it reached (the run's whole simulated time, the last requests' drain
+    after the sending window included, when it finished), at what speed, and its peak memory
+    by then, which the rest of the run would only raise. Not in the default (5 minutes)."""
+    agents, duration_s, fleet = size
+    label = _label(agents, duration_s, fleet) + f", {budget_s:g} s of wall time"
+    done = _simulate(agents, duration_s, fleet, budget_s)
+    if isinstance(done, str):
+        return [Row(f"{label} ({done})", None, "")]
+    result, started, wall_s, peak_mib = done
+    (account,) = result["simulation"]
+    finished = result["status"] == "complete"
+    return [
+        Row(f"{label}: simulated s reached", account["simulated_s"], "s", target=f">= {duration_s} within the time",
+            met=finished and account["simulated_s"] >= duration_s,
+            note=None if finished else f"interrupted at {budget_s:g} s of wall time (the process ended at {wall_s:.0f} s)"),
+        Row(f"{label}: simulated s per wall s", account["speedup"], "x", target=f">= {duration_s / budget_s:g}",
+            met=account["speedup"] >= duration_s / budget_s),
+        Row(f"{label}: agents started", started, "agents"),
+        Row(f"{label}: peak memory", peak_mib, "MiB", target=f"<= {FLEET_MEMORY_MIB:,.0f}", met=peak_mib <= FLEET_MEMORY_MIB),
+        Row(f"{label}: clock events per wall s", account["events"] / account["wall_s"], "events/s"),
+        Row(f"{label}: requests per wall s", account["requests"] / account["wall_s"], "req/s"),
+    ]  # fmt: skip
