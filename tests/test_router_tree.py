@@ -11,7 +11,7 @@ from array import array
 from swarm.sim.router_tree import TenantTree, _Node
 from swarm.sim.routing import CacheAware
 from swarm.token_ids import word_ids
-from swarm.workload.edges import SHARED_FROM_TOKENS, Edge, Pieces, narrow_ids, referenced, span
+from swarm.workload.edges import SHARED_FROM_TOKENS, Edge, Pieces, narrow_ids, referenced
 
 
 def ids(*runs: tuple[str, int]) -> array:
@@ -35,7 +35,7 @@ def laid_out(edge: Edge) -> tuple[int, ...]:
     """An edge's tokens in order, its runs by reference read out."""
     if not isinstance(edge, Pieces):
         return tuple(edge)  # type: ignore[arg-type]
-    return tuple(t for item in edge.items for src, a, b in (span(item),) for t in src[a:b])
+    return tuple(t for item in edge.items() for t in (item[0][item[1] : item[2]] if isinstance(item, tuple) else item))
 
 
 def paths_of(tree: TenantTree, tenant: int) -> set[tuple[int, ...]]:

@@ -129,7 +129,7 @@ class PrefixIndex:
                 elif isinstance(node.key, Pieces):
                     node.key.grow(tail)
                 elif isinstance(tail, Pieces):
-                    node.key = Pieces((cast(Item, node.key), *tail.items))
+                    node.key = Pieces((cast(Item, node.key), *tail.items()))
                 elif isinstance(node.key, array):  # a leaf's edge grows (the index's own array)
                     node.key.extend(tail)  # type: ignore[arg-type]
                 else:
