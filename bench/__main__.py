@@ -1,6 +1,7 @@
 """``python -m bench [CASE ...] [--json] [--quick]`` runs the benchmark cases and prints one table.
 
-Cases (default: all but router, ray-scale, cluster, sim-fleet and simulate-100k, about 8-9 minutes on a 2-core machine):
+Cases (default: all but router, ray-scale, cluster, sim-fleet and simulate-100k, about 8-9
+minutes on a 2-core machine):
 
 - ``path``: streamed chunks/s through swarm's full path vs a bare aiohttp loop (ratio)
 - ``client-delay``: receive time minus the emulator's send stamp, TTFT and ITL, 500 / 2,000 /
@@ -65,7 +66,8 @@ def main() -> None:
         "cases",
         nargs="*",
         metavar="CASE",
-        help=f"cases to run: {', '.join(CASES)} (default: all but router, ray-scale, cluster, sim-fleet, simulate-100k)",
+        help=f"cases to run: {', '.join(CASES)} "
+        "(default: all but router, ray-scale, cluster, sim-fleet, simulate-100k)",
     )
     parser.add_argument("--json", action="store_true", help="print a JSON list of result rows")
     parser.add_argument("--quick", action="store_true", help="smallest sizes only (a smoke run)")
@@ -122,7 +124,8 @@ def main() -> None:
         elif case == "simulate-100k":
             from bench import simulate
 
-            rows += simulate.run_fleet_target(*simulate.FLEET_QUICK) if args.quick else simulate.run_fleet_target()
+            quick = simulate.FLEET_QUICK
+            rows += simulate.run_fleet_target(*quick) if args.quick else simulate.run_fleet_target()
         elif case == "sim-fleet":
             from bench import sim_fleet
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 from array import array
 
+import pytest
+
 from swarm.workload.edges import Edge, Item, Pieces, edge_common, edge_cut, first_token, make_edge, referenced
 
 
@@ -52,7 +54,8 @@ def test_cuts_growth_and_matches_of_an_edge_are_its_tokens() -> None:
         for _ in range(10):  # a prompt that follows the edge for a while, then parts
             at = rng.randrange(len(whole))
             prompt = array("I", [7, 7]) + whole[:at] + array("I", [rng.randrange(1 << 32)])
-            expected = next((k for k in range(at + 1) if k == len(whole) or prompt[2 + k] != whole[k]), at)
+            parts = (k for k in range(at + 1) if k == len(whole) or prompt[2 + k] != whole[k])
+            expected = next(parts, at)
             assert edge_common(grown, prompt, 2) == expected
 
 
@@ -61,8 +64,25 @@ def test_an_edges_own_pieces_are_one_array_that_grows_in_place() -> None:
     each was an array of its own, 64 bytes more a piece), and a growth of its own tokens at
     its end lengthens its last piece."""
     corpus = array("I", range(1000, 1100))
-    edge = Pieces([array("I", [1, 2]), (corpus, 0, 10), array("I", [3]), (corpus, 50, 60), array("I", [4, 5])])
+    own = [array("I", [1, 2]), array("I", [3]), array("I", [4, 5])]
+    edge = Pieces([own[0], (corpus, 0, 10), own[1], (corpus, 50, 60), own[2]])
     assert edge._own == array("I", [1, 2, 3, 4, 5])
     edge.grow(array("I", [6]))
     assert edge._own == array("I", [1, 2, 3, 4, 5, 6])
     assert len(edge._srcs) == 5 and _tokens(edge)[-3:] == [4, 5, 6]
+    own_piece = edge.items()[0]
+    assert isinstance(own_piece, array)
+    own_piece.append(9)  # a piece read out is a copy: the edge is as it was
+    assert _tokens(edge)[:3] == [1, 2, 1000]
+
+
+def test_an_edge_refuses_own_tokens_of_another_typecode_before_it_changes() -> None:
+    corpus = array("I", range(1000, 1100))
+    edge = Pieces([array("I", [1, 2]), (corpus, 0, 10)])
+    before = (_tokens(edge), len(edge))
+    with pytest.raises(TypeError, match="typecodes"):
+        edge.grow(make_edge([(corpus, 20, 30), array("i", [3])]))
+    assert (_tokens(edge), len(edge)) == before
+    empty_first = Pieces([array("I"), (corpus, 5, 10)])  # an empty piece is left out
+    empty_first.grow(array("I", [7]))
+    assert first_token(empty_first) == 1005 and len(empty_first) == 6

@@ -35,7 +35,8 @@ def laid_out(edge: Edge) -> tuple[int, ...]:
     """An edge's tokens in order, its runs by reference read out."""
     if not isinstance(edge, Pieces):
         return tuple(edge)  # type: ignore[arg-type]
-    return tuple(t for item in edge.items() for t in (item[0][item[1] : item[2]] if isinstance(item, tuple) else item))
+    pieces = (item[0][item[1] : item[2]] if isinstance(item, tuple) else item for item in edge.items())
+    return tuple(t for piece in pieces for t in piece)
 
 
 def paths_of(tree: TenantTree, tenant: int) -> set[tuple[int, ...]]:

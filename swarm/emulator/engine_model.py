@@ -61,7 +61,6 @@ class _HeldQueue:
         self.firsts: list[tuple[int, Generation]] = []
 
 
-
 class EngineModel(EngineCaches):
     """Cache + scheduler of one emulated engine. Create inside the server's event loop."""
 

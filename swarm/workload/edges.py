@@ -5,8 +5,8 @@ Place in the map (docs/architecture.md, "Workload"): below the trees that keep t
 they are given, the ideal-reuse index (``workload.prefix.PrefixIndex``, every prompt) and the
 simulated cache-aware router's tree (``sim.router_tree.TenantTree``, until it evicts them).
 A mid-life session's history of 100k tokens is a few hundred runs of the corpus's ids
-(``texts.WordText``): held by reference, a run costs about 120 bytes; copied, 4 bytes a token
-for the rest of the run.
+(``texts.WordText``): held by reference, a run costs about 24 bytes of its edge; copied, 4 bytes
+a token.
 
 - ``narrow_ids``: 64-bit ids by their low 32 bits, as such trees hold them;
 - ``RunReferences.tail``: a prompt's tokens from a place as an edge, each of its shared runs
@@ -31,7 +31,7 @@ from swarm.texts import SharedRun
 #: a tree's tokens: token ids, or a tuple of any hashable units
 Key: TypeAlias = Union["array[int]", tuple[Hashable, ...]]
 
-#: a shared run this long or longer is kept by reference (about 120 bytes), a shorter one copied
+#: a shared run this long or longer is kept by reference (about 24 bytes: ``Pieces``), a shorter one copied
 #: (4 bytes a token): from 256 to 64 when a simulated text became a corpus run from 64 words, the
 #: ideal-reuse index of 100,000 agents on a fleet of 64 held 194 MiB less at 420 s of wall time
 SHARED_FROM_TOKENS = 64
@@ -82,13 +82,23 @@ class Pieces:
         self._append(items)
 
     def _append(self, items: Sequence[Item]) -> None:
-        """Add ``items`` at the end (an own piece after an own one joins it)."""
-        srcs, bounds = list(self._srcs), self._bounds
+        """Add ``items`` at the end (an own piece after an own one joins it; an empty one is
+        left out). Every own piece must be of one typecode (checked before anything changes)."""
         own = self._own
+        kinds = {it.typecode for it in items if not isinstance(it, tuple)}
+        if own is not None:
+            kinds.add(own.typecode)
+        if len(kinds) > 1:
+            raise TypeError(f"an edge's own tokens of several typecodes: {sorted(kinds)}")
+        srcs, bounds = list(self._srcs), self._bounds
         for it in items:
             if isinstance(it, tuple):
                 src, a, b = it
+                if a >= b:
+                    continue
             else:
+                if not it:
+                    continue
                 if own is None:
                     own = self._own = array(it.typecode)
                 a = len(own)
