@@ -41,6 +41,9 @@ class Corpus(NamedTuple):
 
 #: the lead of a text without one: one empty array for all (a ``WordText``'s arrays are never changed)
 _NO_IDS: TokenIds = array("q")
+#: a ``WordText`` of one run holds it as one int, ``first << 32 | k``, where both are under this
+_ONE_RUN = 1 << 32
+_RUN_K = _ONE_RUN - 1
 
 
 class WordText:
@@ -52,8 +55,9 @@ class WordText:
     pickles as a plain ``str``."""
 
     # a simulated swarm holds a million of them: its runs are one flat tuple (``first, k, ...``:
-    # nearly every text is one run, and a tuple of pairs was 48 bytes more), and its hash is
-    # made when asked (a text is seldom a key: 36 bytes less, and 8 of its slot)
+    # a tuple of pairs was 48 bytes more), or for one run (nearly every text) one int,
+    # ``first << 32 | k`` (a tuple of two ints was 80 bytes more); its hash is made when asked
+    # (a text is seldom a key: 36 bytes less, and 8 of its slot)
     __slots__ = ("_corpus", "_head", "_lead", "_runs", "_text", "words")
 
     def __init__(self, head: str, lead: TokenIds, runs: Iterable[tuple[int, int]], corpus: Corpus) -> None:
@@ -63,15 +67,19 @@ class WordText:
             flat = tuple(runs[0])
         else:
             flat = tuple(x for run in runs for x in run)
-        self._runs = flat
         #: how many words (tokens, to the word tokenizer) it has
         self.words: int = len(lead) + sum(flat[1::2])
+        self._runs: tuple[int, ...] | int = flat
+        if len(flat) == 2 and 0 <= flat[0] < _ONE_RUN and 0 <= flat[1] < _ONE_RUN:
+            self._runs = flat[0] << 32 | flat[1]  # one run: one int (the same for equal texts)
         self._text: str | None = None
 
     def _pairs(self) -> Iterator[tuple[int, int]]:
         """Its runs, each ``(first, k)``."""
         runs = self._runs
-        return zip(runs[::2], runs[1::2], strict=True)
+        if type(runs) is int:
+            return iter(((runs >> 32, runs & _RUN_K),))
+        return zip(runs[::2], runs[1::2], strict=True)  # type: ignore[index]
 
     def __str__(self) -> str:
         """Its characters, made at the first call and kept (a client over HTTP sends a history
@@ -87,7 +95,7 @@ class WordText:
         """Its length in characters, without making them."""
         starts = self._corpus.starts
         chars = sum(starts[first + k] - starts[first] - 1 for first, k in self._pairs())
-        pieces = len(self._runs) // 2 + (1 if self._head else 0)
+        pieces = sum(1 for _ in self._pairs()) + (1 if self._head else 0)
         return len(self._head) + chars + max(pieces - 1, 0)
 
     def __eq__(self, other: object) -> bool:
@@ -109,7 +117,7 @@ class WordText:
             preview = self._text[:40]
         else:
             text, starts, _ = self._corpus
-            first, k = self._runs[:2] if self._runs else (0, 0)
+            first, k = next(self._pairs(), (0, 0))
             run = text[starts[first] : starts[first + min(k, 8)] - 1] if k else ""
             preview = " ".join(p for p in (self._head, run) if p)[:40]
         return f"WordText({self.words} words: {preview!r}...)"

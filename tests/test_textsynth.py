@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from array import array
 from pathlib import Path
 
 import pytest
@@ -210,6 +211,25 @@ def test_a_word_text_is_the_text_of_its_words_without_holding_their_characters(l
         assert text != synth_text(random.Random(n + 1), n, lead=lead) and text != plain
         assert {text: 1}.get(synth_text(random.Random(n), n, lead=lead)) == 1
         assert pickle.loads(pickle.dumps(text)) == plain
+
+
+def test_a_one_run_word_text_is_one_int_and_equals_the_same_run_however_given() -> None:
+    """A text of one run of the corpus (nearly every synthesised text) holds it as one int,
+    not a tuple of two (a simulated swarm holds a million texts), and is equal, with an equal
+    hash, to the same run given as a tuple, a list or an iterator; two runs stay two."""
+    import sys
+
+    from swarm.texts import WordText
+    from swarm.workload.textsynth import word_corpus
+
+    corpus = word_corpus()
+    made = [WordText("", array("q"), runs, corpus) for runs in (((5, 700),), [(5, 700)], iter([(5, 700)]))]
+    assert made[0] == made[1] == made[2] and len({hash(t) for t in made}) == 1
+    assert all(type(t._runs) is int for t in made)
+    assert sys.getsizeof(made[0]._runs) < sys.getsizeof((5, 700))
+    assert str(made[0]) == str(WordText("", array("q"), ((5, 300), (305, 400)), corpus))
+    assert made[0] != WordText("", array("q"), ((5, 300), (305, 400)), corpus)  # not the same runs
+    assert made[0].words == 700 and len(made[0]) == len(str(made[0]))
 
 
 def test_a_simulated_workload_holds_the_same_texts_by_their_place_in_the_corpus() -> None:
