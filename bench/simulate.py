@@ -99,30 +99,29 @@ def _wait_within(child: subprocess.Popen[str], budget_s: float | None) -> tuple[
     """``os.wait4`` for ``child``: its status, its resource usage, and whether it was
     interrupted: sent SIGINT once ``budget_s`` had passed (None: no budget), and killed if it
     then takes more than ``STOP_GRACE_S`` to stop."""
-    interrupted = False
-    if budget_s is not None:
-        deadline = time.monotonic() + budget_s
-        while True:
-            pid, status, usage = os.wait4(child.pid, os.WNOHANG)
-            if pid:
-                child.returncode = os.waitstatus_to_exitcode(status)
-                return status, usage, False
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(0.25)
-        child.send_signal(signal.SIGINT)
-        interrupted = True
-        grace = time.monotonic() + STOP_GRACE_S
-        while time.monotonic() < grace:
-            pid, status, usage = os.wait4(child.pid, os.WNOHANG)
-            if pid:
-                child.returncode = os.waitstatus_to_exitcode(status)
-                return status, usage, True
-            time.sleep(0.25)
+    done = _reaped(child, None if budget_s is None else time.monotonic() + budget_s)
+    if done is not None:
+        return (*done, False)
+    child.send_signal(signal.SIGINT)
+    done = _reaped(child, time.monotonic() + STOP_GRACE_S)
+    if done is None:
         child.kill()
-    _, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)
-    return status, usage, interrupted
+        done = _reaped(child, None)
+    assert done is not None
+    return (*done, True)
+
+
+def _reaped(child: subprocess.Popen[str], until: float | None) -> tuple[int, Any] | None:
+    """``child``'s status and resource usage once it has ended (its ``returncode`` set), polled
+    until ``until`` (``time.monotonic``; None: waited for); None if it still runs then."""
+    while True:
+        pid, status, usage = os.wait4(child.pid, os.WNOHANG if until is not None else 0)
+        if pid:
+            child.returncode = os.waitstatus_to_exitcode(status)
+            return status, usage
+        if until is None or time.monotonic() >= until:
+            return None
+        time.sleep(0.25)
 
 
 def _one(agents: int, duration_s: int, fleet: int) -> list[Row]:
