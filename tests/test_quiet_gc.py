@@ -101,8 +101,9 @@ def test_a_long_full_pass_puts_the_next_further_off() -> None:
     now = [0.0]
     lengths = iter([0.2, 10.0, 1.0, 0.5])
 
-    def collect() -> None:
+    def collect() -> int:
         now[0] += next(lengths)
+        return 50_000  # each pass frees plenty: no back-off
 
     collector = AgentRunCollector(full_every_s=60.0, clock_s=lambda: now[0], collect=collect)
     ran = []
@@ -115,3 +116,36 @@ def test_a_long_full_pass_puts_the_next_further_off() -> None:
     # a 1 s pass, the next a minute on again
     assert ran == [60.2, 130.2, 331.2, 391.7]
     assert collector.full_collections == 4
+
+
+def test_full_passes_that_free_nothing_come_ever_rarer_until_one_frees_plenty() -> None:
+    """A simulation of 100,000 agents walked millions of live objects a pass (seconds each) and
+    freed none: each pass that frees fewer than ``FULL_COLLECTION_FEW_FREED`` objects doubles
+    the wait before the next (at most ``FULL_COLLECTION_MOST_BACKOFF`` times); a pass that
+    frees plenty puts the minute back."""
+    import itertools
+
+    from swarm.runtime.gc_policy import (
+        FULL_COLLECTION_FEW_FREED,
+        FULL_COLLECTION_MOST_BACKOFF,
+        AgentRunCollector,
+    )
+
+    now = [0.0]
+    freed = iter([0, FULL_COLLECTION_FEW_FREED - 1, 3, 0, 0, 0, FULL_COLLECTION_FEW_FREED, 0])
+
+    def collect() -> int:
+        return next(freed)  # passes of no length: the minute rules
+
+    collector = AgentRunCollector(full_every_s=60.0, clock_s=lambda: now[0], collect=collect)
+    ran: list[int] = []
+    backoffs: list[int] = []
+    while len(ran) < 8:  # the sampler's calls, a second apart
+        now[0] += 1.0
+        if collector.full_collection_if_due():
+            ran.append(round(now[0]))
+            backoffs.append(collector.backoff)
+    assert FULL_COLLECTION_MOST_BACKOFF == 16
+    assert backoffs == [2, 4, 8, 16, 16, 16, 1, 2]
+    gaps = [b - a for a, b in itertools.pairwise(ran)]
+    assert ran[0] == 60 and gaps == [120, 240, 480, 960, 960, 960, 60]
