@@ -438,3 +438,63 @@ def test_the_ideal_reuse_index_is_told_where_prompts_are_corpus_text(
     assert index.runs_refused == 0
     assert index.tokens_copied < index.tokens_stored / 2  # most of it the answers, referenced
     assert any(r.ideal_cached_tokens_est for r in records)
+
+
+#: ``tiny`` with each way of carrying reasoning (``extend_messages`` applies to none, all)
+TINY_REASONING = {
+    carried: TINY.replace("name: tiny", f"name: tiny_reasoning_{carried}") + f"reasoning: {{share: 0.5, carried: {carried}}}\n"
+    for carried in ("none", "all", "last")
+}
+
+
+@pytest.mark.parametrize(
+    ("profile", "topology", "extends"),
+    [
+        ("tiny", "chain", True), ("tiny", "tree_of_thought", True), ("tiny", "react", True),
+        ("tiny", "debate", False), ("tiny", "map_reduce", True),
+        ("tiny_reasoning_none", "chain", True), ("tiny_reasoning_all", "tree_of_thought", True),
+        ("tiny_reasoning_last", "chain", False), ("tiny_compacting", "chain", False),
+    ],
+)  # fmt: skip
+def test_a_prompt_extended_from_its_parents_is_the_prompt_composed_whole(
+    profile: str, topology: str, extends: bool, tmp_path: Path, emulator: Callable[..., EmulatorThread],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """A call whose one context parent's prompt is still kept is made from it and the parent's
+    turn (``AgentRun._extended_messages``): each such prompt equals ``compose_messages`` of its
+    alive ancestors, the run's records are those of a run that composes every prompt whole, and
+    the shortcut is taken where the profile allows it (never where it compacts, or strips an
+    earlier turn's reasoning but not its direct parent's)."""
+    from swarm.runtime import agent
+    from swarm.workload.prompts import compose_messages
+
+    for name, text in (("tiny", TINY), ("tiny_compacting", TINY_COMPACTING)):
+        (tmp_path / f"{name}.yaml").write_text(text)
+    for carried, text in TINY_REASONING.items():
+        (tmp_path / f"tiny_reasoning_{carried}.yaml").write_text(text)
+    catalog = Catalog(agent_dirs=[tmp_path])
+    emu = emulator(engine="sglang", timing="fixed", first_token_ms=5.0, token_ms=1.0, cache_capacity_tokens=None)
+    extend = agent.AgentRun._extended_messages
+    extended: list[str] = []
+
+    def checked(self: agent.AgentRun, node: str, ancestors: list[str]) -> object:
+        messages = extend(self, node, ancestors)
+        if messages is not None:
+            extended.append(node)
+            assert messages == compose_messages(self.plan, node, [(a, self.turns[a]) for a in ancestors])
+        return messages
+
+    def sent() -> list[tuple]:  # type: ignore[type-arg]
+        wl = Workload(WorkloadSpec(agents=3, mix=[MixEntry(profile=profile, topology=topology)]), catalog)
+        records = run(wl, emu.url, limits=SendLimits(max_in_flight=2))
+        assert records and all(r.ok for r in records)
+        return sorted(
+            (r.identity.request_id, r.prompt_parts, r.prompt_roles, r.prompt_tokens_est, r.block_hashes,
+             r.ideal_cached_tokens_est, r.prompt_tokens) for r in records
+        )  # fmt: skip
+
+    monkeypatch.setattr(agent.AgentRun, "_extended_messages", checked)
+    with_extension = sent()
+    assert bool(extended) == extends, extended
+    monkeypatch.setattr(agent.AgentRun, "_extended_messages", lambda self, node, ancestors: None)
+    assert sent() == with_extension

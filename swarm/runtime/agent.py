@@ -37,7 +37,7 @@ from swarm.runtime.retry import retry_request_id
 from swarm.texts import SharedRun, Text, WordText
 from swarm.token_ids import LaidOutIds
 from swarm.workload.prefix import BLOCK_TOKENS, BlockHashes, block_hashes
-from swarm.workload.prompts import Turn, compose_messages, decide_compaction, synthetic_turn
+from swarm.workload.prompts import Turn, compose_messages, decide_compaction, extend_messages, synthetic_turn
 from swarm.workload.tokenizer import TokenIds, Tokenizer, WordTokenizer
 from swarm.workload.workload import AgentPlan, NodePlan
 
@@ -386,9 +386,33 @@ class AgentRun:
     # -- one call ------------------------------------------------------------------------------
 
     def messages(self, node: str) -> tuple[ChatMessage, ...]:
-        return compose_messages(
-            self.plan, node, [(anc, self.turns[anc]) for anc in self._alive_ancestors(node)]
-        )
+        ancestors = self._alive_ancestors(node)
+        extended = self._extended_messages(node, ancestors)
+        if extended is not None:
+            return extended
+        return compose_messages(self.plan, node, [(anc, self.turns[anc]) for anc in ancestors])
+
+    def _extended_messages(self, node: str, ancestors: list[str]) -> tuple[ChatMessage, ...] | None:
+        """``node``'s messages as its one context parent's prompt, still kept for the nodes
+        that extend it (``_blocks``), then the parent's turn and its own instruction
+        (``prompts.extend_messages``), where each of its context ancestors is alive: the
+        parent's were then alive (or, built ahead, assumed so) when its prompt was composed,
+        as a node lost is never alive again; None where not."""
+        t = self.template
+        parents = t.context_parents(node)
+        if len(parents) != 1 or not ancestors or ancestors[-1] != parents[0]:
+            return None
+        if len(ancestors) != len(t.context_ancestors(node)):  # one lost or pruned
+            return None
+        memo = self._blocks.get(parents[0])
+        turns = self.turns
+        if memo is None or parents[0] not in turns:
+            return None
+        try:
+            history = sum(map(len, map(turns.__getitem__, ancestors[:-1])))  # a turn's messages: its parts
+        except KeyError:  # a turn not known here
+            return None
+        return extend_messages(self.plan, node, memo[0], turns[parents[0]], history)
 
     def _sliced(self, message: ChatMessage) -> bool:
         """Whether ``message``'s ids are copied from the corpus's each time its prompt is composed

@@ -158,20 +158,56 @@ def _since_compaction(plan: AgentPlan, turns: list[tuple[str, Turn]]) -> list[tu
 def _history(plan: AgentPlan, node: str, turns: list[tuple[str, Turn]]) -> list[ChatMessage]:
     """Each turn as messages; a compacted turn's summary before it; reasoning stripped as the
     profile says."""
-    reasoning = plan.profile.reasoning
     direct = set(plan.topology.context_parents(node))
     out: list[ChatMessage] = []
     for name, turn in turns:
         if plan.compacted.get(name):
             out.append(ChatMessage("user", plan.summary(name)))
-        output = turn[1]
-        if reasoning is not None and _strips(reasoning, name in direct):
-            output = visible_part(output, reasoning.share)
-        out.append(ChatMessage("user", turn[0]))
-        out.append(ChatMessage("assistant", output))
-        if len(turn) > 2:
-            out.append(ChatMessage("user", turn[2]))
+        _append_turn(plan, turn, name in direct, out)
     return out
+
+
+def _append_turn(plan: AgentPlan, turn: Turn, direct: bool, out: list[ChatMessage]) -> None:
+    """A turn's messages (its instruction, its output less the reasoning the profile strips
+    from a ``direct`` context parent's turn or another's, its tool result), appended to ``out``."""
+    reasoning = plan.profile.reasoning
+    output = turn[1]
+    if reasoning is not None and _strips(reasoning, direct):
+        output = visible_part(output, reasoning.share)
+    out.append(ChatMessage("user", turn[0]))
+    out.append(ChatMessage("assistant", output))
+    if len(turn) > 2:
+        out.append(ChatMessage("user", turn[2]))
+
+
+def extend_messages(
+    plan: AgentPlan, node: str, parent_messages: tuple[ChatMessage, ...], parent_turn: Turn, history_messages: int
+) -> tuple[ChatMessage, ...] | None:
+    """``compose_messages`` of ``node`` with every context ancestor alive, made from its one
+    context parent's messages (``parent_messages``, composed with every one of the parent's
+    context ancestors, which make ``history_messages`` messages: the caller knows both) and the
+    parent's turn, with no history composed anew; None where the two could differ: a profile
+    that compacts, or strips reasoning from every turn but a direct parent's (the parent's own
+    parent's output, whole in the parent's prompt, is not whole in its child's), a fresh context
+    on either, another head (a sub-agent's), or a parent's prompt of another length or not
+    ending with its turn's instruction. A chain's call composed its whole history anew: a tenth
+    of the client's CPU a request in the anchors' chain of 16 calls."""
+    profile, t = plan.profile, plan.topology
+    reasoning = profile.reasoning
+    if profile.compaction is not None or (reasoning is not None and reasoning.carried == "last" and reasoning.share > 0):
+        return None
+    parents = t.context_parents(node)
+    if len(parents) != 1 or t.fresh_context(node) or t.fresh_context(parents[0]):
+        return None
+    head = _head(plan, node)
+    if len(parent_messages) != len(head) + history_messages + 1:
+        return None
+    if parent_messages[-1] != ChatMessage("user", parent_turn[0]) or parent_messages[: len(head)] != tuple(head):
+        return None
+    out = list(parent_messages[:-1])  # its instruction is the first message of its turn
+    _append_turn(plan, parent_turn, True, out)
+    out.append(ChatMessage("user", plan.node(node).instruction))
+    return tuple(out)
 
 
 def _strips(reasoning: ReasoningSpec, direct_parent: bool) -> bool:
