@@ -14,6 +14,7 @@ slices compare in C without a call per token, and its bytes hash a block of toke
 from __future__ import annotations
 
 import hashlib
+import sys
 from array import array
 from collections.abc import Iterable, Sequence
 from typing import TypeAlias
@@ -21,22 +22,23 @@ from typing import TypeAlias
 #: a prompt's tokens: token ids, ``array('q')``
 TokenIds: TypeAlias = "array[int]"
 
-#: each word's id, made once a process (ids are recomputable: past ``_WORD_IDS_MAX`` words the
-#: cache starts again, so a replay whose prompts are millions of distinct block words does not
-#: keep them all)
-_WORD_IDS: dict[str, int] = {}
+#: each word's id, made once a process, as the 8 bytes an ``array('q')`` holds it in (a prompt's
+#: ids are then its words' bytes joined in C: 64 words in 1.8 us, against 4.8 us for an array of
+#: the ints; ids are recomputable: past ``_WORD_IDS_MAX`` words the cache starts again, so a
+#: replay whose prompts are millions of distinct block words does not keep them all)
+_WORD_IDS: dict[str, bytes] = {}
 _WORD_IDS_MAX = 200_000
 _ID_MASK = (1 << 63) - 1
 
 
-def _word_id(word: str) -> int:
-    """A word's id: the first 63 bits of its BLAKE2b hash."""
+def _word_id(word: str) -> bytes:
+    """A word's id, the first 63 bits of its BLAKE2b hash, in an array's byte order."""
     wid = _WORD_IDS.get(word)
     if wid is None:
         if len(_WORD_IDS) >= _WORD_IDS_MAX:
             _WORD_IDS.clear()
         digest = hashlib.blake2b(word.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-        wid = _WORD_IDS[word] = int.from_bytes(digest, "little") & _ID_MASK
+        wid = _WORD_IDS[word] = (int.from_bytes(digest, "little") & _ID_MASK).to_bytes(8, sys.byteorder)
     return wid
 
 
@@ -45,15 +47,18 @@ def word_ids(words: Iterable[str]) -> TokenIds:
     prompts of a swarm (whose words come from a small corpus) is every time."""
     if not isinstance(words, (list, tuple)):
         words = list(words)
+    out: TokenIds = array("q")
     try:
-        return array("q", map(_WORD_IDS.__getitem__, words))
+        out.frombytes(b"".join(map(_WORD_IDS.__getitem__, words)))
     except KeyError:  # new words: each hashed once, then the lookup again
         new = set(words).difference(_WORD_IDS)
         if len(_WORD_IDS) + len(new) > _WORD_IDS_MAX:  # would start again midway: one by one
-            return array("q", map(_word_id, words))
+            out.frombytes(b"".join(map(_word_id, words)))
+            return out
         for word in new:
             _word_id(word)
-        return array("q", map(_WORD_IDS.__getitem__, words))
+        out.frombytes(b"".join(map(_WORD_IDS.__getitem__, words)))
+    return out
 
 
 class LaidOutIds:
