@@ -135,7 +135,7 @@ class WordText:
     def extend_ids(self, out: TokenIds) -> None:
         """``out += token_ids()`` without an array of this text's own: each run copied from the
         corpus's ids straight onto ``out`` (a prompt composed of long texts need not keep each
-        text's ids beside it: ``AgentRun._prompt_tokens``)."""
+        text's ids beside it: ``SessionPrompts.tokens``)."""
         out += self._lead
         ids = self._corpus.ids
         size = ids.itemsize

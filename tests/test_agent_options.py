@@ -230,7 +230,7 @@ def test_a_compaction_decided_without_the_prompt_is_the_one_its_prompt_takes(
 def test_a_prompt_of_long_texts_has_their_words_ids_without_keeping_a_copy_of_each(tmp_path: Path) -> None:
     """A prompt whose parts are long texts cut from the corpus (``WordText``) gets each part's
     ids copied from the corpus's as it is composed: the prompt's ids are its words' ids, part
-    for part, and the agent keeps no array of ids per such part (``AgentRun._sliced``; kept,
+    for part, and the agent keeps no array of ids per such part (``SessionPrompts.sliced``; kept,
     they were a seventh of a 2,000-agent simulation's memory). The shared system prompt keeps
     its one array."""
     from swarm.runtime.agent import AgentEnv, AgentRun
@@ -249,7 +249,7 @@ def test_a_prompt_of_long_texts_has_their_words_ids_without_keeping_a_copy_of_ea
         messages = compose_messages(plan, node, [(a, synthetic_turn(plan, a)) for a in t.context_ancestors(node)])
         kinds.update(type(m.content) for m in messages)
         words = " ".join(as_str(m.content) for m in messages).split()
-        assert run._prompt_tokens(messages) == word_ids(words), node
+        assert run.prompts.tokens(messages) == word_ids(words), node
     assert WordText in kinds and str in kinds  # long and short parts both
     assert [type(c) for c in env.system_prompt_tokens] == [WordText]
-    assert not [c for c in run._part_tokens if type(c) is WordText and c not in env.system_prompt_tokens]
+    assert not [c for c in run.prompts._part_tokens if type(c) is WordText and c not in env.system_prompt_tokens]

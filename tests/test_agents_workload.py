@@ -374,7 +374,7 @@ def test_prompts_built_while_the_parent_is_in_flight_are_the_prompts_sent_withou
         if built is not None:
             taken.append(node)
             # held as ids: nothing in a prompt's tokens for the garbage collector to walk
-            held = [built[1], *self._part_tokens.values()]
+            held = [built[1], *self.prompts._part_tokens.values()]
             assert not [r for t in held for r in gc.get_referents(t) if not isinstance(r, type)]
         return built
 
@@ -416,7 +416,7 @@ def test_the_ideal_reuse_index_is_told_where_prompts_are_corpus_text(
     topology: str, tmp_path: Path, emulator: Callable[..., EmulatorThread], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The agent tells the ideal-reuse index where each prompt's tokens are its long texts'
-    corpus runs (``AgentRun._shared_runs``), and every run it names is the prompt's there (the
+    corpus runs (``SessionPrompts.shared_runs``), and every run it names is the prompt's there (the
     index checks each, and counts one that is not): the long answers are held by reference."""
     from swarm.workload import prefix
 

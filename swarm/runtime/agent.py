@@ -26,7 +26,7 @@ import asyncio
 import functools
 import logging
 from array import array
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,8 +34,8 @@ from swarm.record import RequestIdentity, Status
 from swarm.request import ChatMessage, EngineRequest
 from swarm.runtime.dispatcher import DISPATCH_SPIN_NS, Dispatcher, Outgoing
 from swarm.runtime.retry import retry_request_id
-from swarm.texts import SharedRun, Text, WordText
-from swarm.token_ids import LaidOutIds
+from swarm.runtime.session_prompts import SessionPrompts
+from swarm.texts import Text
 from swarm.workload.prefix import BLOCK_TOKENS, BlockHashes, block_hashes
 from swarm.workload.prompts import Turn, compose_messages, decide_compaction, extend_messages, synthetic_turn
 from swarm.workload.tokenizer import TokenIds, Tokenizer, WordTokenizer
@@ -109,9 +109,9 @@ class AgentRun:
     # slots: a simulated swarm holds tens of thousands of runs (a dict of attributes each was
     # 240 bytes of an agent)
     __slots__ = (
-        "_blocks", "_decided", "_deps", "_deps_at_start", "_extenders_left", "_gated", "_groups",
-        "_idle", "_member_of", "_part_tokens", "_speculated", "_tasks", "_unsettled", "_warmups",
-        "cancelled", "env", "plan", "records", "state", "template", "turns",
+        "_decided", "_deps", "_deps_at_start", "_gated", "_groups", "_idle", "_member_of",
+        "_speculated", "_tasks", "_unsettled", "_warmups", "cancelled", "env", "plan", "prompts",
+        "records", "state", "template", "turns",
     )  # fmt: skip
 
     def __init__(self, plan: AgentPlan, env: AgentEnv) -> None:
@@ -135,14 +135,9 @@ class AgentRun:
         self._decided: set[str] = set()
         #: warm-up calls built ahead: messages, tokens, block hashes, body
         self._warmups: dict[str, _Built] = {}
-        #: a built prompt's messages, tokens and block hashes, kept for the nodes that extend it
-        #: (``_known_blocks``), and how many of those are still to be built
-        self._blocks: dict[str, tuple[tuple[ChatMessage, ...], int, BlockHashes]] = {}
-        self._extenders_left: dict[str, int] = {}
-        # token ids of each prompt part, computed once; arrays, which the garbage collector
-        # does not walk, so thousands of agents' prompts cost nothing in its collections (a
-        # corpus-cut text's are copied from the corpus's at each prompt instead: ``_sliced``)
-        self._part_tokens: dict[Text, TokenIds] = {}
+        #: its prompts' token ids, laid-out ids, shared runs and block hashes (a parent's kept
+        #: for the nodes that extend it)
+        self.prompts = SessionPrompts(env, t)
         #: prompts built while their last parent was in flight: the alive context ancestors
         #: they assumed, the compaction decision taken on that assumption (None: none taken),
         #: and the prompt with its body (``_speculate``)
@@ -254,9 +249,9 @@ class AgentRun:
             messages = compose_messages(
                 self.plan, node, [(a, synthetic_turn(self.plan, a)) for a in self.template.context_ancestors(node)]
             )
-            tokens = self._prompt_tokens(messages)
+            tokens = self.prompts.tokens(messages)
             yield
-            hashes: BlockHashes = array("Q", self._system_blocks(messages))
+            hashes: BlockHashes = array("Q", self.prompts.system_blocks(messages))
             end = 0
             while end < len(tokens):  # a 150k-token prompt's hashes took 6-10 ms whole
                 end = min(len(tokens), (len(hashes) + HASH_BLOCKS_PER_STEP) * BLOCK_TOKENS)
@@ -297,7 +292,7 @@ class AgentRun:
                 yield
             messages = compose_messages(plan, node, [(a, synthetic_turn(plan, a)) for a in t.context_ancestors(node)])
             for message in messages:
-                if message.content not in self._part_tokens and not self._sliced(message):
+                if not self.prompts.has_part(message.content) and not self.prompts.sliced(message):
                     yield from self._part_steps(message)
 
     def _part_steps(self, message: ChatMessage) -> Iterator[None]:
@@ -305,14 +300,14 @@ class AgentRun:
         100k-word tool result took 19 ms whole on a slow core)."""
         tokenizer = self.env.tokenizer
         if message.role == "system" or len(message.content) < LONG_PART_CHARS or not isinstance(tokenizer, WordTokenizer):
-            self._prompt_tokens((message,))
+            self.prompts.tokens((message,))
             yield
             return
         tokens: TokenIds = array("q")
         for piece in tokenizer.ids_in_steps(message.content):
             tokens += piece
             yield
-        self._part_tokens[message.content] = tokens
+        self.prompts.keep_part(message.content, tokens)
 
     def _launch(self, node: str, ready_perf_ns: int) -> None:
         if node in self.state and node in self.plan.history:  # answered before the session's start
@@ -394,7 +389,7 @@ class AgentRun:
 
     def _extended_messages(self, node: str, ancestors: list[str]) -> tuple[ChatMessage, ...] | None:
         """``node``'s messages as its one context parent's prompt, still kept for the nodes
-        that extend it (``_blocks``), then the parent's turn and its own instruction
+        that extend it (``SessionPrompts.kept_messages``), then the parent's turn and its own instruction
         (``prompts.extend_messages``), where each of its context ancestors is alive: the
         parent's were then alive (or, built ahead, assumed so) when its prompt was composed,
         as a node lost is never alive again; None where not."""
@@ -404,88 +399,15 @@ class AgentRun:
             return None
         if len(ancestors) != len(t.context_ancestors(node)):  # one lost or pruned
             return None
-        memo = self._blocks.get(parents[0])
+        kept = self.prompts.kept_messages(parents[0])
         turns = self.turns
-        if memo is None or parents[0] not in turns:
+        if kept is None or parents[0] not in turns:
             return None
         try:
             history = sum(map(len, map(turns.__getitem__, ancestors[:-1])))  # a turn's messages: its parts
         except KeyError:  # a turn not known here
             return None
-        return extend_messages(self.plan, node, memo[0], turns[parents[0]], history)
-
-    def _sliced(self, message: ChatMessage) -> bool:
-        """Whether ``message``'s ids are copied from the corpus's each time its prompt is composed
-        (a ``WordText`` under word tokens, but the shared system prompt) rather than held in
-        ``_part_tokens``: kept, they were a seventh of a 2,000-agent simulation's memory, a copy of
-        ids the corpus holds once."""
-        return type(message.content) is WordText and message.role != "system" and isinstance(self.env.tokenizer, WordTokenizer)
-
-    def _prompt_tokens(self, messages: tuple[ChatMessage, ...]) -> TokenIds:
-        ids = self.env.tokenizer.ids
-        cache = self._part_tokens
-        words = isinstance(self.env.tokenizer, WordTokenizer)
-        tokens: TokenIds = array("q")
-        for m in messages:
-            content = m.content
-            if words and type(content) is WordText and m.role != "system":  # ``_sliced``
-                content.extend_ids(tokens)
-                continue
-            part = cache.get(content)
-            if part is None:
-                if m.role == "system":  # shared by the swarm: one array for every agent
-                    shared = self.env.system_prompt_tokens
-                    part = shared.get(m.content)
-                    if part is None:
-                        part = shared[m.content] = ids(m.content)
-                else:
-                    part = ids(m.content)
-                cache[m.content] = part
-            tokens += part
-        return tokens
-
-    def _laid_out(self, messages: tuple[ChatMessage, ...], tokens: TokenIds) -> LaidOutIds | TokenIds:
-        """``tokens`` (``_prompt_tokens`` of ``messages``, word tokens) as the arrays they were
-        laid out from (the parts' ids it holds, the corpus's), for a twin that reads them only
-        when it admits the request: in flight, a prompt then costs a few bytes a part, not 8 a
-        token. ``tokens`` itself where a part's ids are not held or the pieces do not add up."""
-        cache = self._part_tokens
-        pieces: list[tuple[TokenIds, int, int]] = []
-        for m in messages:
-            content = m.content
-            if type(content) is WordText and m.role != "system":  # ``_sliced``
-                pieces.extend(content.id_pieces())
-                continue
-            part = cache.get(content)
-            if part is None:
-                return tokens
-            pieces.append((part, 0, len(part)))
-        laid_out = LaidOutIds(pieces)
-        return laid_out if len(laid_out) == len(tokens) else tokens
-
-    def _shared_runs(self, messages: tuple[ChatMessage, ...], n_tokens: int) -> list[SharedRun]:
-        """Where a prompt's tokens (``_prompt_tokens`` of ``messages``, ``n_tokens`` of them)
-        are the corpus's (its long texts'), for the ideal-reuse index to hold by reference
-        (``PrefixIndex.observe``); none where a part's length is not known here or the
-        places would not add up to the prompt's."""
-        runs: list[SharedRun] = []
-        if not isinstance(self.env.tokenizer, WordTokenizer) or not any(type(m.content) is WordText for m in messages):
-            return runs  # short texts only (the anchors' chain): no walk of the parts
-        cache, system = self._part_tokens, self.env.system_prompt_tokens
-        at = 0
-        for m in messages:
-            content = m.content
-            if self._sliced(m) and isinstance(content, WordText):  # as ``_prompt_tokens`` lays it out
-                runs.extend(content.shared_runs(at))
-                at += content.words
-                continue
-            part = cache.get(content)
-            if part is None:
-                part = system.get(content) if m.role == "system" else None
-                if part is None:
-                    return []
-            at += len(part)
-        return runs if runs and at == n_tokens else []
+        return extend_messages(self.plan, node, kept, turns[parents[0]], history)
 
     def _alive_ancestors(self, node: str, assume_alive: str | None = None) -> list[str]:
         """``node``'s context ancestors whose turns its prompt carries: those reached from it
@@ -514,7 +436,7 @@ class AgentRun:
         np_ = plan.node(node)
         due_perf_ns = ready_perf_ns + int(np_.think_s * 1e9)
         first_id = f"{plan.session_id}:{node}"
-        expected_tokens = self._expected_tokens(node)
+        expected_tokens = self.prompts.expected_tokens(node)
         if self._speculates(node) and not np_.early_stop and self._children_tokens(node, np_, expected_tokens) >= SPECULATE_FROM_TOKENS:
             self._spawn(self._speculate(node, due_perf_ns, asyncio.current_task()))  # type: ignore[arg-type]
         record, attempts = await d.send_on_time(
@@ -557,7 +479,7 @@ class AgentRun:
         d = env.dispatcher
         await d.sleep_until(parent_due_perf_ns)
         await asyncio.sleep(0)  # the parent's send goes first
-        parent_tokens = self._expected_tokens_of(parent)
+        parent_tokens = self.prompts.expected_tokens_of(parent)
         lead_ns = d.build_cost.estimate_ns(parent_tokens) + 2 * DISPATCH_SPIN_NS
         for child in t.graph.successors(parent):
             if not self._may_speculate(parent_task, parent, child):
@@ -573,11 +495,11 @@ class AgentRun:
             # a compaction decision is taken once, from the prompt's length: taken on an
             # assumption, it is put back only if the assumption holds (``_take_speculated``)
             compacted = None if decided else plan.compacted.pop(child, None)
-            tokens = self._prompt_tokens(messages)
+            tokens = self.prompts.tokens(messages)
             await asyncio.sleep(0)
             if not self._may_speculate(parent_task, parent, child) or env.speculated_tokens + len(tokens) > SPECULATED_TOKENS_BUDGET:
                 continue
-            hashes = block_hashes(tokens, known=self._known_blocks(child, messages))
+            hashes = block_hashes(tokens, known=self.prompts.known_blocks(child, messages))
             await asyncio.sleep(0)
             body = self._body(messages, plan.node(child).max_tokens)
             if not self._may_speculate(parent_task, parent, child):
@@ -631,11 +553,11 @@ class AgentRun:
             if self._deps_of(root) != 0 or root in self.state or root in self._speculated:
                 continue
             messages = self.messages(root)
-            tokens = self._prompt_tokens(messages)
+            tokens = self.prompts.tokens(messages)
             if env.speculated_tokens + len(tokens) > SPECULATED_TOKENS_BUDGET:
                 return
             yield
-            hashes = block_hashes(tokens, known=self._system_blocks(messages))
+            hashes = block_hashes(tokens, known=self.prompts.system_blocks(messages))
             yield
             body = self._body(messages, self.plan.node(root).max_tokens)
             self._speculated[root] = ((), None, (messages, tokens, hashes, body))
@@ -673,65 +595,6 @@ class AgentRun:
         request = EngineRequest(messages=messages, max_tokens=max_tokens, identity=_NO_IDENTITY, stream=env.stream)
         return env.dispatcher.client.encode(request)
 
-    def _expected_tokens_of(self, node: str) -> int:
-        """How long ``node``'s prompt was, when its block hashes are still kept."""
-        memo = self._blocks.get(node)
-        return memo[1] if memo is not None else self._expected_tokens(node)
-
-    def _expected_tokens(self, node: str) -> int:
-        """At least how long ``node``'s prompt is: its longest context parent's prompt (whose
-        block hashes are kept until its extenders are built), for the time it takes to build."""
-        memos = (self._blocks.get(p) for p in self.template.context_parents(node))
-        return max((memo[1] for memo in memos if memo is not None), default=0)
-
-    def _known_blocks(self, node: str, messages: tuple[ChatMessage, ...]) -> Sequence[int]:
-        """The block hashes of ``node``'s prompt that a context parent's prompt already has: its
-        whole blocks, when its messages begin ``node``'s (no compaction nor stripped reasoning
-        between them). A 130k-token prompt then hashes its last turn, not all of it."""
-        for p in self.template.context_parents(node):
-            memo = self._blocks.get(p)
-            if memo is None:
-                continue
-            parent_messages, parent_tokens, hashes = memo
-            if messages[: len(parent_messages)] == parent_messages:
-                return hashes[: parent_tokens // BLOCK_TOKENS]
-        return self._system_blocks(messages)
-
-    def _system_blocks(self, messages: tuple[ChatMessage, ...]) -> BlockHashes | tuple[()]:
-        """The block hashes of a prompt's whole blocks within its system prompt (its first
-        tokens: ``_prompt_tokens``), made once for the swarm; () without one."""
-        if not messages or messages[0].role != "system":
-            return ()
-        content = messages[0].content
-        env = self.env
-        hashes = env.system_prompt_hashes.get(content)
-        if hashes is None:
-            ids = env.system_prompt_tokens.get(content)
-            if ids is None:  # not composed yet: the prompt's own hashes will do
-                return ()
-            whole = len(ids) // BLOCK_TOKENS * BLOCK_TOKENS
-            hashes = env.system_prompt_hashes[content] = block_hashes(ids[:whole])
-        return hashes
-
-    def _remember_blocks(
-        self, node: str, messages: tuple[ChatMessage, ...], tokens: int, hashes: BlockHashes
-    ) -> None:
-        """Keep a prompt's block hashes for the nodes that extend it, until the last of them
-        is built (an agent holds those of its open turns only)."""
-        t = self.template
-        for p in t.context_parents(node):
-            left = self._extenders_left.get(p)
-            if left is not None:
-                if left <= 1:
-                    self._extenders_left.pop(p, None)
-                    self._blocks.pop(p, None)
-                else:
-                    self._extenders_left[p] = left - 1
-        extenders = sum(1 for c in t.graph.successors(node) if node in t.context_parents(c))
-        if extenders and node not in self._blocks:
-            self._blocks[node] = (messages, tokens, hashes)
-            self._extenders_left[node] = extenders
-
     def _build(
         self, node: str, np_: NodePlan, first_id: str, attempt: int, due_perf_ns: int, slot_wait_ns: int,
         *, warmup: bool = False, ahead: bool = False,
@@ -750,18 +613,18 @@ class AgentRun:
             messages, tokens, hashes, body = built
         else:
             messages = self.messages(node)
-            tokens = self._prompt_tokens(messages)
-            hashes = block_hashes(tokens, known=self._known_blocks(node, messages))
+            tokens = self.prompts.tokens(messages)
+            hashes = block_hashes(tokens, known=self.prompts.known_blocks(node, messages))
         if attempt == 0:  # a retry builds the same prompt again
-            self._remember_blocks(node, messages, len(tokens), hashes)
+            self.prompts.remember_blocks(node, messages, len(tokens), hashes)
         prompt_tokens_est = len(tokens)
-        shared = self._shared_runs(messages, prompt_tokens_est)
+        shared = self.prompts.shared_runs(messages, prompt_tokens_est)
         ideal = 0 if ahead else d.index.observe(tokens, shared)
         kept = tokens if ahead else None  # the Dispatcher takes them out at the send
         # a twin reads the ids in place of the text (it would hold its own copy in flight), laid
         # out: made into one array when the twin admits the request, not while it waits
         reads_ids = d.client.reads_token_ids and isinstance(env.tokenizer, WordTokenizer)
-        given = self._laid_out(messages, tokens) if reads_ids else None
+        given = self.prompts.laid_out(messages, tokens) if reads_ids else None
         del tokens  # else not held while the request is in flight (thousands of agents)
         parents = tuple(p for p in self.template.context_parents(node) if self.state.get(p) == ALIVE)
         # the body's fields (messages, max_tokens, stream) as ``_body`` encodes them ahead
