@@ -27,7 +27,7 @@ Dispatcher owns the rest:
   built ahead: a timed replay) has automatic collection off while releases are pending, with
   collections run in quiet stretches (``QuietCollector``); for any other schedule (agent
   starts, a dependent replay's roots) ``AgentRunCollector`` freezes what was alive at the start, makes young passes rarer and runs a
-  full pass once a minute.
+  full pass once a minute (rarer where passes are long, or free next to nothing).
 
 Clocks are injectable (``clock_ns``, ``sleep``) so the release logic runs on a virtual clock
 in tests.
