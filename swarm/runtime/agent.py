@@ -26,7 +26,7 @@ import asyncio
 import functools
 import logging
 from array import array
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -244,11 +244,11 @@ class AgentRun:
         warm-up prompts) a turn, a message or a warm-up prompt per step: the source's
         preparation, run ahead of the session's start by the Dispatcher's preparer, which lets
         the loop turn between steps (whole, 120 turns held it for 40-65 ms on a slow core)."""
-        yield from self._history_steps()
-        for node in self._cut_threads():  # the warm-ups themselves, but for their ideal (taken at send)
-            messages = compose_messages(
-                self.plan, node, [(a, synthetic_turn(self.plan, a)) for a in self.template.context_ancestors(node)]
-            )
+        cut = self._cut_threads()
+        composed: dict[str, tuple[ChatMessage, ...]] = {}
+        yield from self._history_steps(cut, composed)
+        for node in cut:  # the warm-ups themselves, but for their ideal (taken at send)
+            messages = composed.pop(node)
             tokens = self.prompts.tokens(messages)
             yield
             hashes: BlockHashes = array("Q", self.prompts.system_blocks(messages))
@@ -272,15 +272,19 @@ class AgentRun:
         """Build what a warm-up of ``node`` needs that is not built yet, a turn at a time,
         yielding between them: a session started deep into its life (a hundred turns, 100k
         tokens) would otherwise hold the event loop for a tenth of a second, and every other
-        agent's send and read with it. Nothing is left to do when ``prepare_history_steps`` ran."""
-        for _ in self._history_steps(node):
+        agent's send and read with it. Nothing is left to do when ``prepare_history_steps`` ran
+        (its warm-up is built: nothing is composed again)."""
+        if node in self._warmups:
+            return
+        for _ in self._history_steps((node,)):
             await asyncio.sleep(0)
 
-    def _history_steps(self, *nodes: str) -> Iterator[None]:
-        """The work of building the warm-up prompts of ``nodes`` (default: every history node a
-        later node extends), one turn or message per step."""
+    def _history_steps(
+        self, nodes: Sequence[str], composed: dict[str, tuple[ChatMessage, ...]] | None = None
+    ) -> Iterator[None]:
+        """The work of building the warm-up prompts of ``nodes`` (history nodes a later node
+        extends), one turn or message per step; each prompt's messages put in ``composed``."""
         plan, t = self.plan, self.template
-        nodes = nodes or self._cut_threads()
         compacts = plan.profile.compaction is not None
         for node in nodes:
             for n in (*t.context_ancestors(node), node):
@@ -291,6 +295,8 @@ class AgentRun:
                     decide_compaction(plan, n, t.context_ancestors(n))
                 yield
             messages = compose_messages(plan, node, [(a, synthetic_turn(plan, a)) for a in t.context_ancestors(node)])
+            if composed is not None:
+                composed[node] = messages
             for message in messages:
                 if not self.prompts.has_part(message.content) and not self.prompts.sliced(message):
                     yield from self._part_steps(message)
