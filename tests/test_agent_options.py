@@ -252,4 +252,5 @@ def test_a_prompt_of_long_texts_has_their_words_ids_without_keeping_a_copy_of_ea
         assert run.prompts.tokens(messages) == word_ids(words), node
     assert WordText in kinds and str in kinds  # long and short parts both
     assert [type(c) for c in env.system_prompt_tokens] == [WordText]
-    assert not [c for c in run.prompts._part_tokens if type(c) is WordText and c not in env.system_prompt_tokens]
+    kept = run.prompts._part_tokens
+    assert not [c for c in kept if type(c) is WordText and c not in env.system_prompt_tokens]

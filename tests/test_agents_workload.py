@@ -442,33 +442,36 @@ def test_the_ideal_reuse_index_is_told_where_prompts_are_corpus_text(
 
 #: ``tiny`` with each way of carrying reasoning (``extend_messages`` applies to none, all)
 TINY_REASONING = {
-    carried: TINY.replace("name: tiny", f"name: tiny_reasoning_{carried}") + f"reasoning: {{share: 0.5, carried: {carried}}}\n"
+    carried: TINY.replace("name: tiny", f"name: tiny_reasoning_{carried}")
+    + f"reasoning: {{share: 0.5, carried: {carried}}}\n"
     for carried in ("none", "all", "last")
 }
 
 
 @pytest.mark.parametrize(
-    ("profile", "topology", "extends"),
+    ("profile", "topology", "start_at", "extends"),
     [
-        ("tiny", "chain", True), ("tiny", "tree_of_thought", True), ("tiny", "react", True),
-        ("tiny", "debate", False), ("tiny", "map_reduce", True),
-        ("tiny_reasoning_none", "chain", True), ("tiny_reasoning_all", "tree_of_thought", True),
-        ("tiny_reasoning_last", "chain", False), ("tiny_compacting", "chain", False),
+        ("tiny", "chain", None, True), ("tiny", "tree_of_thought", None, True), ("tiny", "react", None, True),
+        ("tiny", "debate", None, False), ("tiny", "map_reduce", None, True),
+        ("tiny_reasoning_none", "chain", None, True), ("tiny_reasoning_all", "tree_of_thought", None, True),
+        ("tiny_reasoning_last", "chain", None, False), ("tiny_compacting", "chain", None, False),
+        ("tiny", "chain", "mid", True), ("tiny_long", "tree_of_thought", None, True),
     ],
 )  # fmt: skip
 def test_a_prompt_extended_from_its_parents_is_the_prompt_composed_whole(
-    profile: str, topology: str, extends: bool, tmp_path: Path, emulator: Callable[..., EmulatorThread],
-    monkeypatch: pytest.MonkeyPatch,
+    profile: str, topology: str, start_at: str | None, extends: bool, tmp_path: Path,
+    emulator: Callable[..., EmulatorThread], monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     """A call whose one context parent's prompt is still kept is made from it and the parent's
     turn (``AgentRun._extended_messages``): each such prompt equals ``compose_messages`` of its
     alive ancestors, the run's records are those of a run that composes every prompt whole, and
     the shortcut is taken where the profile allows it (never where it compacts, or strips an
-    earlier turn's reasoning but not its direct parent's)."""
+    earlier turn's reasoning but not its direct parent's); after a mid-life session's warm-up,
+    and beside prompts built while their parent streams (``tiny_long``'s long system prompt)."""
     from swarm.runtime import agent
     from swarm.workload.prompts import compose_messages
 
-    for name, text in (("tiny", TINY), ("tiny_compacting", TINY_COMPACTING)):
+    for name, text in (("tiny", TINY), ("tiny_compacting", TINY_COMPACTING), ("tiny_long", TINY_LONG)):
         (tmp_path / f"{name}.yaml").write_text(text)
     for carried, text in TINY_REASONING.items():
         (tmp_path / f"tiny_reasoning_{carried}.yaml").write_text(text)
@@ -485,9 +488,11 @@ def test_a_prompt_extended_from_its_parents_is_the_prompt_composed_whole(
         return messages
 
     def sent() -> list[tuple]:  # type: ignore[type-arg]
-        wl = Workload(WorkloadSpec(agents=3, mix=[MixEntry(profile=profile, topology=topology)]), catalog)
-        records = run(wl, emu.url, limits=SendLimits(max_in_flight=2))
+        mix = [MixEntry(profile=profile, topology=topology, start_at=start_at)]  # type: ignore[arg-type]
+        wl = Workload(WorkloadSpec(agents=3, mix=mix), catalog)
+        records = run(wl, emu.url, limits=SendLimits(max_in_flight=1))
         assert records and all(r.ok for r in records)
+        assert any(r.identity.warmup for r in records) == (start_at == "mid")
         return sorted(
             (r.identity.request_id, r.prompt_parts, r.prompt_roles, r.prompt_tokens_est, r.block_hashes,
              r.ideal_cached_tokens_est, r.prompt_tokens) for r in records

@@ -104,9 +104,14 @@ def test_swarm_on_a_real_engine_reuses_the_shared_prefix(swarm_run: str) -> None
 
 
 def test_replay_against_the_same_server(swarm_run: str, llama: str, tmp_path: Path) -> None:
+    # the replay sends as the run's sessions did, without its one-at-a-time cap, so requests
+    # queue in the server; on a busy 2-core machine its two threads (which spin for each other)
+    # ran 6 times slower and a queued request waited past the default 120 s for its first token
+    # (a hog-suite run): what is held here is the replay, not the engine's speed
     out = subprocess.run(
-        [*SWARM, "replay", swarm_run, "--target", f"llama={llama}", "--output", str(tmp_path), "--json", "--executor", "inprocess"],
-        capture_output=True, text=True, timeout=600,
+        [*SWARM, "replay", swarm_run, "--target", f"llama={llama}", "--output", str(tmp_path), "--json",
+         "--executor", "inprocess", "--first-token-timeout", "600", "--idle-timeout", "600"],
+        capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     replayed = read_requests(json.loads(out.stdout)["run_dir"])

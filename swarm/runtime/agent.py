@@ -396,9 +396,10 @@ class AgentRun:
     def _extended_messages(self, node: str, ancestors: list[str]) -> tuple[ChatMessage, ...] | None:
         """``node``'s messages as its one context parent's prompt, still kept for the nodes
         that extend it (``SessionPrompts.kept_messages``), then the parent's turn and its own instruction
-        (``prompts.extend_messages``), where each of its context ancestors is alive: the
-        parent's were then alive (or, built ahead, assumed so) when its prompt was composed,
-        as a node lost is never alive again; None where not."""
+        (``prompts.extend_messages``), where each of its context ancestors is alive: as a node
+        lost is never alive again, the parent's were alive when its prompt was composed (a
+        prompt built ahead is kept only where the ancestors it assumed were), and the count of
+        messages checked there says so; None where not."""
         t = self.template
         parents = t.context_parents(node)
         if len(parents) != 1 or not ancestors or ancestors[-1] != parents[0]:

@@ -73,10 +73,13 @@ FULL_COLLECTION_EVERY_S = 60.0
 #: next waits ``d / FULL_COLLECTION_SHARE`` at least. A simulation of 100,000 agents holds tens
 #: of millions of objects: a pass a minute took 38 % of its time (a sampling profile).
 FULL_COLLECTION_SHARE = 0.05
-#: A full pass that frees fewer objects than this did not pay for its walk: the wait before
-#: the next (the two rules above) doubles, up to ``FULL_COLLECTION_MOST_BACKOFF`` times; a pass
-#: that frees more puts it back. The 100,000-agent simulation's passes (2.7 s, then 5.1 s: a
-#: walk of every coroutine, request and plan alive) found no unreachable object at all.
+#: A full pass that finds fewer unreachable objects than this did not pay for its walk: the
+#: wait before the next (the two rules above) doubles, up to ``FULL_COLLECTION_MOST_BACKOFF``
+#: times; a pass that finds this many or more puts it back. The 100,000-agent simulation's
+#: passes (2.7 s, then 5.1 s: a walk of every coroutine, request and plan alive) found none at
+#: all. Cyclic garbage that dies young (a failed request's traceback) is the young passes'; a
+#: full pass finds only cycles that lived through them, which a wait this much longer holds
+#: longer (objects counted, not bytes: a few such cycles may hold a large prompt).
 FULL_COLLECTION_FEW_FREED = 10_000
 FULL_COLLECTION_MOST_BACKOFF = 16
 
@@ -87,9 +90,9 @@ class AgentRunCollector:
     ms measured at 2,000 agents, ten times in ten seconds, each a stall of every stream), only
     once a minute, rarer where a pass is long (``FULL_COLLECTION_SHARE``), and rarer again
     while passes find next to nothing to free (``FULL_COLLECTION_FEW_FREED``), called by the
-    Dispatcher's sampler (``full_collection_if_due``; ``clock_s`` and ``collect`` are the
-    process's monotonic clock and ``gc.collect``, which returns how many objects it found
-    unreachable, but in tests). What was alive when the run
+    Dispatcher's sampler (``full_collection_if_due``). ``clock_s`` and ``collect`` are, but in
+    tests, the process's monotonic clock and ``gc.collect`` (which returns how many objects it
+    found unreachable). What was alive when the run
     began is frozen (left out of every pass) and put back at the end; the thresholds are
     restored too."""
 
@@ -112,6 +115,7 @@ class AgentRunCollector:
         gc.freeze()
         gc.set_threshold(*AGENT_RUN_THRESHOLDS)
         self._next_full_s = self._clock_s() + self.full_every_s
+        self.backoff = 1
         return self
 
     def stop(self) -> None:
@@ -127,19 +131,19 @@ class AgentRunCollector:
     def full_collection(self) -> None:
         """One full pass now; the next is due ``full_every_s`` after its end, or its length
         over ``FULL_COLLECTION_SHARE`` if that is longer, times ``backoff``: doubled by this pass
-        (up to ``FULL_COLLECTION_MOST_BACKOFF``) if it freed fewer than
-        ``FULL_COLLECTION_FEW_FREED`` objects, back to 1 if it freed more."""
+        (up to ``FULL_COLLECTION_MOST_BACKOFF``) if it found fewer than
+        ``FULL_COLLECTION_FEW_FREED`` objects unreachable, back to 1 if it found as many or more."""
         began = self._clock_s()
-        freed = self._collect()
+        found = self._collect()
         ended = self._clock_s()
         self.full_collections += 1
-        if freed < FULL_COLLECTION_FEW_FREED:
+        if found < FULL_COLLECTION_FEW_FREED:
             self.backoff = min(2 * self.backoff, FULL_COLLECTION_MOST_BACKOFF)
         else:
             self.backoff = 1
         wait_s = max(self.full_every_s, (ended - began) / FULL_COLLECTION_SHARE) * self.backoff
         self._next_full_s = ended + wait_s
-        log.debug("full collection: %d unreachable in %.2f s; the next in %.0f s", freed, ended - began, wait_s)
+        log.debug("full collection: %d unreachable, %.2f s; the next in %.0f s", found, ended - began, wait_s)
 
     def full_collection_if_due(self) -> bool:
         """A full pass if one is due (whether it ran)."""

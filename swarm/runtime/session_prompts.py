@@ -63,7 +63,8 @@ class SessionPrompts:
         (a ``WordText`` under word tokens, but the shared system prompt) rather than held as a
         part's: kept, they were a seventh of a 2,000-agent simulation's memory, a copy of ids the
         corpus holds once."""
-        return type(message.content) is WordText and message.role != "system" and isinstance(self.env.tokenizer, WordTokenizer)
+        words = isinstance(self.env.tokenizer, WordTokenizer)
+        return type(message.content) is WordText and message.role != "system" and words
 
     def has_part(self, content: Text) -> bool:
         """Whether a part's ids are kept (``tokens`` made them, or ``keep_part``)."""
@@ -122,7 +123,8 @@ class SessionPrompts:
         (``PrefixIndex.observe``); none where a part's length is not known here or the places
         would not add up to the prompt's."""
         runs: list[SharedRun] = []
-        if not isinstance(self.env.tokenizer, WordTokenizer) or not any(type(m.content) is WordText for m in messages):
+        words = isinstance(self.env.tokenizer, WordTokenizer)
+        if not words or not any(type(m.content) is WordText for m in messages):
             return runs  # short texts only (the anchors' chain): no walk of the parts
         cache, system = self._part_tokens, self.env.system_prompt_tokens
         at = 0
@@ -187,7 +189,9 @@ class SessionPrompts:
             hashes = env.system_prompt_hashes[content] = block_hashes(ids[:whole])
         return hashes
 
-    def remember_blocks(self, node: str, messages: tuple[ChatMessage, ...], tokens: int, hashes: BlockHashes) -> None:
+    def remember_blocks(
+        self, node: str, messages: tuple[ChatMessage, ...], tokens: int, hashes: BlockHashes
+    ) -> None:
         """Keep a prompt's block hashes for the nodes that extend it, until the last of them
         is built (a session holds those of its open turns only)."""
         t = self.template

@@ -181,7 +181,11 @@ def _append_turn(plan: AgentPlan, turn: Turn, direct: bool, out: list[ChatMessag
 
 
 def extend_messages(
-    plan: AgentPlan, node: str, parent_messages: tuple[ChatMessage, ...], parent_turn: Turn, history_messages: int
+    plan: AgentPlan,
+    node: str,
+    parent_messages: tuple[ChatMessage, ...],
+    parent_turn: Turn,
+    history_messages: int,
 ) -> tuple[ChatMessage, ...] | None:
     """``compose_messages`` of ``node`` with every context ancestor alive, made from its one
     context parent's messages (``parent_messages``, composed with every one of the parent's
@@ -194,7 +198,9 @@ def extend_messages(
     of the client's CPU a request in the anchors' chain of 16 calls."""
     profile, t = plan.profile, plan.topology
     reasoning = profile.reasoning
-    if profile.compaction is not None or (reasoning is not None and reasoning.carried == "last" and reasoning.share > 0):
+    if profile.compaction is not None:
+        return None
+    if reasoning is not None and reasoning.carried == "last" and reasoning.share > 0:
         return None
     parents = t.context_parents(node)
     if len(parents) != 1 or t.fresh_context(node) or t.fresh_context(parents[0]):
@@ -202,7 +208,9 @@ def extend_messages(
     head = _head(plan, node)
     if len(parent_messages) != len(head) + history_messages + 1:
         return None
-    if parent_messages[-1] != ChatMessage("user", parent_turn[0]) or parent_messages[: len(head)] != tuple(head):
+    if parent_messages[-1] != ChatMessage("user", parent_turn[0]):
+        return None
+    if parent_messages[: len(head)] != tuple(head):
         return None
     out = list(parent_messages[:-1])  # its instruction is the first message of its turn
     _append_turn(plan, parent_turn, True, out)
