@@ -200,8 +200,8 @@ def extend_messages(
     reasoning = profile.reasoning
     if profile.compaction is not None:
         return None
-    if reasoning is not None and reasoning.carried == "last" and reasoning.share > 0:
-        return None
+    if reasoning is not None and _strips(reasoning, True) != _strips(reasoning, False):
+        return None  # an earlier turn's output is not in the child's prompt as in its parent's
     parents = t.context_parents(node)
     if len(parents) != 1 or t.fresh_context(node) or t.fresh_context(parents[0]):
         return None
